@@ -1,0 +1,1 @@
+"""planner: symbolic/constraint planning for distributed deep-learning training."""

@@ -1,0 +1,41 @@
+"""Shared pieces of spec validation: a strict frozen base model and one-line error messages."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from planner.errors import SpecError
+
+M = TypeVar("M", bound="Spec")
+
+
+class Spec(BaseModel):
+    """Frozen, strict, no unknown keys, no NaN/inf: every spec and spec fragment derives from this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """A bounded repr for error messages (a user's value may be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def validate(cls: type[M], data: Any, where: str, prefix: str = "") -> M:
+    """Build `cls` from `data`; turn the first pydantic error into a one-line SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: {prefix or 'document'} must be a mapping, got {short(data)}")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        key = f"{prefix}.{key}" if prefix and key else (prefix or key)
+        msg = err["msg"].replace("\n", " ")
+        if err["type"] == "missing":
+            raise SpecError(f"{where}: missing key '{key}'") from None
+        if err["type"] == "extra_forbidden":
+            raise SpecError(f"{where}: unknown key '{key}'") from None
+        raise SpecError(f"{where}: key '{key}': {msg} (got {short(err.get('input'))})") from None
