@@ -53,6 +53,7 @@ class Device(Spec):
     memory_bandwidth_GBps: float = Field(gt=0, le=1e6)
     efficiency: Efficiency
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=1e6)
+    default_precision: Annotated[Precision, Field(strict=False)] = Precision.fp32
     sources: dict[str, str] = Field(min_length=1)
 
     @model_validator(mode="after")

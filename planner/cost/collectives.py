@@ -1,0 +1,59 @@
+"""Collective communication in the alpha-beta model, as SymPy expressions.
+
+p ranks, message m bytes, alpha latency per step (s), beta bandwidth (B/s), `calls` collective
+calls per iteration (each pays the latency terms; the bytes are the total over all calls).
+Sources: Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+MPICH", IJHPCA 2005 (sections 4.1-4.5); Patarasuk & Yuan, "Bandwidth optimal all-reduce
+algorithms for clusters of workstations", JPDC 2009 (ring allreduce).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import sympy as sp
+
+
+class Collective(str, Enum):
+    ring = "ring"
+    halving_doubling = "halving-doubling"
+    tree = "tree"
+    parameter_server = "parameter-server"
+    hierarchical = "hierarchical"
+
+
+def ring_allreduce(p, m, alpha, beta, calls=1):
+    # Patarasuk & Yuan 2009: reduce-scatter + all-gather, each (p-1) steps of m/p bytes.
+    return 2 * (p - 1) * alpha * calls + 2 * (p - 1) / p * m / beta
+
+
+def halving_doubling_allreduce(p, m, alpha, beta, calls=1):
+    # Thakur et al. 2005, sec. 4.4 (Rabenseifner): recursive halving reduce-scatter + doubling all-gather.
+    return 2 * sp.log(p, 2) * alpha * calls + 2 * (p - 1) / p * m / beta
+
+
+def tree_allreduce(p, m, alpha, beta, calls=1):
+    # Thakur et al. 2005, sec. 4.1: binomial-tree reduce then broadcast, full message each level.
+    return 2 * sp.ceiling(sp.log(p, 2)) * (alpha * calls + m / beta)
+
+
+def parameter_server(p, m, alpha, beta, servers, calls=1):
+    # Push gradients and pull weights: each of `servers` links carries p*m/servers bytes each way
+    # (Li et al., Scaling Distributed ML with the Parameter Server, OSDI 2014; seed paper sec. 3).
+    return 2 * alpha * calls + 2 * p * m / (servers * beta)
+
+
+def reduce_scatter(p, m, alpha, beta, calls=1):
+    # Thakur et al. 2005, sec. 4.3 (ring): p-1 steps of m/p bytes.
+    return (p - 1) * alpha * calls + (p - 1) / p * m / beta
+
+
+all_gather = reduce_scatter  # same cost, the data flow reversed (Thakur et al. 2005, sec. 4.2)
+
+
+def hierarchical_allreduce(g, n, m, alpha_intra, beta_intra, alpha_inter, beta_inter, calls=1):
+    """Reduce-scatter inside the node, ring allreduce of m/g across nodes (g rings in parallel,
+    each at `beta_inter` per device), all-gather inside the node (NCCL/Horovod hierarchical)."""
+    inside = reduce_scatter(g, m, alpha_intra, beta_intra, calls)
+    across = ring_allreduce(n, m / g, alpha_inter, beta_inter, calls)
+    return 2 * inside + across

@@ -1,0 +1,49 @@
+"""The one vocabulary of symbols. Every expression in the package uses these objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+# Decision variables
+n = sp.Symbol("n", positive=True)  # nodes
+g = sp.Symbol("g", positive=True)  # devices used per node
+b = sp.Symbol("b", positive=True)  # local batch per device (samples)
+B = sp.Symbol("B", positive=True)  # global batch (samples)
+
+# Aggregates used by the closed forms of `limits` / `derive`
+t0 = sp.Symbol("t_0", nonnegative=True)  # per-iteration compute time that does not scale with b
+c = sp.Symbol("c", positive=True)  # compute time per sample per device
+alpha = sp.Symbol("alpha", nonnegative=True)  # latency of one collective step
+beta = sp.Symbol("beta", positive=True)  # bandwidth of the collective's bottleneck link
+M = sp.Symbol("M", positive=True)  # gradient bytes communicated per iteration
+k = sp.Symbol("k", positive=True)  # collective calls per iteration (gradient buckets)
+s = sp.Symbol("s", positive=True)  # parameter servers
+alpha_i = sp.Symbol("alpha_intra", nonnegative=True)
+beta_i = sp.Symbol("beta_intra", positive=True)
+h = sp.Symbol("t_hide", nonnegative=True)  # backward time that can hide communication
+
+
+@dataclass(frozen=True)
+class Meaning:
+    description: str
+    unit: str
+
+
+GLOSSARY: dict[sp.Symbol, Meaning] = {
+    n: Meaning("number of nodes", "1"),
+    g: Meaning("devices used per node", "1"),
+    b: Meaning("local batch per device", "samples"),
+    B: Meaning("global batch", "samples"),
+    t0: Meaning("compute time per iteration independent of the local batch (weight traffic)", "s"),
+    c: Meaning("compute time per sample per device (forward + backward, roofline)", "s"),
+    alpha: Meaning("latency per step of the collective on its bottleneck link", "s"),
+    beta: Meaning("achievable bandwidth per device of the collective's bottleneck link", "B/s"),
+    M: Meaning("gradient bytes allreduced per iteration (|W| x bytes per value)", "B"),
+    k: Meaning("collective calls per iteration (gradient buckets)", "1"),
+    s: Meaning("parameter servers", "1"),
+    alpha_i: Meaning("latency per step on the intra-node link", "s"),
+    beta_i: Meaning("achievable bandwidth per device on the intra-node link", "B/s"),
+    h: Meaning("backward time after the first gradient bucket is ready", "s"),
+}

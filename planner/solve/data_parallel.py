@@ -1,0 +1,372 @@
+"""The data-parallel search as a CP-SAT model, in the order of the OR-Tools samples:
+variables, constraints, objective, solve, status, values.
+
+The decision values (nodes n, devices per node g, devices N = n g, local batch b, global batch
+B = N b) are read off one index over the structurally possible (n, g, b) points by element
+constraints, so the objective compiled from the SymPy expressions is one exact table per
+collective algorithm (a boolean each). Every user-facing constraint family is gated by a named
+literal; when the model is infeasible it is solved again with those literals as assumptions and
+the sufficient subset is read back, so the message names what conflicts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.cost.collectives import Collective
+from planner.cost.data_parallel import DataParallelModel
+from planner.cost.symbols import b, g, n
+from planner.errors import InfeasibleError, SpecError
+from planner.evaluate import Config, Prediction, predict
+
+DEFAULT_NODES_MAX = 4096
+MAX_POINTS = 3_000_000
+
+
+class Objective(str, Enum):
+    throughput = "throughput"
+    iteration_time = "iteration-time"
+    efficiency = "efficiency"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the user fixed and bounded. None means free (within the defaults)."""
+
+    nodes: int | None = None
+    nodes_max: int | None = None
+    devices: int | None = None
+    devices_max: int | None = None
+    devices_per_node: int | None = None
+    global_batch: int | None = None
+    global_batch_range: tuple[int, int] | None = None
+    local_batch: int | None = None
+    local_batch_min: int | None = None
+    collectives: tuple[Collective, ...] = tuple(Collective)
+    overlap: bool = True
+    objective: Objective = Objective.throughput
+    fewest_nodes_within: float | None = None  # 0.05: the fewest nodes within 5% of the best
+    top: int = 0
+    time_limit_s: float = 10.0
+    workers: int = 1  # one worker: a deterministic search
+
+
+@dataclass(frozen=True)
+class Solution:
+    status: str  # optimal | feasible
+    config: Config
+    prediction: Prediction
+    objective: dict
+    alternatives: list[tuple[Config, Prediction]]
+    solve_time_s: float
+    build_time_s: float
+    branches: int
+    points: int
+    gap: float
+
+
+@dataclass
+class _Built:
+    model: cp_model.CpModel
+    point: cp_model.IntVar  # index into `rows`, minimised
+    rows: np.ndarray  # (n, g, b, collective index) per point, sorted by objective
+    ints: np.ndarray  # the integer objective per point
+    collectives: list[Collective]
+    gates: dict[str, tuple[cp_model.IntVar, str]]  # name -> (literal, explanation)
+    scale: float
+    points: int
+
+
+def _divisors(x: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
+    return sorted(set(small + [x // d for d in small]))
+
+
+class DataParallelSolver:
+    def __init__(self, model: DataParallelModel, problem: Problem):
+        self.m = model
+        self.p = problem
+        self._check()
+
+    # --- input checks (bad flags are exit code 2, not infeasibility) ---------------------------
+
+    def _check(self):
+        p = self.p
+        if p.global_batch is None and p.global_batch_range is None and p.local_batch is None:
+            raise SpecError("global_batch: give --global-batch, --global-batch-range or "
+                            "--local-batch")
+        if p.global_batch_range is not None:
+            lo, hi = p.global_batch_range
+            if not 1 <= lo <= hi:
+                raise SpecError(f"global_batch_range: need 1 <= A <= B, got {lo}:{hi}")
+        if p.fewest_nodes_within is not None and not 0 <= p.fewest_nodes_within <= 10:
+            raise SpecError(f"within: must be in [0, 10], got {p.fewest_nodes_within}")
+        if not p.collectives:
+            raise SpecError("collective: no collective allowed")
+        if p.objective is Objective.efficiency and p.global_batch is None:
+            raise SpecError("objective: efficiency needs a fixed --global-batch")
+
+    # --- the space ---------------------------------------------------------------------------
+
+    def _batch_bounds(self) -> tuple[int, int]:
+        p = self.p
+        if p.global_batch is not None:
+            return p.global_batch, p.global_batch
+        if p.global_batch_range is not None:
+            return p.global_batch_range
+        return 1, 2**62  # weak scaling: B follows from N b
+
+    def _nodes_hi(self) -> int:
+        p = self.p
+        caps = [x for x in (p.nodes, p.nodes_max, p.devices, p.devices_max) if x is not None]
+        hi = max(caps) if caps else DEFAULT_NODES_MAX
+        if p.local_batch is None:
+            hi = min(hi, self._batch_bounds()[1])  # at least one sample per device
+        return max(1, min(hi, 2**20))
+
+    def _local_values(self) -> np.ndarray:
+        p = self.p
+        if p.local_batch is not None:
+            return np.array([p.local_batch])
+        lo, hi = self._batch_bounds()
+        return np.array(_divisors(lo) if lo == hi else range(1, hi + 1))
+
+    def _points(self) -> np.ndarray:
+        """Every (n, g, b) whose global batch N b can meet the batch bounds, as int64 rows.
+        User limits (memory, node budget, pins) are *not* applied here: they are gated
+        constraints in the model, so an infeasible problem can say which of them conflict."""
+        dpn = self.m.system.devices_per_node
+        bs = self._local_values()
+        lo, hi = self._batch_bounds()
+        rows = []
+        for n_val in range(1, self._nodes_hi() + 1):
+            for g_val in range(1, dpn + 1):
+                N_val = n_val * g_val
+                ok = bs[(bs * N_val >= lo) & (bs * N_val <= hi)]
+                if ok.size:
+                    rows.append(np.column_stack([np.full(ok.size, n_val),
+                                                 np.full(ok.size, g_val), ok]))
+                    if sum(len(r) for r in rows) > MAX_POINTS:
+                        raise SpecError(f"the search space has more than {MAX_POINTS} points; "
+                                        "bound it with --nodes-max or a narrower batch range")
+        return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 3), np.int64)
+
+    # --- model -------------------------------------------------------------------------------
+
+    def build(self, nodes_first_within: int | None = None) -> _Built:
+        """The model. Rows are sorted by objective, so minimising the row index minimises the
+        objective exactly. With `nodes_first_within` (an integer objective limit) rows are
+        sorted by nodes first and those above the limit are excluded: the fewest-nodes phase."""
+        p, m, sysm = self.p, self.m, self.m.system
+        base = self._points()
+        if len(base) == 0:
+            raise InfeasibleError("infeasible: global_batch: no whole local batch on any "
+                                  "allowed device count gives the global batch", ("global_batch",))
+        # One row per (n, g, b, collective); the objective of each row from the expressions.
+        cols = list(p.collectives)
+        rows = np.concatenate([np.column_stack([base, np.full(len(base), k)])
+                               for k in range(len(cols))])
+        obj = np.concatenate([self._objective_values(c, base) for c in cols])
+        if not np.all(np.isfinite(obj)):
+            raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
+        scale = 10.0 ** math.floor(math.log10(1e12 / max(float(np.abs(obj).max()), 1e-300)))
+        ints = np.rint(obj * scale).astype(np.int64)
+        # Sorted by objective (ties by n, g, b, collective): the objective is monotone in the
+        # row index, so CP-SAT minimises the index itself, with no table to propagate.
+        keys = (rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], ints)
+        if nodes_first_within is not None:
+            keys = (*keys, rows[:, 0])
+        order = np.lexsort(keys)
+        rows, ints = rows[order], ints[order]
+
+        # Variables
+        model = cp_model.CpModel()
+        point = model.NewIntVar(0, len(rows) - 1, "point")
+        if nodes_first_within is not None:
+            model.AddLinearExpressionInDomain(point, cp_model.Domain.FromValues(
+                np.flatnonzero(ints <= nodes_first_within).tolist()))
+
+        # Constraints: each family restricts the index to the rows it allows, gated by a literal.
+        gates: dict[str, tuple] = {}
+        N = rows[:, 0] * rows[:, 1]
+        Bcol = N * rows[:, 2]
+
+        def gate(name: str, why: str, allowed: np.ndarray):
+            lit = model.NewBoolVar(name)
+            gates[name] = (lit, why)
+            dom = cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
+            model.AddLinearExpressionInDomain(point, dom).OnlyEnforceIf(lit)
+
+        mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
+        cap = sysm.device.memory_bytes
+        bmin = int(rows[:, 2].min())
+        need = float(m.numeric("memory")(1, 1, float(bmin)))
+        gate("memory", f"memory: needs {need / 2**30:.3g} GiB per device at local batch {bmin}, "
+             f"device '{sysm.device.name}' has {cap / 2**30:.3g} GiB", mem <= cap)
+        lo, hi = self._batch_bounds()
+        if p.global_batch is not None:
+            gate("global_batch", f"global_batch = {lo}", Bcol == lo)
+        if p.global_batch_range is not None:
+            gate("global_batch_range", f"global_batch in [{lo}, {hi}]", (Bcol >= lo) & (Bcol <= hi))
+        pins = [("nodes", rows[:, 0], "==", p.nodes), ("nodes_max", rows[:, 0], "<=", p.nodes_max),
+                ("devices", N, "==", p.devices), ("devices_max", N, "<=", p.devices_max),
+                ("devices_per_node", rows[:, 1], "==", p.devices_per_node),
+                ("local_batch_min", rows[:, 2], ">=", p.local_batch_min)]
+        for name, col, op, val in pins:
+            if val is None:
+                continue
+            allowed = {"==": col == val, "<=": col <= val, ">=": col >= val}[op]
+            extra = f" (system has {sysm.devices_per_node})" if name == "devices_per_node" else ""
+            gate(name, f"{name.removesuffix('_max').removesuffix('_min')} {op} {val}{extra}",
+                 allowed)
+
+        # Objective
+        model.Minimize(point)
+        return _Built(model, point, rows, ints, cols, gates, scale, len(base))
+
+    def objective_expr(self, c: Collective):
+        """What CP-SAT minimises: iteration time, time per sample (1 / throughput), or
+        devices x time over the single-device time at the same global batch (1 / efficiency)."""
+        t = self.m.iteration_time(c, self.p.overlap)
+        if self.p.objective is Objective.iteration_time:
+            return t
+        if self.p.objective is Objective.throughput:
+            return t / (n * g * b)
+        return n * g * t / self.m.single_device_time().subs(b, n * g * b)
+
+    def _objective_values(self, c: Collective, pts: np.ndarray) -> np.ndarray:
+        fn = self.m.numeric_expr(self.objective_expr(c))
+        return fn(*(pts[:, i].astype(float) for i in range(3)))
+
+    def objective_value(self, cfg: Config) -> float:
+        """The objective expression evaluated at `cfg` (what the solver's integer approximates)."""
+        fn = self.m.numeric_expr(self.objective_expr(cfg.collective))
+        return float(fn(cfg.nodes, cfg.devices_per_node, cfg.local_batch))
+
+    # --- solve -------------------------------------------------------------------------------
+
+    def _solver(self) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = self.p.time_limit_s
+        solver.parameters.num_workers = self.p.workers
+        solver.parameters.random_seed = 0
+        return solver
+
+    def _run(self, built: _Built, solver: cp_model.CpSolver) -> int:
+        for lit, _ in built.gates.values():
+            built.model.Add(lit == 1)
+        return solver.Solve(built.model)
+
+    def solve(self) -> Solution:
+        t0 = time.perf_counter()
+        built = self.build()
+        build_time = time.perf_counter() - t0
+        solver = self._solver()
+        status = self._run(built, solver)
+        if status == cp_model.INFEASIBLE:
+            raise self._explain()
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise InfeasibleError(f"no configuration found within --time-limit "
+                                  f"{self.p.time_limit_s:g} s")
+        optimal = status == cp_model.OPTIMAL
+        best_int = self._int_objective(solver, built)
+        bound = int(built.ints[min(int(solver.BestObjectiveBound()), len(built.ints) - 1)])
+        gap = abs(best_int - bound) / max(1.0, abs(best_int))
+        best = self._read(solver, built)
+        total_time, branches = solver.WallTime(), solver.NumBranches()
+
+        if self.p.fewest_nodes_within is not None:
+            # Lexicographic: fewest nodes within the tolerance of the best, then the best there.
+            limit = math.floor(best_int * (1 + self.p.fewest_nodes_within))
+            built = self.build(nodes_first_within=limit)
+            s2 = self._solver()
+            st = self._run(built, s2)
+            optimal = optimal and st == cp_model.OPTIMAL
+            total_time, branches = total_time + s2.WallTime(), branches + s2.NumBranches()
+            best, best_int = self._read(s2, built), self._int_objective(s2, built)
+
+        alternatives: list[tuple[Config, Prediction]] = []
+        seen = [best]
+        for _ in range(self.p.top):
+            alt_built = self.build()
+            for cfg in seen:
+                self._exclude(alt_built, cfg)
+            s3 = self._solver()
+            st = self._run(alt_built, s3)
+            total_time, branches = total_time + s3.WallTime(), branches + s3.NumBranches()
+            if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                break
+            alt = self._read(s3, alt_built)
+            seen.append(alt)
+            alternatives.append((alt, predict(self.m, alt)))
+
+        return Solution(
+            status="optimal" if optimal else "feasible",
+            config=best,
+            prediction=predict(self.m, best),
+            objective={
+                "name": self.p.objective.value,
+                "value": self.objective_value(best),
+                "solver_value": best_int / built.scale,
+                "tolerance": 0.5 / built.scale,
+                "unit": {"throughput": "s/sample", "iteration-time": "s",
+                         "efficiency": "1/efficiency"}[self.p.objective.value],
+            },
+            alternatives=alternatives,
+            solve_time_s=total_time,
+            build_time_s=build_time,
+            branches=branches,
+            points=built.points,
+            gap=gap,
+        )
+
+    @staticmethod
+    def _int_objective(solver, built: _Built) -> int:
+        return int(built.ints[solver.Value(built.point)])
+
+    def _exclude(self, built: _Built, cfg: Config):
+        """Forbid one configuration (for runners-up)."""
+        r = built.rows
+        same = ((r[:, 0] == cfg.nodes) & (r[:, 1] == cfg.devices_per_node)
+                & (r[:, 2] == cfg.local_batch)
+                & (r[:, 3] == built.collectives.index(cfg.collective)))
+        for i in np.flatnonzero(same):
+            built.model.Add(built.point != int(i))
+
+    def _read(self, solver, built: _Built) -> Config:
+        n_val, g_val, b_val, c_idx = (int(x) for x in built.rows[solver.Value(built.point)])
+        return Config(nodes=n_val, devices_per_node=g_val, global_batch=n_val * g_val * b_val,
+                      collective=built.collectives[c_idx], overlap=self.p.overlap)
+
+    def _explain(self) -> InfeasibleError:
+        built = self.build()
+        names = list(built.gates)
+        built.model.AddAssumptions([built.gates[k][0] for k in names])
+        solver = self._solver()
+        if solver.Solve(built.model) != cp_model.INFEASIBLE:
+            return InfeasibleError("infeasible (the conflict could not be isolated)")
+        index = {built.gates[k][0].Index(): k for k in names}
+        core = [index[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in index]
+        core = self._minimise_core(built, core)
+        why = "; ".join(built.gates[k][1] for k in core)
+        if self.p.global_batch is not None and "global_batch" not in core:
+            why += (f" (given global_batch = {self.p.global_batch}, which must split into whole "
+                    "local batches over the devices)")
+        return InfeasibleError(f"infeasible: these constraints conflict: {why}", tuple(core))
+
+    def _minimise_core(self, built: _Built, core: list[str]) -> list[str]:
+        """Drop gates from the core while the rest stays infeasible (a few gates: cheap)."""
+        keep = list(core)
+        for name in list(core):
+            trial = [k for k in keep if k != name]
+            probe = self.build()
+            probe.model.AddAssumptions([probe.gates[k][0] for k in trial])
+            if self._solver().Solve(probe.model) == cp_model.INFEASIBLE:
+                keep = trial
+        return sorted(keep)
