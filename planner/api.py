@@ -1,0 +1,105 @@
+"""The Python API: the same operations as the CLI, with typed results.
+
+    import planner.api as planner
+    sol = planner.solve("alexnet", "k80-fdr", global_batch=256)
+    print(sol.config.nodes, sol.prediction.iteration_time_s)
+
+Specs are given by built-in name or YAML path, exactly as on the command line.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from planner.catalog import load_model, load_system
+from planner.cost.collectives import Collective
+from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
+from planner.cost.memory import Optimizer
+from planner.errors import SpecError
+from planner.evaluate import Config, Prediction, predict
+from planner.spec.hardware import Precision
+from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution
+
+
+def _enum(cls, value, key: str):
+    if value is None or isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)
+        raise SpecError(f"{key}: unknown value {value!r} (allowed: {allowed})") from None
+
+
+@functools.cache
+def build(model: str, hardware: str, precision: str | None = None, optimizer: str = "momentum",
+          bucket_bytes: float = DEFAULT_BUCKET_BYTES, servers: int = 1) -> DataParallelModel:
+    """The symbolic model for a (model, hardware, options) triple; cached per process."""
+    cnn = load_model(model)
+    system = load_system(hardware)
+    prec = _enum(Precision, precision, "precision") or system.device.default_precision
+    system.device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
+    if servers < 1:
+        raise SpecError(f"servers: must be a positive integer, got {servers}")
+    opts = Options(prec, _enum(Optimizer, optimizer, "optimizer"), bucket_bytes, servers)
+    return DataParallelModel(cnn, system, opts)
+
+
+def placement(dp: DataParallelModel, nodes: int | None, devices: int | None,
+              devices_per_node: int | None) -> tuple[int, int]:
+    """(nodes, devices per node) from whichever of the three the user gave."""
+    dpn = dp.system.devices_per_node
+    g = devices_per_node
+    if g is not None and not 1 <= g <= dpn:
+        raise SpecError(f"devices_per_node: {g} is outside [1, {dpn}] for '{dp.system.name}'")
+    if nodes is not None:
+        if devices is not None and devices != nodes * (g or dpn):
+            raise SpecError(f"devices: {devices} != nodes {nodes} x devices_per_node {g or dpn}")
+        return nodes, g or dpn
+    if devices is None:
+        raise SpecError("nodes: give --nodes or --devices")
+    if devices < 1:
+        raise SpecError(f"devices: must be a positive integer, got {devices}")
+    g = g or min(devices, dpn)
+    if devices % g:
+        raise SpecError(f"devices: {devices} is not a multiple of {g} devices per node")
+    return devices // g, g
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    config: Config
+    prediction: Prediction
+
+
+def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: int | None = None,
+             devices_per_node: int | None = None, global_batch: int | None = None,
+             local_batch: int | None = None, collective: str = "ring", overlap: bool = True,
+             precision: str | None = None, optimizer: str = "momentum",
+             servers: int = 1) -> Evaluation:
+    dp = build(model, hardware, precision, optimizer, servers=servers)
+    n, g = placement(dp, nodes, devices, devices_per_node)
+    if global_batch is None:
+        if local_batch is None:
+            raise SpecError("global_batch: give --global-batch or --local-batch")
+        global_batch = local_batch * n * g
+    elif local_batch is not None and local_batch * n * g != global_batch:
+        raise SpecError(f"local_batch: {local_batch} x {n * g} devices != global_batch "
+                        f"{global_batch}")
+    cfg = Config(n, g, global_batch, _enum(Collective, collective, "collective"), overlap)
+    return Evaluation(cfg, predict(dp, cfg))
+
+
+def solve(model: str, hardware: str, *, precision: str | None = None,
+          optimizer: str = "momentum", servers: int = 1, collective: str | None = None,
+          objective: str = "throughput", **problem) -> Solution:
+    """Keys of `problem` are the fields of `planner.solve.data_parallel.Problem`."""
+    dp = build(model, hardware, precision, optimizer, servers=servers)
+    cols = (_enum(Collective, collective, "collective"),) if collective else tuple(Collective)
+    try:
+        prob = Problem(collectives=cols, objective=_enum(Objective, objective, "objective"),
+                       **problem)
+    except TypeError as exc:
+        raise SpecError(f"solve: {exc}") from None
+    return DataParallelSolver(dp, prob).solve()

@@ -1,0 +1,336 @@
+"""The `planner` command. One function per command; the docstring is the help.
+
+Exit codes: 0 success; 1 a well-formed problem with no feasible answer; 2 bad input (unknown
+name, malformed or invalid spec, bad flag); 3 an internal error (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from planner import render
+from planner.errors import InfeasibleError, PlannerError, SpecError
+
+FORMATS = ["table", "json", "yaml"]
+COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
+PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
+
+
+def _emit(doc: dict, fmt: str, text: str) -> None:
+    if fmt == "json":
+        click.echo(render.to_json(doc))
+    elif fmt == "yaml":
+        click.echo(render.to_yaml(doc), nl=False)
+    else:
+        click.echo(text)
+
+
+def spec_options(f):
+    """--model / --hardware and the training options every prediction needs."""
+    opts = [
+        click.option("--model", "-m", help="Built-in model name or YAML path (required)."),
+        click.option("--hardware", "-H", help="Built-in system name or YAML path (required)."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Compute precision [default: the device's default_precision]."),
+        click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]),
+                     default="momentum", show_default=True),
+        click.option("--servers", type=click.IntRange(1, 1_000_000), default=1, show_default=True,
+                     help="Parameter servers (for --collective parameter-server)."),
+        click.option("--overlap/--no-overlap", default=True, show_default=True,
+                     help="Overlap gradient allreduce with the backward pass."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                     show_default=True),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def batch_range(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    parts = value.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise SpecError(f"global_batch_range: expected A:B with integers, got {value!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def int_list(value: str | None, key: str) -> list[int] | None:
+    """'1,2,4' or 'A:B' (every integer) or 'A:B:x2' (doubling)."""
+    if value is None:
+        return None
+    try:
+        if ":" in value:
+            parts = value.split(":")
+            lo, hi = int(parts[0]), int(parts[1])
+            if not 1 <= lo <= hi <= 1_000_000:
+                raise ValueError
+            if len(parts) == 3 and parts[2] == "x2":
+                out, x = [], lo
+                while x <= hi:
+                    out.append(x)
+                    x *= 2
+                return out
+            if len(parts) != 2:
+                raise ValueError
+            return list(range(lo, hi + 1))
+        out = [int(x) for x in value.split(",")]
+        if any(x < 1 for x in out):
+            raise ValueError
+        return out
+    except ValueError:
+        raise SpecError(f"{key}: expected '1,2,4', 'A:B' or 'A:B:x2' with positive integers, "
+                        f"got {value!r}") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="planner")
+def cli():
+    """Plan distributed deep-learning training before it runs: how many nodes, which batch and
+    split, how fast, and where scaling stops.
+
+    Exit codes: 0 ok, 1 infeasible (the message names the conflicting constraints),
+    2 bad input, 3 internal error.
+    """
+
+
+# --- list / show ----------------------------------------------------------------------------
+
+@cli.command("list")
+@click.argument("what", type=click.Choice(["models", "hardware"]))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def list_cmd(what, fmt):
+    """List built-in models or hardware (systems, devices, links)."""
+    from planner.catalog import list_hardware, list_models
+
+    if what == "models":
+        names = list_models()
+        _emit(render.document("list", {"models": names}), fmt, "\n".join(names))
+        return
+    hw = list_hardware()
+    text = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in hw.items())
+    _emit(render.document("list", {"hardware": hw}), fmt, text)
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["model", "hardware"]))
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def show(what, name, fmt):
+    """Show a model's per-layer table and totals, or a hardware spec.
+
+    \b
+    Examples:
+      planner show model alexnet
+      planner show hardware dgx-a100-80gb --format json
+    """
+    from planner.catalog import load_hardware_any, load_model
+    from planner.report import hardware_doc, hardware_text, model_doc, model_text
+
+    if what == "model":
+        cnn = load_model(name)
+        _emit(render.document("show", model_doc(cnn)), fmt, model_text(cnn))
+    else:
+        spec = load_hardware_any(name)
+        _emit(render.document("show", hardware_doc(spec)), fmt, hardware_text(spec))
+
+
+# --- evaluate -------------------------------------------------------------------------------
+
+EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "global_batch",
+             "local_batch", "collective", "overlap", "precision", "optimizer", "servers"}
+
+
+@cli.command()
+@spec_options
+@click.option("--nodes", type=click.IntRange(1, 2**20), help="Nodes.")
+@click.option("--devices", type=click.IntRange(1, 2**23), help="Devices in total (instead of --nodes).")
+@click.option("--devices-per-node", type=click.IntRange(1, 1024),
+              help="Devices used per node [default: all].")
+@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Global batch (strong scaling).")
+@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Local batch (weak scaling).")
+@click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
+@click.option("--batch", "batch_file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
+def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
+             devices_per_node, global_batch, local_batch, collective, batch_file):
+    """Predict one data-parallel configuration, or many with --batch.
+
+    With --batch, each input line is a JSON object whose keys are this command's flags,
+    underscored ({"model": "alexnet", "hardware": "k80-fdr", "nodes": 4, "global_batch": 1024});
+    each output line is the JSON document for it, or {"line": k, "error": ...} (exit code 2).
+
+    \b
+    Examples:
+      planner evaluate -m alexnet -H k80-fdr --nodes 8 --global-batch 1024
+      planner evaluate -m resnet50 -H dgx-a100-80gb --devices 64 --local-batch 256 --format json
+      planner evaluate --batch configs.jsonl
+    """
+    from planner import api
+    from planner.report import evaluation_text
+
+    if batch_file is not None:
+        _evaluate_jsonl(batch_file)
+        return
+    _require(model, hardware)
+
+    ev = api.evaluate(model, hardware, nodes=nodes, devices=devices,
+                      devices_per_node=devices_per_node, global_batch=global_batch,
+                      local_batch=local_batch, collective=collective, overlap=overlap,
+                      precision=precision, optimizer=optimizer, servers=servers)
+    doc = render.document("evaluate", {"model": model, "hardware": hardware,
+                                       "config": ev.config.to_json(),
+                                       "prediction": ev.prediction.to_json()})
+    _emit(doc, fmt, evaluation_text(ev.config, ev.prediction))
+
+
+def _require(model, hardware) -> None:
+    if not model:
+        raise SpecError("model: --model is required (a built-in name or a YAML path)")
+    if not hardware:
+        raise SpecError("hardware: --hardware is required (a built-in name or a YAML path)")
+
+
+def _evaluate_jsonl(path: str) -> None:
+    from planner import api
+
+    stream = sys.stdin if path == "-" else None
+    if stream is None:
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(f"{path}: no such file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise SpecError(f"{path}: not UTF-8") from None
+    else:
+        lines = stream.read().splitlines()
+    failed = False
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                req = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"{path}:{k}: not JSON ({exc.msg})") from None
+            if not isinstance(req, dict):
+                raise SpecError(f"{path}:{k}: expected a JSON object")
+            unknown = sorted(set(req) - EVAL_KEYS)
+            if unknown:
+                raise SpecError(f"{path}:{k}: unknown key '{unknown[0]}'")
+            for key in ("model", "hardware"):
+                if not isinstance(req.get(key), str):
+                    raise SpecError(f"{path}:{k}: key '{key}' must be a string")
+            for key in ("nodes", "devices", "devices_per_node", "global_batch", "local_batch",
+                        "servers"):
+                v = req.get(key)
+                if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                    raise SpecError(f"{path}:{k}: key '{key}' must be a positive integer, got {v!r}")
+            if "overlap" in req and not isinstance(req["overlap"], bool):
+                raise SpecError(f"{path}:{k}: key 'overlap' must be true or false")
+            ev = api.evaluate(req.pop("model"), req.pop("hardware"), **req)
+            out = render.document("evaluate", {"line": k, "config": ev.config.to_json(),
+                                               "prediction": ev.prediction.to_json()})
+        except PlannerError as exc:
+            failed = True
+            out = render.document("evaluate", {"line": k, "error": str(exc)})
+        click.echo(render.to_jsonl(out))
+    if failed:
+        sys.exit(2)
+
+
+# --- solve ----------------------------------------------------------------------------------
+
+@cli.command()
+@spec_options
+@click.option("--nodes", type=click.IntRange(1, 2**20), help="Pin the node count.")
+@click.option("--nodes-max", type=click.IntRange(1, 2**20), help="Node budget.")
+@click.option("--devices", type=click.IntRange(1, 2**23), help="Pin the device count.")
+@click.option("--devices-max", type=click.IntRange(1, 2**23), help="Device budget.")
+@click.option("--devices-per-node", type=click.IntRange(1, 1024), help="Pin devices used per node.")
+@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Fixed global batch.")
+@click.option("--global-batch-max", type=click.IntRange(1, 2**40),
+              help="Global batch up to this (same as --global-batch-range 1:MAX).")
+@click.option("--global-batch-range", help="Let the solver choose the global batch in A:B.")
+@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Pin the local batch.")
+@click.option("--local-batch-min", type=click.IntRange(1, 2**30),
+              help="Smallest local batch allowed (keep devices efficient).")
+@click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
+              help="Pin the collective [default: the solver chooses].")
+@click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency"]),
+              default="throughput", show_default=True)
+@click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
+              help="Return the fewest nodes whose objective is within this fraction of the best "
+                   "(0.05 = 5%).")
+@click.option("--top", type=click.IntRange(0, 100), default=0, show_default=True,
+              help="Also return this many runners-up.")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.01, 3600), default=10.0,
+              show_default=True, help="Solver time limit in seconds.")
+def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
+          global_batch_max, global_batch_range, **problem):
+    """Search nodes, devices per node, batch and collective for the proven-optimal
+    data-parallel plan (CP-SAT).
+
+    \b
+    Examples:
+      planner solve -m alexnet -H k80-fdr --global-batch 256
+      planner solve -m resnet50 -H dgx-a100-80gb --nodes-max 64 --global-batch-range 256:65536
+      planner solve -m vgg16 -H k80-fdr --global-batch 1024 --within 0.05 --top 3 --format json
+    """
+    from planner import api
+    from planner.report import solution_doc, solution_text
+
+    _require(model, hardware)
+    rng = batch_range(global_batch_range)
+    if global_batch_max is not None:
+        if rng is not None:
+            raise SpecError("global_batch_max: give either --global-batch-max or "
+                            "--global-batch-range")
+        rng = (1, global_batch_max)
+    if rng is not None and problem["global_batch"] is not None:
+        raise SpecError("global_batch: give either --global-batch or a batch range")
+    sol = api.solve(model, hardware, precision=precision, optimizer=optimizer, servers=servers,
+                    collective=collective, objective=objective, overlap=overlap,
+                    global_batch_range=rng, **problem)
+    doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
+    _emit(doc, fmt, solution_text(sol))
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+def main(argv=None) -> None:
+    """Run the CLI; every failure becomes one line on stderr and a documented exit code."""
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("planner: aborted", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"planner: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except InfeasibleError as exc:
+        click.echo(f"planner: {exc}", err=True)
+        sys.exit(1)
+    except PlannerError as exc:
+        click.echo(f"planner: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+    except RecursionError:
+        click.echo("planner: input nested too deeply", err=True)
+        sys.exit(2)
+    except Exception as exc:  # a bug: still one line, never a traceback
+        click.echo(f"planner: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
