@@ -103,3 +103,55 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
     return DataParallelSolver(dp, prob).solve()
+
+
+def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",
+           overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
+           servers: int = 1, local_efficiency: float | None = None,
+           target_efficiency: float | None = None, at_nodes: float | None = None):
+    """The derived limits of strong scaling (a `planner.limits.Limits`; `.summary()` for a dict)."""
+    from planner import limits as lim
+
+    dp = build(model, hardware, precision, optimizer, servers=servers)
+    return lim.Limits(
+        dp, _enum(Collective, collective, "collective"), overlap, global_batch,
+        local_efficiency=local_efficiency or lim.DEFAULT_LOCAL_EFFICIENCY,
+        target_efficiency=target_efficiency or lim.DEFAULT_TARGET_EFFICIENCY,
+        at_nodes=at_nodes,
+    )
+
+
+def derive(model: str, hardware: str, **kwargs):
+    """The formulas behind `limits` (a list of `planner.derive.Derived`)."""
+    from planner import derive as der
+
+    return der.derive(limits(model, hardware, **kwargs))
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    config: Config
+    prediction: Prediction
+
+
+def sweep(model: str, hardware: str, *, nodes: list[int], global_batch: int | None = None,
+          local_batch: int | None = None, collective: str = "ring", overlap: bool = True,
+          precision: str | None = None, optimizer: str = "momentum",
+          servers: int = 1) -> tuple[list[SweepPoint], list[int]]:
+    """Evaluate each node count (full nodes). Returns (points, skipped node counts whose
+    devices do not divide the global batch)."""
+    if (global_batch is None) == (local_batch is None):
+        raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
+                        "--local-batch (weak scaling)")
+    dp = build(model, hardware, precision, optimizer, servers=servers)
+    g = dp.system.devices_per_node
+    col = _enum(Collective, collective, "collective")
+    points, skipped = [], []
+    for n_val in nodes:
+        batch = global_batch if global_batch is not None else local_batch * n_val * g
+        if batch % (n_val * g):
+            skipped.append(n_val)
+            continue
+        cfg = Config(n_val, g, batch, col, overlap)
+        points.append(SweepPoint(cfg, predict(dp, cfg)))
+    return points, skipped

@@ -30,8 +30,10 @@ def _emit(doc: dict, fmt: str, text: str) -> None:
         click.echo(text)
 
 
-def spec_options(f):
+def spec_options(f=None, *, formats=FORMATS):
     """--model / --hardware and the training options every prediction needs."""
+    if f is None:
+        return functools.partial(spec_options, formats=formats)
     opts = [
         click.option("--model", "-m", help="Built-in model name or YAML path (required)."),
         click.option("--hardware", "-H", help="Built-in system name or YAML path (required)."),
@@ -43,7 +45,7 @@ def spec_options(f):
                      help="Parameter servers (for --collective parameter-server)."),
         click.option("--overlap/--no-overlap", default=True, show_default=True,
                      help="Overlap gradient allreduce with the backward pass."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+        click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
     for opt in reversed(opts):
@@ -300,6 +302,142 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     _emit(doc, fmt, solution_text(sol))
+
+
+# --- limits / derive / sweep ----------------------------------------------------------------
+
+def limit_options(f):
+    opts = [
+        click.option("--global-batch", type=click.IntRange(1, 2**40), required=True,
+                     help="Global batch: the largest that still generalises (seed paper)."),
+        click.option("--collective", type=click.Choice(COLLECTIVES), default="ring",
+                     show_default=True),
+        click.option("--local-efficiency", type=click.FloatRange(0, 1, min_open=True,
+                                                                 max_open=True),
+                     default=0.9, show_default=True,
+                     help="A device counts as efficient at this fraction of its large-batch "
+                          "rate (sets the smallest useful local batch)."),
+        click.option("--target-efficiency", type=click.FloatRange(0, 1, min_open=True,
+                                                                  max_open=True),
+                     default=0.8, show_default=True,
+                     help="Parallel efficiency the bandwidth requirement is computed for."),
+        click.option("--at-nodes", type=click.FloatRange(1, 2**20),
+                     help="Node count for efficiency and bandwidth [default: max useful nodes]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+@cli.command()
+@spec_options
+@limit_options
+def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
+    """Derived theoretical limits of data-parallel strong scaling, computed from the cost
+    expressions (differentiate, solve) for full nodes and a fixed global batch.
+
+    \b
+    Examples:
+      planner limits -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
+      planner limits -m googlenet -H k80-fdr --global-batch 1024 --collective parameter-server
+    """
+    from planner import api
+    from planner.report import limits_text
+
+    _require(model, hardware)
+    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
+                     servers=servers, overlap=overlap, **kw)
+    summary = lim.summary()
+    doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
+    _emit(doc, fmt, limits_text(summary))
+
+
+@cli.command()
+@spec_options(formats=["text", "latex", "python", "json"])
+@limit_options
+@click.option("--formula", "names", multiple=True,
+              help="Only these formulas (repeatable): iteration_time, speedup, efficiency, "
+                   "memory, optimal_nodes, max_speedup, required_bandwidth.")
+@click.option("--substitute", default=None,
+              help="Comma-separated symbols to replace by their values, or 'all'.")
+def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, substitute,
+           **kw):
+    """The formulas behind `limits` (iteration time, speed-up, efficiency, memory, optimal
+    nodes, max speed-up), with a glossary of symbols and their values here.
+
+    The JSON form carries expression (SymPy-readable), latex, symbols and value; the expression
+    with those symbol values evaluates to value, which equals what `limits` reports.
+
+    \b
+    Examples:
+      planner derive -m alexnet -H k80-fdr --global-batch 1024 --formula optimal_nodes
+      planner derive -m alexnet -H k80-fdr --global-batch 1024 --format latex --substitute all
+    """
+    from planner import api
+    from planner import derive as der
+    from planner.report import derive_text
+
+    _require(model, hardware)
+    formulas = der.select(api.derive(model, hardware, precision=precision, optimizer=optimizer,
+                                     servers=servers, overlap=overlap, **kw), names)
+    if substitute:
+        wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
+        if wanted is not None:
+            from planner.cost.symbols import GLOSSARY
+
+            unknown = sorted(wanted - {s.name for s in GLOSSARY})
+            if unknown:
+                raise SpecError(f"substitute: unknown symbol '{unknown[0]}' (known: "
+                                f"{', '.join(sorted(s.name for s in GLOSSARY))})")
+        formulas = [f.substituted(wanted) for f in formulas]
+    if fmt == "json":
+        doc = render.document("derive", {"model": model, "hardware": hardware,
+                                         "formulas": [der.as_json(f) for f in formulas]})
+        click.echo(render.to_json(doc))
+    else:
+        click.echo(derive_text(formulas, fmt))
+
+
+@cli.command()
+@spec_options
+@click.option("--nodes", "nodes_spec", default=None,
+              help="Node counts: '1,2,4', 'A:B' or 'A:B:x2' [default: 1:N:x2 up to one sample "
+                   "per device, at most 4096].")
+@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Strong scaling.")
+@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Weak scaling.")
+@click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a plot of speed-up and time breakdown (.png or .svg).")
+def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
+          global_batch, local_batch, collective, plot_path):
+    """Predictions across a range of node counts (full nodes).
+
+    \b
+    Examples:
+      planner sweep -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
+      planner sweep -m resnet50 -H dgx-a100-80gb --local-batch 256 --nodes 1:64:x2 --plot s.png
+    """
+    from planner import api
+    from planner.report import sweep_doc, sweep_text
+
+    _require(model, hardware)
+    nodes = int_list(nodes_spec, "nodes")
+    if nodes is None:
+        top = 4096 if global_batch is None else max(1, global_batch)
+        nodes = int_list(f"1:{min(top, 4096)}:x2", "nodes")
+    points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
+                                local_batch=local_batch, collective=collective, overlap=overlap,
+                                precision=precision, optimizer=optimizer, servers=servers)
+    if not points:
+        raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
+                              f"divides the global batch {global_batch} into whole local batches")
+    if plot_path:
+        from planner.plot import sweep_plot
+
+        sweep_plot(points, plot_path, f"{model} on {hardware}")
+    doc = render.document("sweep", {"model": model, "hardware": hardware,
+                                    **sweep_doc(points, skipped)})
+    _emit(doc, fmt, sweep_text(points, skipped))
 
 
 # --- entry point ----------------------------------------------------------------------------

@@ -138,3 +138,69 @@ def solution_text(sol) -> str:
         out.append("runners-up:\n" + table(
             ["nodes", "dev/node", "batch", "collective", "iteration", "samples/s", "eff."], rows))
     return "\n\n".join(out)
+
+
+def limits_text(s: dict) -> str:
+    eff = s["efficiency_at_nodes"]
+    bw = s["required_bandwidth_GBps"]
+    cb = s["comm_bound_from_nodes"]
+    return key_values([
+        ("optimal nodes", f"{s['optimal_nodes']:.4g}  ({s['optimal_nodes_reason']})"),
+        ("max speed-up", f"{s['max_speedup']:.4g} x over one device"),
+        ("comm-bound from", "never within the batch limit" if cb is None
+         else f"{cb:.4g} nodes (communication >= {'hideable backward' if s['overlap'] else 'compute'})"),
+        ("smallest efficient local batch", f"{s['local_batch_min']:.4g} "
+                                           f"({s['local_efficiency']:.0%} of large-batch rate)"),
+        ("max useful nodes", f"{s['max_useful_nodes']} (global batch {s['global_batch']} / "
+                             f"({s['devices_per_node']} devices x local batch))"),
+        (f"efficiency at {eff['nodes']:g} nodes", f"{eff['efficiency']:.1%}"),
+        (f"bandwidth for {s['target_efficiency']:.0%} efficiency",
+         "unreachable at any bandwidth" if bw is None
+         else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
+    ])
+
+
+def derive_text(formulas, fmt: str) -> str:
+    import sympy as sp
+
+    from planner.derive import glossary
+
+    blocks = []
+    for f in formulas:
+        if fmt == "latex":
+            body = f"% {f.name}: {f.description}\n{f.name} = {sp.latex(f.expression)}"
+        elif fmt == "python":
+            args = ", ".join(sorted(s.name for s in f.expression.free_symbols))
+            body = f"def {f.name}({args}):\n    return {sp.pycode(f.expression)}"
+        else:
+            body = f"{f.name} = {sp.sstr(f.expression)}"
+        gl = glossary(f)
+        lines = [f"    {k} = {v['value']:.6g} {v['unit']}  ({v['description']})"
+                 for k, v in gl.items()]
+        value = f.value
+        tail = f"  value = {value:.6g} {f.unit}" if value is not None else ""
+        note = f"  [{f.note}]" if f.note else ""
+        prefix = "# " if fmt == "python" else ("% " if fmt == "latex" else "")
+        blocks.append("\n".join([body, prefix + f"where{note}{tail}"]
+                                + [prefix + line for line in lines]))
+    return "\n\n".join(blocks)
+
+
+def sweep_doc(points, skipped) -> dict:
+    return {"points": [{**p.config.to_json(), **p.prediction.to_json()} for p in points],
+            "skipped_nodes": skipped}
+
+
+def sweep_text(points, skipped) -> str:
+    rows = [[p.config.nodes, p.config.devices, p.config.local_batch,
+             si(p.prediction.iteration_time_s, "s"), si(p.prediction.compute_time_s, "s"),
+             si(p.prediction.communication_time_s, "s"),
+             si(p.prediction.exposed_communication_time_s, "s"),
+             f"{p.prediction.throughput_samples_per_s:,.0f}", f"{p.prediction.speedup:.2f}",
+             f"{p.prediction.efficiency:.1%}", "yes" if p.prediction.fits_memory else "NO"]
+            for p in points]
+    text = table(["nodes", "devices", "local", "iteration", "compute", "comm", "exposed",
+                  "samples/s", "speed-up", "eff.", "fits"], rows)
+    if skipped:
+        text += f"\n(skipped node counts that do not divide the batch: {skipped})"
+    return text

@@ -15,14 +15,19 @@ B = sp.Symbol("B", positive=True)  # global batch (samples)
 # Aggregates used by the closed forms of `limits` / `derive`
 t0 = sp.Symbol("t_0", nonnegative=True)  # per-iteration compute time that does not scale with b
 c = sp.Symbol("c", positive=True)  # compute time per sample per device
-alpha = sp.Symbol("alpha", nonnegative=True)  # latency of one collective step
-beta = sp.Symbol("beta", positive=True)  # bandwidth of the collective's bottleneck link
+alpha = sp.Symbol("alpha_inter", nonnegative=True)  # latency of one collective step
+beta = sp.Symbol("beta_inter", positive=True)  # bandwidth of the collective's bottleneck link
 M = sp.Symbol("M", positive=True)  # gradient bytes communicated per iteration
 k = sp.Symbol("k", positive=True)  # collective calls per iteration (gradient buckets)
 s = sp.Symbol("s", positive=True)  # parameter servers
 alpha_i = sp.Symbol("alpha_intra", nonnegative=True)
 beta_i = sp.Symbol("beta_intra", positive=True)
-h = sp.Symbol("t_hide", nonnegative=True)  # backward time that can hide communication
+h0 = sp.Symbol("h_0", nonnegative=True)  # backward time that can hide communication: h0 + h1 b
+h1 = sp.Symbol("h_1", nonnegative=True)
+T1 = sp.Symbol("T_1", positive=True)  # single-device iteration time at the global batch
+W = sp.Symbol("W", positive=True)  # parameters
+q = sp.Symbol("q", positive=True)  # bytes per parameter (weights, master, gradient, state)
+A = sp.Symbol("A", positive=True)  # activation bytes per sample kept for backward
 
 
 @dataclass(frozen=True)
@@ -45,5 +50,10 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     s: Meaning("parameter servers", "1"),
     alpha_i: Meaning("latency per step on the intra-node link", "s"),
     beta_i: Meaning("achievable bandwidth per device on the intra-node link", "B/s"),
-    h: Meaning("backward time after the first gradient bucket is ready", "s"),
+    h0: Meaning("backward time after the first gradient bucket, part independent of b", "s"),
+    h1: Meaning("backward time after the first gradient bucket, per sample", "s"),
+    T1: Meaning("iteration time of one device processing the whole global batch", "s"),
+    W: Meaning("model parameters", "1"),
+    q: Meaning("bytes per parameter: weights, fp32 master, gradient, optimizer state", "B"),
+    A: Meaning("activation bytes per sample kept for the backward pass", "B"),
 }

@@ -1,0 +1,41 @@
+"""Plots for `sweep --plot` (matplotlib is the optional `plot` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.errors import SpecError
+
+
+def sweep_plot(points, path: str, title: str) -> None:
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".png", ".svg"):
+        raise SpecError(f"plot: {path}: use a .png or .svg file name")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecError("plot: matplotlib is not installed; pip install 'planner[plot]'") from None
+    nodes = [p.config.nodes for p in points]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(nodes, [p.prediction.speedup for p in points], "o-", label="predicted")
+    ax1.plot(nodes, [p.config.devices for p in points], "k--", lw=0.8, label="linear")
+    ax1.set(xscale="log", yscale="log", xlabel="nodes", ylabel="speed-up over one device")
+    ax1.legend()
+    ax2.plot(nodes, [p.prediction.compute_time_s for p in points], "o-", label="compute")
+    ax2.plot(nodes, [p.prediction.communication_time_s for p in points], "s-",
+             label="communication")
+    ax2.plot(nodes, [p.prediction.exposed_communication_time_s for p in points], "^-",
+             label="exposed communication")
+    ax2.set(xscale="log", yscale="log", xlabel="nodes", ylabel="seconds per iteration")
+    ax2.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise SpecError(f"plot: {path}: cannot write ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
