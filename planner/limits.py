@@ -141,8 +141,23 @@ class Limits:
                     x = self.global_batch / (self.g * bb)
                     if 1 < x < self.n_max:
                         cuts.add(x)
+        cuts |= self._step_points()
         edges = sorted(cuts)
         return list(zip(edges, edges[1:], strict=False)) or [(1.0, 1.0)]
+
+    def _step_points(self) -> set[float]:
+        """Node counts where a ceiling in C(n) steps (tree allreduce: g n a power of two)."""
+        points = set()
+        for atom in self.comm.atoms(sp.ceiling):
+            arg = atom.args[0].subs(self.base_values)
+            lo = math.floor(float(arg.subs(S.n, 1)))
+            hi = math.ceil(float(arg.subs(S.n, self.n_max)))
+            for k in range(lo, hi + 1):
+                for r in sp.solve(sp.Eq(arg, k), S.n):
+                    x = complex(r)
+                    if abs(x.imag) < 1e-12 and 1 < x.real < self.n_max:
+                        points.add(float(x.real))
+        return points
 
     # --- optimal nodes -----------------------------------------------------------------------
 
@@ -157,9 +172,45 @@ class Limits:
         for label, t in branches:
             try:
                 roots = sp.solve(sp.diff(t, S.n), S.n)
-            except (NotImplementedError, ValueError):
+            except Exception:  # noqa: BLE001 - no closed form: the interval ends still count
                 roots = []
             out.extend((label, r) for r in roots)
+        return out
+
+    @functools.cached_property
+    def _crossover_exprs(self) -> list[sp.Expr] | None:
+        """Closed forms of C(n) = h_0 + h_1 B / (g n): where overlap stops hiding the
+        communication. None when SymPy finds no closed form (then roots are found numerically)."""
+        if not self.overlap:
+            return []
+        eq = _relax(self.comm) - S.h0 - S.h1 * S.B / (S.g * S.n)
+        try:
+            return sp.solve(eq, S.n)
+        except Exception:  # noqa: BLE001 - SymPy's solvers fail in many ways; fall back
+            return None
+
+    def _crossovers(self, lo: float, hi: float, vals: dict) -> list[tuple[float, Formula]]:
+        out = []
+        if self._crossover_exprs is None:
+            grid = np.geomspace(lo, hi, 64)
+            gaps = [self._gap(x) for x in grid]
+            for i in range(1, len(grid)):
+                if (gaps[i - 1] < 0) != (gaps[i] < 0):
+                    a, z = grid[i - 1], grid[i]
+                    for _ in range(100):
+                        mid = (a + z) / 2
+                        a, z = (mid, z) if (self._gap(mid) < 0) == (gaps[i - 1] < 0) else (a, mid)
+                    out.append((a, Formula("optimal_nodes", sp.Float(a), vals,
+                                           "communication just hidden (numeric root)")))
+            return out
+        for root in self._crossover_exprs:
+            try:
+                x = complex(root.subs(vals))
+            except (TypeError, ValueError):
+                continue
+            if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
+                out.append((x.real, Formula("optimal_nodes", root, vals,
+                                            "communication just hidden by the backward pass")))
         return out
 
     @functools.cached_property
@@ -179,6 +230,7 @@ class Limits:
                 if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
                     cands.append((x.real, Formula("optimal_nodes", root, vals,
                                                   f"stationary point of T(n), {label}")))
+            cands.extend(self._crossovers(lo, hi, vals))
             for end in (lo, hi):
                 cands.append((end, self._boundary_formula(end, vals)))
             for x, f in cands:
@@ -194,6 +246,9 @@ class Limits:
         if abs(x - self.n_max) <= 1e-9 * self.n_max:
             return Formula("optimal_nodes", S.B / S.g, vals,
                            "batch limit: one sample per device")
+        if any(abs(x - p) <= 1e-9 * x for p in self._step_points()):
+            return Formula("optimal_nodes", sp.nsimplify(round(x * self.g)) / S.g, vals,
+                           "a step of the collective's ceiling(log2 p) latency")
         b_edge = sp.Float(self.global_batch / (self.g * x))
         return Formula("optimal_nodes", S.B / (S.g * b_edge), vals,
                        f"roofline ridge at local batch {float(b_edge):.4g}")

@@ -122,10 +122,12 @@ class DataParallelSolver:
             return p.global_batch_range
         return 1, 2**62  # weak scaling: B follows from N b
 
-    def _nodes_hi(self) -> int:
+    def _nodes_hi(self, explain: bool = False) -> int:
+        """Largest node count in the space. User caps shrink it for speed; when explaining an
+        infeasible problem the space is wide, so the caps become gates that can be blamed."""
         p = self.p
         caps = [x for x in (p.nodes, p.nodes_max, p.devices, p.devices_max) if x is not None]
-        hi = max(caps) if caps else DEFAULT_NODES_MAX
+        hi = max(caps) if caps and not explain else max([DEFAULT_NODES_MAX, *caps])
         if p.local_batch is None:
             hi = min(hi, self._batch_bounds()[1])  # at least one sample per device
         return max(1, min(hi, 2**20))
@@ -137,7 +139,7 @@ class DataParallelSolver:
         lo, hi = self._batch_bounds()
         return np.array(_divisors(lo) if lo == hi else range(1, hi + 1))
 
-    def _points(self) -> np.ndarray:
+    def _points(self, explain: bool = False) -> np.ndarray:
         """Every (n, g, b) whose global batch N b can meet the batch bounds, as int64 rows.
         User limits (memory, node budget, pins) are *not* applied here: they are gated
         constraints in the model, so an infeasible problem can say which of them conflict."""
@@ -145,7 +147,7 @@ class DataParallelSolver:
         bs = self._local_values()
         lo, hi = self._batch_bounds()
         rows = []
-        for n_val in range(1, self._nodes_hi() + 1):
+        for n_val in range(1, self._nodes_hi(explain) + 1):
             for g_val in range(1, dpn + 1):
                 N_val = n_val * g_val
                 ok = bs[(bs * N_val >= lo) & (bs * N_val <= hi)]
@@ -159,12 +161,12 @@ class DataParallelSolver:
 
     # --- model -------------------------------------------------------------------------------
 
-    def build(self, nodes_first_within: int | None = None) -> _Built:
+    def build(self, nodes_first_within: int | None = None, explain: bool = False) -> _Built:
         """The model. Rows are sorted by objective, so minimising the row index minimises the
         objective exactly. With `nodes_first_within` (an integer objective limit) rows are
         sorted by nodes first and those above the limit are excluded: the fewest-nodes phase."""
         p, m, sysm = self.p, self.m, self.m.system
-        base = self._points()
+        base = self._points(explain)
         if len(base) == 0:
             raise InfeasibleError("infeasible: global_batch: no whole local batch on any "
                                   "allowed device count gives the global batch", ("global_batch",))
@@ -205,10 +207,12 @@ class DataParallelSolver:
 
         mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
         cap = sysm.device.memory_bytes
-        bmin = int(rows[:, 2].min())
-        need = float(m.numeric("memory")(1, 1, float(bmin)))
-        gate("memory", f"memory: needs {need / 2**30:.3g} GiB per device at local batch {bmin}, "
-             f"device '{sysm.device.name}' has {cap / 2**30:.3g} GiB", mem <= cap)
+        fits = rows[mem <= cap, 2]
+        need = float(m.numeric("memory")(1, 1, 1.0))
+        gate("memory", f"memory: local batch <= {int(fits.max())} fits in the "
+             f"{cap / 2**30:.3g} GiB of '{sysm.device.name}'" if fits.size else
+             f"memory: even local batch 1 needs {need / 2**30:.3g} GiB, '{sysm.device.name}' "
+             f"has {cap / 2**30:.3g} GiB", mem <= cap)
         lo, hi = self._batch_bounds()
         if p.global_batch is not None:
             gate("global_batch", f"global_batch = {lo}", Bcol == lo)
@@ -345,7 +349,7 @@ class DataParallelSolver:
                       collective=built.collectives[c_idx], overlap=self.p.overlap)
 
     def _explain(self) -> InfeasibleError:
-        built = self.build()
+        built = self.build(explain=True)
         names = list(built.gates)
         built.model.AddAssumptions([built.gates[k][0] for k in names])
         solver = self._solver()
@@ -365,7 +369,7 @@ class DataParallelSolver:
         keep = list(core)
         for name in list(core):
             trial = [k for k in keep if k != name]
-            probe = self.build()
+            probe = self.build(explain=True)
             probe.model.AddAssumptions([probe.gates[k][0] for k in trial])
             if self._solver().Solve(probe.model) == cp_model.INFEASIBLE:
                 keep = trial

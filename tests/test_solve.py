@@ -1,0 +1,118 @@
+"""CP-SAT against brute-force enumeration; objective against the expression; infeasibility."""
+
+import itertools
+import math
+
+import pytest
+
+from planner.api import build
+from planner.cost.collectives import Collective
+from planner.errors import InfeasibleError
+from planner.evaluate import Config, predict
+from planner.solve.data_parallel import DataParallelSolver, Objective, Problem
+
+
+def brute_force(dp, problem: Problem):
+    """Every configuration, evaluated with `predict`, filtered by the problem's constraints."""
+    solver = DataParallelSolver(dp, problem)  # for objective_value only
+    best = []
+    dpn = dp.system.devices_per_node
+    lo, hi = problem.global_batch_range or (problem.global_batch, problem.global_batch)
+    nodes_hi = problem.nodes_max or problem.nodes or 8
+    for n_val, g_val, col in itertools.product(range(1, nodes_hi + 1), range(1, dpn + 1),
+                                               problem.collectives):
+        N = n_val * g_val
+        for B in range(lo, hi + 1):
+            if B % N:
+                continue
+            if problem.nodes is not None and n_val != problem.nodes:
+                continue
+            if problem.devices_max is not None and N > problem.devices_max:
+                continue
+            if problem.local_batch_min is not None and B // N < problem.local_batch_min:
+                continue
+            cfg = Config(n_val, g_val, B, col, problem.overlap)
+            if not predict(dp, cfg).fits_memory:
+                continue
+            best.append((solver.objective_value(cfg), cfg))
+    best.sort(key=lambda t: t[0])
+    return best
+
+
+SPACES = [
+    ("alexnet", "k80-fdr", Problem(global_batch=256, nodes_max=8)),
+    ("alexnet", "k80-fdr", Problem(global_batch=96, nodes_max=6, overlap=False)),
+    ("googlenet", "dgx1-v100", Problem(global_batch=512, nodes_max=4,
+                                       objective=Objective.iteration_time)),
+    ("resnet50", "dgx-a100-80gb", Problem(global_batch_range=(64, 200), nodes_max=3)),
+    ("vgg16", "k80-fdr", Problem(global_batch=64, nodes_max=8, devices_max=6,
+                                 objective=Objective.efficiency)),
+    ("alexnet", "titanx-fdr", Problem(global_batch_range=(30, 90), nodes_max=7,
+                                      local_batch_min=4, collectives=(Collective.tree,
+                                                                      Collective.ring))),
+]
+
+
+@pytest.mark.parametrize("model, hw, problem", SPACES)
+def test_solver_equals_brute_force(model, hw, problem):
+    dp = build(model, hw)
+    sol = DataParallelSolver(dp, problem).solve()
+    bf = brute_force(dp, problem)
+    assert sol.status == "optimal"
+    assert math.isclose(sol.objective["value"], bf[0][0], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("model, hw, problem", SPACES)
+def test_solver_objective_equals_expression_at_its_answer(model, hw, problem):
+    dp = build(model, hw)
+    sol = DataParallelSolver(dp, problem).solve()
+    assert abs(sol.objective["solver_value"] - sol.objective["value"]) <= sol.objective["tolerance"]
+    # and for time objectives the prediction is the same expression
+    if problem.objective is Objective.iteration_time:
+        assert math.isclose(sol.prediction.iteration_time_s, sol.objective["value"])
+
+
+def test_runners_up_follow_brute_force_order():
+    dp = build("alexnet", "k80-fdr")
+    problem = Problem(global_batch=256, nodes_max=8, top=4)
+    sol = DataParallelSolver(dp, problem).solve()
+    bf = brute_force(dp, problem)
+    got = [sol.objective["value"]] + [DataParallelSolver(dp, problem).objective_value(c)
+                                      for c, _ in sol.alternatives]
+    assert [round(v, 12) for v in got] == [round(v, 12) for v, _ in bf[:5]]
+
+
+def test_fewest_nodes_within_tolerance():
+    dp = build("alexnet", "k80-fdr")
+    base = Problem(global_batch=1024, nodes_max=64)
+    best = DataParallelSolver(dp, base).solve()
+    few = DataParallelSolver(dp, Problem(global_batch=1024, nodes_max=64,
+                                         fewest_nodes_within=0.10)).solve()
+    assert few.config.nodes <= best.config.nodes
+    assert few.objective["value"] <= 1.10 * best.objective["value"] * (1 + 1e-9)
+    bf = brute_force(dp, Problem(global_batch=1024, nodes_max=64))
+    ok = [c.nodes for v, c in bf if v <= 1.10 * bf[0][0]]
+    assert few.config.nodes == min(ok)
+
+
+def test_infeasible_names_the_conflicting_constraints():
+    dp = build("vgg16", "k80-fdr")
+    with pytest.raises(InfeasibleError) as err:
+        DataParallelSolver(dp, Problem(global_batch=4096, nodes_max=2)).solve()
+    assert set(err.value.conflicts) == {"memory", "nodes_max"}
+    assert "global_batch = 4096" in str(err.value)
+
+
+def test_pinned_solve_agrees_with_evaluate():
+    dp = build("resnet50", "dgx-a100-80gb")
+    sol = DataParallelSolver(dp, Problem(global_batch=2048, nodes=2,
+                                         collectives=(Collective.hierarchical,))).solve()
+    pred = predict(dp, sol.config)
+    assert sol.config.nodes == 2
+    assert pred == sol.prediction
+
+
+def test_seed_example_is_proven_optimal():
+    dp = build("alexnet", "k80-fdr")
+    sol = DataParallelSolver(dp, Problem(global_batch=256)).solve()
+    assert sol.status == "optimal" and sol.gap == 0
