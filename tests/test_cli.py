@@ -1,0 +1,73 @@
+"""CLI contracts: exit codes, one-line errors without tracebacks, JSON keys."""
+
+import json
+
+
+def test_solve_json_contract(run_json):
+    doc = run_json("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256")
+    assert doc["schema_version"] == 1 and doc["status"] == "optimal"
+    for key in ("nodes", "devices_per_node", "devices", "global_batch", "local_batch",
+                "collective"):
+        assert key in doc["config"]
+    for key in ("iteration_time_s", "throughput_samples_per_s", "compute_time_s",
+                "communication_time_s", "exposed_communication_time_s",
+                "memory_bytes_per_device", "speedup", "efficiency"):
+        assert key in doc["prediction"]
+    assert "solve_time_s" in doc and "alternatives" in doc
+
+
+def test_limits_and_show_json_keys(run_json):
+    doc = run_json("limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")
+    for key in ("optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
+                "required_bandwidth_GBps", "efficiency_at_nodes"):
+        assert key in doc
+    show = run_json("show", "model", "alexnet")
+    assert show["params"] == 60_965_224
+    assert {"name", "type", "output_shape", "params", "forward_flops_per_sample",
+            "activation_elements_per_sample"} <= set(show["layers"][0])
+
+
+def test_infeasible_exits_1_with_one_line(run):
+    code, out, err = run("solve", "-m", "vgg16", "-H", "k80-fdr", "--global-batch", "4096",
+                         "--nodes-max", "2")
+    assert code == 1 and "memory" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bad_input_exits_2_without_traceback(run, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    for args in [("show", "model", "nope"), ("show", "model", str(bad)),
+                 ("solve", "-m", "alexnet", "-H", "k80-fdr"),
+                 ("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "3",
+                  "--global-batch", "1000"),
+                 ("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch-range", "9:x"),
+                 ("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "0")]:
+        code, _, err = run(*args)
+        assert code == 2, args
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_batch_jsonl(run, tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text(json.dumps({"model": "alexnet", "hardware": "k80-fdr", "nodes": 4,
+                             "global_batch": 1024}) + "\n"
+                 + json.dumps({"model": "alexnet", "hardware": "k80-fdr", "nodes": 3,
+                               "global_batch": 1000}) + "\n")
+    code, out, _ = run("evaluate", "--batch", str(f))
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert code == 2 and len(lines) == 2
+    assert lines[0]["config"]["nodes"] == 4 and "error" in lines[1]
+    single = json.loads(run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "4",
+                            "--global-batch", "1024", "--format", "json")[1])
+    assert single["prediction"] == lines[0]["prediction"]
+
+
+def test_derive_json_and_sweep(run_json):
+    doc = run_json("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                   "--formula", "optimal_nodes")
+    f = doc["formulas"][0]
+    assert {"expression", "latex", "symbols", "value"} <= set(f)
+    sw = run_json("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                  "--nodes", "1:64:x2")
+    assert [p["nodes"] for p in sw["points"]] == [1, 2, 4, 8, 16, 32, 64]
