@@ -18,8 +18,8 @@ from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, 
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.evaluate import Config, Prediction, predict
-from planner.spec.hardware import Precision
 from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution
+from planner.spec.hardware import Precision
 
 
 def _enum(cls, value, key: str):

@@ -25,7 +25,7 @@ from planner.cost import collectives as coll
 from planner.cost import symbols as S
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
-from planner.cost.piecewise import Piece, affine_pieces, piece_at
+from planner.cost.piecewise import affine_pieces, piece_at
 from planner.errors import SpecError
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate

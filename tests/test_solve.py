@@ -27,9 +27,9 @@ def brute_force(dp, problem: Problem):
                 continue
             if problem.nodes is not None and n_val != problem.nodes:
                 continue
-            if problem.devices_max is not None and N > problem.devices_max:
+            if problem.devices_max is not None and problem.devices_max < N:
                 continue
-            if problem.local_batch_min is not None and B // N < problem.local_batch_min:
+            if problem.local_batch_min is not None and problem.local_batch_min > B // N:
                 continue
             cfg = Config(n_val, g_val, B, col, problem.overlap)
             if not predict(dp, cfg).fits_memory:
