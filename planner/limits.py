@@ -51,6 +51,17 @@ def _relax(expr: sp.Expr) -> sp.Expr:
     return expr.replace(sp.ceiling, lambda x: x)
 
 
+def _real_root_in(root: sp.Expr, vals: dict, lo: float, hi: float) -> float | None:
+    """The value of a closed-form root at `vals` if it is real and inside [lo, hi]."""
+    try:
+        x = complex(root.subs(vals))
+    except (TypeError, ValueError):
+        return None
+    if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
+        return x.real
+    return None
+
+
 @dataclass(frozen=True)
 class Formula:
     name: str
@@ -204,13 +215,10 @@ class Limits:
                                            "communication just hidden (numeric root)")))
             return out
         for root in self._crossover_exprs:
-            try:
-                x = complex(root.subs(vals))
-            except (TypeError, ValueError):
-                continue
-            if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
-                out.append((x.real, Formula("optimal_nodes", root, vals,
-                                            "communication just hidden by the backward pass")))
+            x = _real_root_in(root, vals, lo, hi)
+            if x is not None:
+                out.append((x, Formula("optimal_nodes", root, vals,
+                                       "communication just hidden by the backward pass")))
         return out
 
     @functools.cached_property
@@ -223,13 +231,10 @@ class Limits:
             vals = self.piece_values(self.global_batch / (self.g * mid))
             cands: list[tuple[float, Formula]] = []
             for label, root in self._stationary_exprs:
-                try:
-                    x = complex(root.subs(vals))
-                except (TypeError, ValueError):
-                    continue
-                if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
-                    cands.append((x.real, Formula("optimal_nodes", root, vals,
-                                                  f"stationary point of T(n), {label}")))
+                x = _real_root_in(root, vals, lo, hi)
+                if x is not None:
+                    cands.append((x, Formula("optimal_nodes", root, vals,
+                                             f"stationary point of T(n), {label}")))
             cands.extend(self._crossovers(lo, hi, vals))
             for end in (lo, hi):
                 cands.append((end, self._boundary_formula(end, vals)))
