@@ -25,7 +25,7 @@ from planner.cost import collectives as coll
 from planner.cost import symbols as S
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
-from planner.cost.piecewise import affine_pieces, piece_at
+from planner.cost.piecewise import piece_at
 from planner.errors import SpecError
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate
@@ -98,8 +98,8 @@ class Limits:
         if self.n_max < 1:
             raise SpecError(f"global_batch: {self.global_batch} is smaller than one node's "
                             f"{self.g} devices")
-        self.compute_pieces = affine_pieces(dp.t_compute, S.b, 0)
-        self.hide_pieces = affine_pieces(dp.t_hide, S.b, 0) if self.overlap else None
+        self.compute_pieces = dp.compute_sum.pieces()
+        self.hide_pieces = dp.roofline["T_hide"].pieces() if self.overlap else None
         link = dp.hier_inter if self.collective is Collective.hierarchical else dp.flat_inter
         self.base_values = {
             S.B: self.global_batch, S.g: self.g, S.M: dp.grad_bytes, S.k: dp.calls,

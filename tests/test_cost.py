@@ -70,13 +70,20 @@ def test_memory_breakdown_matches_hand_count():
     assert float(mixed.memory["optimizer"]) == 8 * p
 
 
-def test_affine_pieces_reproduce_the_roofline_sum():
-    dp = build("googlenet", "k80-fdr")
-    pieces = affine_pieces(dp.t_compute, b, 0)
+@pytest.mark.parametrize("model", ["googlenet", "alexnet"])
+def test_roofline_pieces_symbolic_and_numeric_agree(model):
+    """Three independent routes to the compute time: pieces read off the expanded SymPy sum,
+    pieces from the ridge points of the layer arrays, and the numpy reduction."""
+    dp = build(model, "k80-fdr")
+    symbolic = affine_pieces(dp.expand(dp.t_compute), b, 0)
+    numeric = dp.compute_sum.pieces()
     f = dp.numeric("compute")
-    for x in (0.5, 1, 3, 17, 100, 1000):
-        piece = next(p for p in pieces if p.b_lo <= x <= p.b_hi)
-        assert math.isclose(piece(x), float(f(1, 1, x)), rel_tol=1e-9)
+    for x in (0.5, 1, 3, 17, 100, 1000, 1e5):
+        exact = float(dp.expand(dp.t_compute).subs(b, x))
+        for pieces in (symbolic, numeric):
+            piece = next(p for p in pieces if p.b_lo <= x <= p.b_hi)
+            assert math.isclose(piece(x), exact, rel_tol=1e-9)
+        assert math.isclose(float(f(1, 1, x)), exact, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("col", list(Collective))

@@ -26,6 +26,7 @@ from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision, System
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20
+_ROOFLINE = {name: sp.Function(name) for name in ("T_fwd", "T_bwd", "T_hide")}
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,16 @@ class DataParallelModel:
         bwd = roofline.backward_work(cnn, prec)
         self.grad_bytes = cnn.params * prec.bytes
         self.calls = max(1, math.ceil(self.grad_bytes / options.bucket_bytes))
-        self.t_fwd = roofline.total_time(fwd, dev, prec, b)
-        self.t_bwd = roofline.total_time(bwd, dev, prec, b)
-        self.t_hide = roofline.total_time(self._after_first_bucket(bwd), dev, prec, b)
+        # The roofline sums stay opaque functions of b in the expressions (T_fwd(b), ...):
+        # numerics evaluate them from per-layer arrays, `expand` writes them out in full.
+        self.roofline = {
+            "T_fwd": roofline.RooflineSum.of(fwd, dev, prec),
+            "T_bwd": roofline.RooflineSum.of(bwd, dev, prec),
+            "T_hide": roofline.RooflineSum.of(self._after_first_bucket(bwd), dev, prec),
+        }
+        self.t_fwd, self.t_bwd, self.t_hide = (_ROOFLINE[k](b) for k in self.roofline)
         self.t_compute = self.t_fwd + self.t_bwd
+        self.compute_sum = self.roofline["T_fwd"] + self.roofline["T_bwd"]
         # Optimizer step: read gradient, read+write master weights and state (memory bound).
         touched = cnn.params * (prec.bytes + 2 * (4 + options.optimizer.state_bytes_per_param))
         self.t_opt = sp.Float(touched / (dev.efficiency.memory * dev.memory_bandwidth_Bps))
@@ -126,7 +133,8 @@ class DataParallelModel:
 
     def exposed(self, collective: Collective, overlap: bool) -> sp.Expr:
         comm = self.t_comm(collective)
-        return sp.Max(0, comm - self.t_hide) if overlap else comm
+        # evaluate=False: SymPy would otherwise try to order the Piecewise against 0 (slow).
+        return sp.Max(0, comm - self.t_hide, evaluate=False) if overlap else comm
 
     def iteration_time(self, collective: Collective, overlap: bool) -> sp.Expr:
         return self.t_compute + self.t_opt + self.exposed(collective, overlap)
@@ -157,4 +165,10 @@ class DataParallelModel:
     @functools.cache  # noqa: B019
     def numeric_expr(self, expr: sp.Expr):
         """Any expression of this model as a vectorised numpy function of (n, g, b)."""
-        return compile_expr(expr, (n, g, b))
+        return compile_expr(expr, (n, g, b), self.roofline)
+
+    def expand(self, expr: sp.Expr) -> sp.Expr:
+        """`expr` with every roofline sum T_*(x) written out layer by layer."""
+        for name, rs in self.roofline.items():
+            expr = expr.replace(_ROOFLINE[name], rs.expr)
+        return expr

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import sympy as sp
 
+from planner.cost.piecewise import Piece
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Precision
 
@@ -67,3 +69,58 @@ def time(work: Work, device: Device, precision: Precision, b: sp.Expr) -> sp.Exp
 
 def total_time(works: list[Work], device: Device, precision: Precision, b: sp.Expr) -> sp.Expr:
     return sp.Add(*(time(w, device, precision, b) for w in works))
+
+
+@dataclass(frozen=True, eq=False)
+class RooflineSum:
+    """sum_i max(F_i b / R_f, (W_i + A_i b) / R_m) held as per-layer arrays.
+
+    The same quantity as `total_time`, but numeric evaluation is one numpy reduction instead of
+    a lambdified sum of hundreds of Max terms, and the affine pieces come straight from the
+    ridge points. `expr` builds the SymPy sum when a formula is wanted.
+    """
+
+    works: tuple[Work, ...]
+    flops: np.ndarray  # per sample
+    bytes_per_sample: np.ndarray
+    bytes_fixed: np.ndarray
+    flop_rate: float  # achieved FLOP/s
+    byte_rate: float  # achieved memory B/s
+    device: Device
+    precision: Precision
+
+    @classmethod
+    def of(cls, works: list[Work], device: Device, precision: Precision) -> RooflineSum:
+        arr = lambda attr: np.array([getattr(w, attr) for w in works], dtype=float)  # noqa: E731
+        return cls(tuple(works), arr("flops_per_sample"), arr("bytes_per_sample"), arr("bytes_fixed"),
+                   device.efficiency.compute * device.peak_flops(precision),
+                   device.efficiency.memory * device.memory_bandwidth_Bps, device, precision)
+
+    def __call__(self, b) -> np.ndarray:
+        x = np.asarray(b, dtype=float)[..., None]
+        t = np.maximum(self.flops * x / self.flop_rate,
+                       (self.bytes_fixed + self.bytes_per_sample * x) / self.byte_rate)
+        return t.sum(axis=-1)
+
+    def expr(self, b: sp.Expr) -> sp.Expr:
+        return total_time(list(self.works), self.device, self.precision, b)
+
+    def pieces(self) -> list[Piece]:
+        """Affine pieces in b >= 0, cut at every layer's ridge point (memory -> compute bound)."""
+        slope_c = self.flops / self.flop_rate
+        slope_m = self.bytes_per_sample / self.byte_rate
+        icept_m = self.bytes_fixed / self.byte_rate
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ridge = icept_m / (slope_c - slope_m)
+        cuts = sorted({0.0, *ridge[np.isfinite(ridge) & (ridge > 0)].tolist(), float("inf")})
+        pieces = []
+        for lo, hi in zip(cuts, cuts[1:], strict=False):
+            mid = (lo + hi) / 2 if np.isfinite(hi) else max(2 * lo, lo + 1)
+            compute_bound = slope_c * mid > icept_m + slope_m * mid
+            t0 = float(np.where(compute_bound, 0.0, icept_m).sum())
+            c = float(np.where(compute_bound, slope_c, slope_m).sum())
+            pieces.append(Piece(lo, hi, t0, c))
+        return pieces
+
+    def __add__(self, other: RooflineSum) -> RooflineSum:
+        return RooflineSum.of(list(self.works + other.works), self.device, self.precision)
