@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from planner import render
-from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.errors import CheckFailed, InfeasibleError, PlannerError, SpecError
 
 FORMATS = ["table", "json", "yaml"]
 COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
@@ -438,6 +438,43 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     doc = render.document("sweep", {"model": model, "hardware": hardware,
                                     **sweep_doc(points, skipped)})
     _emit(doc, fmt, sweep_text(points, skipped))
+
+
+@cli.command()
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="Measurements with the columns of the built-in file [default: the published "
+                   "runs shipped with planner].")
+@click.option("--check", is_flag=True,
+              help="Exit 1 when a spec's efficiency.compute differs from its fit by more than "
+                   "0.005.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def calibrate(csv_path, check, fmt):
+    """Fit each device's compute efficiency to single-device measurements and report the
+    prediction error row by row (multi-device rows are held out).
+
+    \b
+    Examples:
+      planner calibrate
+      planner calibrate --csv my_runs.csv --format json
+    """
+    from planner import calibrate as cal
+    from planner.catalog import load_device
+    from planner.report import calibration_doc, calibration_text
+
+    runs, skipped = cal.read_runs(csv_path)
+    if not runs:
+        raise SpecError(f"{csv_path or cal.default_csv()}: no row describes a run planner can "
+                        f"predict ({len(skipped)} skipped)")
+    fitted = cal.fit(runs)
+    specs = {d: load_device(d).efficiency.compute for d in fitted}
+    results = cal.report(runs)
+    stats = cal.summary(results)
+    doc = render.document("calibrate", calibration_doc(results, skipped, fitted, specs, stats))
+    _emit(doc, fmt, calibration_text(results, skipped, fitted, specs, stats))
+    stale = [f"{d} (spec {specs[d]:.3f}, fit {v:.3f})" for d, v in fitted.items()
+             if abs(specs[d] - v) > cal.CHECK_TOLERANCE]
+    if check and stale:
+        raise CheckFailed(f"efficiency.compute out of date with the fit: {', '.join(stale)}")
 
 
 # --- entry point ----------------------------------------------------------------------------

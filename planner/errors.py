@@ -21,3 +21,9 @@ class InfeasibleError(PlannerError):
     def __init__(self, message: str, conflicts: tuple[str, ...] = ()):
         super().__init__(message)
         self.conflicts = conflicts
+
+
+class CheckFailed(PlannerError):
+    """A `--check` found the specs out of date with what they claim (exit code 1)."""
+
+    exit_code = 1
