@@ -1,4 +1,4 @@
-"""Benchmarks: solve time by node budget, and cold `planner solve` vs a bare import.
+"""Benchmarks: solve time by node budget, cold `planner solve` vs a bare import, calibration error.
 
     python benchmarks/run.py
 """
@@ -37,6 +37,16 @@ def cold_start():
           f"ratio {cold / bare:.2f}")
 
 
+def calibration():
+    from planner import calibrate as cal
+
+    results = cal.report(cal.read_runs()[0])
+    s = cal.summary(results)
+    print(f"\ncalibration (planner calibrate): MAPE {s['mape_all_pct']:.1f}% over {s['rows']} rows, "
+          f"{s['mape_held_out_pct']:.1f}% over the {s['held_out_rows']} held-out rows")
+
+
 if __name__ == "__main__":
     solve_times()
     cold_start()
+    calibration()
