@@ -131,13 +131,21 @@ def load_system(ref: str) -> System:
     data, where = _resolve(ref, [HARDWARE / "systems"], "hardware")
     _expect_kind(data, where, ("system",))
     spec = validate(SystemSpec, data, where)
+
+    def part(key: str, loader, name: str):
+        """Resolve a referenced spec; its errors name this system's file and key too."""
+        try:
+            return loader(name)
+        except SpecError as exc:
+            raise SpecError(f"{where}: key '{key}': {exc}") from None
+
     return System(
         name=spec.name,
         description=spec.description,
-        device=load_device(spec.device),
+        device=part("device", load_device, spec.device),
         devices_per_node=spec.devices_per_node,
-        intra_node=load_link(spec.intra_node),
-        inter_node=load_link(spec.inter_node.link),
+        intra_node=part("intra_node", load_link, spec.intra_node),
+        inter_node=part("inter_node.link", load_link, spec.inter_node.link),
         nics_per_node=spec.inter_node.count,
     )
 

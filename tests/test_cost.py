@@ -84,6 +84,7 @@ def test_roofline_pieces_symbolic_and_numeric_agree(model):
             piece = next(p for p in pieces if p.b_lo <= x <= p.b_hi)
             assert math.isclose(piece(x), exact, rel_tol=1e-9)
         assert math.isclose(float(f(1, 1, x)), exact, rel_tol=1e-9)
+        assert math.isclose(float(dp.compute_sum.direct(x)), exact, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("col", list(Collective))

@@ -8,6 +8,7 @@ paper's "the local batch must stay large enough to use the hardware".
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,10 +98,25 @@ class RooflineSum:
                    device.efficiency.memory * device.memory_bandwidth_Bps, device, precision)
 
     def __call__(self, b) -> np.ndarray:
+        """The sum at local batch b (any array shape), read off its affine pieces: O(log L) per
+        point instead of a points x layers matrix (a solve may ask for millions of points)."""
+        x = np.asarray(b, dtype=float)
+        lo, t0, c = self._piece_table
+        k = np.clip(np.searchsorted(lo, x, side="right") - 1, 0, len(lo) - 1)
+        return t0[k] + c[k] * x
+
+    def direct(self, b) -> np.ndarray:
+        """The sum layer by layer (the definition; used to check the pieces)."""
         x = np.asarray(b, dtype=float)[..., None]
         t = np.maximum(self.flops * x / self.flop_rate,
                        (self.bytes_fixed + self.bytes_per_sample * x) / self.byte_rate)
         return t.sum(axis=-1)
+
+    @functools.cached_property
+    def _piece_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pieces = self.pieces()
+        return (np.array([p.b_lo for p in pieces]), np.array([p.t0 for p in pieces]),
+                np.array([p.c for p in pieces]))
 
     def expr(self, b: sp.Expr) -> sp.Expr:
         return total_time(list(self.works), self.device, self.precision, b)

@@ -132,31 +132,37 @@ class DataParallelSolver:
             hi = min(hi, self._batch_bounds()[1])  # at least one sample per device
         return max(1, min(hi, 2**20))
 
-    def _local_values(self) -> np.ndarray:
+    def _local_values(self, N: int, lo: int, hi: int) -> np.ndarray:
+        """Local batches b on N devices with lo <= N b <= hi (or the pinned one)."""
         p = self.p
         if p.local_batch is not None:
-            return np.array([p.local_batch])
-        lo, hi = self._batch_bounds()
-        return np.array(_divisors(lo) if lo == hi else range(1, hi + 1))
+            ok = lo <= p.local_batch * N <= hi
+            return np.array([p.local_batch] if ok else [], dtype=np.int64)
+        if lo == hi:
+            return np.array([lo // N] if lo % N == 0 else [], dtype=np.int64)
+        return np.arange(-(-lo // N), hi // N + 1, dtype=np.int64)
 
     def _points(self, explain: bool = False) -> np.ndarray:
         """Every (n, g, b) whose global batch N b can meet the batch bounds, as int64 rows.
         User limits (memory, node budget, pins) are *not* applied here: they are gated
         constraints in the model, so an infeasible problem can say which of them conflict."""
         dpn = self.m.system.devices_per_node
-        bs = self._local_values()
         lo, hi = self._batch_bounds()
+        n_hi = self._nodes_hi(explain)
+        # Count before building: a wide batch range over many nodes is refused at once.
+        N = np.arange(1, n_hi + 1, dtype=np.int64)[:, None] * np.arange(1, dpn + 1)[None, :]
+        if self.p.local_batch is None and lo != hi:
+            count = int(np.maximum(0, hi // N - (-(-lo // N)) + 1).sum())
+            if count > MAX_POINTS:
+                raise SpecError(f"the search space has {count:,} points (limit {MAX_POINTS:,}); "
+                                "bound it with --nodes-max or a narrower batch range")
         rows = []
-        for n_val in range(1, self._nodes_hi(explain) + 1):
+        for n_val in range(1, n_hi + 1):
             for g_val in range(1, dpn + 1):
-                N_val = n_val * g_val
-                ok = bs[(bs * N_val >= lo) & (bs * N_val <= hi)]
+                ok = self._local_values(n_val * g_val, lo, hi)
                 if ok.size:
                     rows.append(np.column_stack([np.full(ok.size, n_val),
                                                  np.full(ok.size, g_val), ok]))
-                    if sum(len(r) for r in rows) > MAX_POINTS:
-                        raise SpecError(f"the search space has more than {MAX_POINTS} points; "
-                                        "bound it with --nodes-max or a narrower batch range")
         return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 3), np.int64)
 
     # --- model -------------------------------------------------------------------------------
@@ -208,11 +214,12 @@ class DataParallelSolver:
         mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
         cap = sysm.device.memory_bytes
         fits = rows[mem <= cap, 2]
-        need = float(m.numeric("memory")(1, 1, 1.0))
+        b_small = int(rows[:, 2].min())
+        need = float(m.numeric("memory")(1, 1, float(b_small)))
         gate("memory", f"memory: local batch <= {int(fits.max())} fits in the "
              f"{cap / 2**30:.3g} GiB of '{sysm.device.name}'" if fits.size else
-             f"memory: even local batch 1 needs {need / 2**30:.3g} GiB, '{sysm.device.name}' "
-             f"has {cap / 2**30:.3g} GiB", mem <= cap)
+             f"memory: even the smallest local batch here, {b_small}, needs {need / 2**30:.3g} "
+             f"GiB; '{sysm.device.name}' has {cap / 2**30:.3g} GiB", mem <= cap)
         lo, hi = self._batch_bounds()
         if p.global_batch is not None:
             gate("global_batch", f"global_batch = {lo}", Bcol == lo)

@@ -23,6 +23,13 @@ def short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_TAGS = {"constrained-int", "constrained-float", "constrained-str", "int", "float", "str", "bool"}
+
+
+def _is_tag(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in _TAGS)
+
+
 def validate(cls: type[M], data: Any, where: str, prefix: str = "") -> M:
     """Build `cls` from `data`; turn the first pydantic error into a one-line SpecError."""
     if not isinstance(data, dict):
@@ -31,7 +38,8 @@ def validate(cls: type[M], data: Any, where: str, prefix: str = "") -> M:
         return cls.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        # pydantic adds union-member tags ('constrained-int', 'list[int]') to the location
+        key = ".".join(str(p) for p in err["loc"] if not _is_tag(p))
         key = f"{prefix}.{key}" if prefix and key else (prefix or key)
         msg = err["msg"].replace("\n", " ")
         if err["type"] == "missing":
