@@ -14,6 +14,7 @@ the candidates against the full expression: nothing here is a hard-coded formula
 
 from __future__ import annotations
 
+import fractions
 import functools
 import math
 from dataclasses import dataclass, field
@@ -49,6 +50,12 @@ def comm_expr(dp: DataParallelModel, collective: Collective) -> sp.Expr:
 def _relax(expr: sp.Expr) -> sp.Expr:
     """Replace ceiling(x) by x so the expression can be differentiated (tree allreduce)."""
     return expr.replace(sp.ceiling, lambda x: x)
+
+
+def _rational(x: float) -> sp.Rational:
+    """A float as a short exact fraction (0.8 -> 4/5) without SymPy parsing anything."""
+    f = fractions.Fraction(x).limit_denominator(10**6)
+    return sp.Rational(f.numerator, f.denominator)
 
 
 def _real_root_in(root: sp.Expr, vals: dict, lo: float, hi: float) -> float | None:
@@ -252,7 +259,7 @@ class Limits:
             return Formula("optimal_nodes", S.B / S.g, vals,
                            "batch limit: one sample per device")
         if any(abs(x - p) <= 1e-9 * x for p in self._step_points()):
-            return Formula("optimal_nodes", sp.nsimplify(round(x * self.g)) / S.g, vals,
+            return Formula("optimal_nodes", sp.Integer(round(x * self.g)) / S.g, vals,
                            "a step of the collective's ceiling(log2 p) latency")
         b_edge = sp.Float(self.global_batch / (self.g * x))
         return Formula("optimal_nodes", S.B / (S.g * b_edge), vals,
@@ -331,7 +338,7 @@ class Limits:
         n_at = self.nodes_for_targets
         vals = dict(self.piece_values(self.global_batch / (self.g * n_at)))
         vals[S.n] = n_at
-        target_time = S.T1 / (S.g * S.n * sp.nsimplify(self.target_efficiency))
+        target_time = S.T1 / (S.g * S.n * _rational(self.target_efficiency))
         t = self.compute_expr() + self.comm
         if self.overlap:
             t = t - S.h0 - S.h1 * S.B / (S.g * S.n)
