@@ -2,8 +2,16 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, settings
 
 from planner.cli import cli, main
+
+# One fixed profile everywhere: derandomized (the same examples on every run and machine), no
+# per-example deadline (a first build compiles a model), function-scoped fixtures allowed.
+settings.register_profile("fixed", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+settings.load_profile("fixed")
 
 
 @pytest.fixture
