@@ -8,6 +8,7 @@ alias count and depth; anything odd becomes a one-line `SpecError`.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,15 @@ class _BoundedLoader(yaml.SafeLoader):
             if self.aliases > MAX_ALIASES:
                 raise SpecError(f"more than {MAX_ALIASES} YAML aliases")
         return super().compose_node(parent, index)
+
+
+# YAML 1.1 (PyYAML) reads `1e-9` as a string; people write floats that way, so resolve it as
+# YAML 1.2 does (digits, optional fraction, exponent).
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(path: Path) -> Any:

@@ -112,3 +112,14 @@ layers:
     convs = [l for l in cnn.layers if l.type == "conv"]
     assert [c.output_shape[0] for c in convs] == [4, 6]
     assert cnn.params == (4 * 3 * 9 + 4) + (6 * 4 * 9 + 6) + (6 * 64 * 10 + 10)
+
+
+def test_exponent_floats_read_as_numbers(tmp_path):
+    """PyYAML alone reads 1e-3 as a string; specs accept it as the float people mean."""
+    from planner.catalog import load_link
+
+    path = tmp_path / "l.yaml"
+    path.write_text("kind: link\nname: l\nbandwidth_GBps: 1e-3\nlatency_us: 2E+1\nefficiency: 1\n"
+                    "sources: {x: y}\n")
+    link = load_link(str(path))
+    assert link.bandwidth_GBps == 1e-3 and link.latency_us == 20.0

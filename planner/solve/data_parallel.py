@@ -1,12 +1,13 @@
 """The data-parallel search as a CP-SAT model, in the order of the OR-Tools samples:
 variables, constraints, objective, solve, status, values.
 
-The decision values (nodes n, devices per node g, devices N = n g, local batch b, global batch
-B = N b) are read off one index over the structurally possible (n, g, b) points by element
-constraints, so the objective compiled from the SymPy expressions is one exact table per
-collective algorithm (a boolean each). Every user-facing constraint family is gated by a named
-literal; when the model is infeasible it is solved again with those literals as assumptions and
-the sufficient subset is read back, so the message names what conflicts.
+The structurally possible (nodes n, devices per node g, local batch b, collective) points are
+rows, sorted by the objective evaluated from the SymPy expressions; CP-SAT's one variable is the
+row index, so minimising the index minimises the objective exactly, with no rounding of
+objective values into integers (the index is below MAX_POINTS x collectives, far inside int64).
+Every user-facing constraint family restricts the index domain and is gated by a named literal;
+when the model is infeasible it is solved again with those literals as assumptions and the
+sufficient subset is read back, so the message names what conflicts.
 """
 
 from __future__ import annotations
@@ -76,10 +77,9 @@ class _Built:
     model: cp_model.CpModel
     point: cp_model.IntVar  # index into `rows`, minimised
     rows: np.ndarray  # (n, g, b, collective index) per point, sorted by objective
-    ints: np.ndarray  # the integer objective per point
+    obj: np.ndarray  # the objective per row (float, from the expressions)
     collectives: list[Collective]
     gates: dict[str, tuple[cp_model.IntVar, str]]  # name -> (literal, explanation)
-    scale: float
     points: int
 
 
@@ -132,44 +132,37 @@ class DataParallelSolver:
             hi = min(hi, self._batch_bounds()[1])  # at least one sample per device
         return max(1, min(hi, 2**20))
 
-    def _local_values(self, N: int, lo: int, hi: int) -> np.ndarray:
-        """Local batches b on N devices with lo <= N b <= hi (or the pinned one)."""
-        p = self.p
-        if p.local_batch is not None:
-            ok = lo <= p.local_batch * N <= hi
-            return np.array([p.local_batch] if ok else [], dtype=np.int64)
-        if lo == hi:
-            return np.array([lo // N] if lo % N == 0 else [], dtype=np.int64)
-        return np.arange(-(-lo // N), hi // N + 1, dtype=np.int64)
-
     def _points(self, explain: bool = False) -> np.ndarray:
-        """Every (n, g, b) whose global batch N b can meet the batch bounds, as int64 rows.
-        User limits (memory, node budget, pins) are *not* applied here: they are gated
-        constraints in the model, so an infeasible problem can say which of them conflict."""
+        """Every (n, g, b) whose global batch N b can meet the batch bounds, as int64 rows
+        (n-major, then g, then b). User limits (memory, node budget, pins) are *not* applied
+        here: they are gated constraints in the model, so an infeasible problem can say which
+        of them conflict. Vectorised: a fixed batch over 2^20 nodes is a few array passes."""
         dpn = self.m.system.devices_per_node
         lo, hi = self._batch_bounds()
-        n_hi = self._nodes_hi(explain)
-        # Count before building: a wide batch range over many nodes is refused at once.
-        N = np.arange(1, n_hi + 1, dtype=np.int64)[:, None] * np.arange(1, dpn + 1)[None, :]
-        if self.p.local_batch is None and lo != hi:
-            count = int(np.maximum(0, hi // N - (-(-lo // N)) + 1).sum())
-            if count > MAX_POINTS:
-                raise SpecError(f"the search space has {count:,} points (limit {MAX_POINTS:,}); "
-                                "bound it with --nodes-max or a narrower batch range")
-        rows = []
-        for n_val in range(1, n_hi + 1):
-            for g_val in range(1, dpn + 1):
-                ok = self._local_values(n_val * g_val, lo, hi)
-                if ok.size:
-                    rows.append(np.column_stack([np.full(ok.size, n_val),
-                                                 np.full(ok.size, g_val), ok]))
-        return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 3), np.int64)
+        n_flat = np.repeat(np.arange(1, self._nodes_hi(explain) + 1, dtype=np.int64), dpn)
+        g_flat = np.tile(np.arange(1, dpn + 1, dtype=np.int64), len(n_flat) // dpn)
+        N = n_flat * g_flat
+        if self.p.local_batch is not None:
+            b_lo = np.full_like(N, self.p.local_batch)
+            b_hi = np.where((N * self.p.local_batch >= lo) & (N * self.p.local_batch <= hi),
+                            b_lo, b_lo - 1)
+        else:
+            b_lo, b_hi = -(-lo // N), hi // N
+        count = np.maximum(0, b_hi - b_lo + 1)
+        total = int(count.sum())
+        if total > MAX_POINTS:
+            raise SpecError(f"the search space has {total:,} points (limit {MAX_POINTS:,}); "
+                            "bound it with --nodes-max or a narrower batch range")
+        start = np.cumsum(count) - count
+        offset = np.arange(total, dtype=np.int64) - np.repeat(start, count)
+        return np.column_stack([np.repeat(n_flat, count), np.repeat(g_flat, count),
+                                np.repeat(b_lo, count) + offset])
 
     # --- model -------------------------------------------------------------------------------
 
-    def build(self, nodes_first_within: int | None = None, explain: bool = False) -> _Built:
+    def build(self, nodes_first_within: float | None = None, explain: bool = False) -> _Built:
         """The model. Rows are sorted by objective, so minimising the row index minimises the
-        objective exactly. With `nodes_first_within` (an integer objective limit) rows are
+        objective exactly. With `nodes_first_within` (an objective limit) rows are
         sorted by nodes first and those above the limit are excluded: the fewest-nodes phase."""
         p, m, sysm = self.p, self.m, self.m.system
         base = self._points(explain)
@@ -183,22 +176,20 @@ class DataParallelSolver:
         obj = np.concatenate([self._objective_values(c, base) for c in cols])
         if not np.all(np.isfinite(obj)):
             raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
-        scale = 10.0 ** math.floor(math.log10(1e12 / max(float(np.abs(obj).max()), 1e-300)))
-        ints = np.rint(obj * scale).astype(np.int64)
         # Sorted by objective (ties by n, g, b, collective): the objective is monotone in the
         # row index, so CP-SAT minimises the index itself, with no table to propagate.
-        keys = (rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], ints)
+        keys = (rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], obj)
         if nodes_first_within is not None:
             keys = (*keys, rows[:, 0])
         order = np.lexsort(keys)
-        rows, ints = rows[order], ints[order]
+        rows, obj = rows[order], obj[order]
 
         # Variables
         model = cp_model.CpModel()
         point = model.NewIntVar(0, len(rows) - 1, "point")
         if nodes_first_within is not None:
             model.AddLinearExpressionInDomain(point, cp_model.Domain.FromValues(
-                np.flatnonzero(ints <= nodes_first_within).tolist()))
+                np.flatnonzero(obj <= nodes_first_within).tolist()))
 
         # Constraints: each family restricts the index to the rows it allows, gated by a literal.
         gates: dict[str, tuple] = {}
@@ -239,7 +230,7 @@ class DataParallelSolver:
 
         # Objective
         model.Minimize(point)
-        return _Built(model, point, rows, ints, cols, gates, scale, len(base))
+        return _Built(model, point, rows, obj, cols, gates, len(base))
 
     def objective_expr(self, c: Collective):
         """What CP-SAT minimises: iteration time, time per sample (1 / throughput), or
@@ -256,7 +247,7 @@ class DataParallelSolver:
         return fn(*(pts[:, i].astype(float) for i in range(3)))
 
     def objective_value(self, cfg: Config) -> float:
-        """The objective expression evaluated at `cfg` (what the solver's integer approximates)."""
+        """The objective expression evaluated at `cfg` (what the solver ranked its rows by)."""
         fn = self.m.numeric_expr(self.objective_expr(cfg.collective))
         return float(fn(cfg.nodes, cfg.devices_per_node, cfg.local_batch))
 
@@ -286,21 +277,22 @@ class DataParallelSolver:
             raise InfeasibleError(f"no configuration found within --time-limit "
                                   f"{self.p.time_limit_s:g} s")
         optimal = status == cp_model.OPTIMAL
-        best_int = self._int_objective(solver, built)
-        bound = int(built.ints[min(int(solver.BestObjectiveBound()), len(built.ints) - 1)])
-        gap = abs(best_int - bound) / max(1.0, abs(best_int))
+        best_val = self._objective_at(solver, built)
+        # The bound on the row index maps to a bound on the objective (rows are sorted).
+        bound = float(built.obj[max(0, min(int(solver.BestObjectiveBound()), len(built.obj) - 1))])
+        gap = abs(best_val - bound) / abs(best_val) if best_val else 0.0
         best = self._read(solver, built)
         total_time, branches = solver.WallTime(), solver.NumBranches()
 
         if self.p.fewest_nodes_within is not None:
             # Lexicographic: fewest nodes within the tolerance of the best, then the best there.
-            limit = math.floor(best_int * (1 + self.p.fewest_nodes_within))
+            limit = best_val * (1 + self.p.fewest_nodes_within)
             built = self.build(nodes_first_within=limit)
             s2 = self._solver()
             st = self._run(built, s2)
             optimal = optimal and st == cp_model.OPTIMAL
             total_time, branches = total_time + s2.WallTime(), branches + s2.NumBranches()
-            best, best_int = self._read(s2, built), self._int_objective(s2, built)
+            best, best_val = self._read(s2, built), self._objective_at(s2, built)
 
         alternatives: list[tuple[Config, Prediction]] = []
         seen = [best]
@@ -324,8 +316,7 @@ class DataParallelSolver:
             objective={
                 "name": self.p.objective.value,
                 "value": self.objective_value(best),
-                "solver_value": best_int / built.scale,
-                "tolerance": 0.5 / built.scale,
+                "solver_value": best_val,
                 "unit": {"throughput": "s/sample", "iteration-time": "s",
                          "efficiency": "1/efficiency"}[self.p.objective.value],
             },
@@ -338,8 +329,8 @@ class DataParallelSolver:
         )
 
     @staticmethod
-    def _int_objective(solver, built: _Built) -> int:
-        return int(built.ints[solver.Value(built.point)])
+    def _objective_at(solver, built: _Built) -> float:
+        return float(built.obj[solver.Value(built.point)])
 
     def _exclude(self, built: _Built, cfg: Config):
         """Forbid one configuration (for runners-up)."""
