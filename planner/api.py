@@ -19,6 +19,7 @@ from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.evaluate import Config, Prediction, predict
 from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution
+from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
 
@@ -37,6 +38,9 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
           bucket_bytes: float = DEFAULT_BUCKET_BYTES, servers: int = 1) -> DataParallelModel:
     """The symbolic model for a (model, hardware, options) triple; cached per process."""
     cnn = load_model(model)
+    if not isinstance(cnn, CNN):
+        raise SpecError(f"model: '{model}' is a transformer; this command covers CNNs (use "
+                        "evaluate or solve with --tp/--pp/--dp for transformers)")
     system = load_system(hardware)
     prec = _enum(Precision, precision, "precision") or system.device.default_precision
     system.device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
@@ -155,3 +159,77 @@ def sweep(model: str, hardware: str, *, nodes: list[int], global_batch: int | No
         cfg = Config(n_val, g, batch, col, overlap)
         points.append(SweepPoint(cfg, predict(dp, cfg)))
     return points, skipped
+
+
+# --- transformers: hybrid tensor x pipeline x data parallel --------------------------------
+
+
+def is_transformer(model: str) -> bool:
+    from planner.spec.transformer import Transformer
+
+    return isinstance(load_model(model), Transformer)
+
+
+def _transformer_setup(model: str, hardware: str, precision: str | None):
+    from planner.spec.transformer import Transformer
+
+    m = load_model(model)
+    if not isinstance(m, Transformer):
+        raise SpecError(f"model: '{model}' is not a transformer")
+    system = load_system(hardware)
+    prec = _enum(Precision, precision, "precision") or system.device.default_precision
+    system.device.peak_flops(prec)
+    return m, system, prec
+
+
+@dataclass(frozen=True)
+class HybridEvaluation:
+    plan: object  # planner.hybrid.Plan
+    prediction: dict
+    devices_per_node: int
+
+
+def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
+                         devices: int | None = None, nodes: int | None = None, tp: int = 1,
+                         pp: int = 1, dp: int | None = None, micro_batch: int = 1,
+                         interleave: int = 1, recompute: str = "none",
+                         sequence_parallel: bool = False, zero: int = 0,
+                         schedule: str = "1f1b", overlap: bool = True,
+                         flash_attention: bool = True,
+                         precision: str | None = None) -> HybridEvaluation:
+    """Predict one hybrid configuration; devices = tp x pp x dp (give any two of devices, dp)."""
+    from planner.hybrid import Plan, predict
+
+    m, system, prec = _transformer_setup(model, hardware, precision)
+    g = system.devices_per_node
+    if nodes is not None:
+        if devices is not None and devices != nodes * g:
+            raise SpecError(f"devices: {devices} != nodes {nodes} x {g} devices per node")
+        devices = nodes * g
+    if dp is None:
+        if devices is None:
+            raise SpecError("devices: give --devices, --nodes or --dp")
+        if devices % (tp * pp):
+            raise SpecError(f"devices: {devices} is not divisible by tp {tp} x pp {pp}")
+        dp = devices // (tp * pp)
+    elif devices is not None and devices != tp * pp * dp:
+        raise SpecError(f"devices: {devices} != tp {tp} x pp {pp} x dp {dp}")
+    plan = Plan(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
+                interleave=interleave, recompute=recompute,
+                sequence_parallel=sequence_parallel and tp > 1, zero=zero, schedule=schedule,
+                overlap=overlap, flash_attention=flash_attention)
+    return HybridEvaluation(plan, predict(m, system, prec, plan), g)
+
+
+def solve_transformer(model: str, hardware: str, *, precision: str | None = None,
+                      time_limit_s: float = 10.0, **search):
+    """The proven-optimal hybrid plan (a `planner.hybrid.HybridSolution`). Keys of `search`
+    are the fields of `planner.hybrid.Search`; any subset of the choices may be pinned."""
+    from planner.hybrid import HybridSolver, Search
+
+    m, system, prec = _transformer_setup(model, hardware, precision)
+    try:
+        q = Search(time_limit_s=time_limit_s, **search)
+    except TypeError as exc:
+        raise SpecError(f"solve: {exc}") from None
+    return HybridSolver(m, system, prec, q).solve()

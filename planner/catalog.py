@@ -116,9 +116,13 @@ def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
 
 
 def load_model(ref: str):
-    """A CNN (or, later, other model kinds) from a built-in name or a YAML path."""
+    """A CNN or a transformer from a built-in name or a YAML path."""
     data, where = _resolve(ref, [MODELS], "model")
-    _expect_kind(data, where, ("cnn",))
+    kind = _expect_kind(data, where, ("cnn", "transformer"))
+    if kind == "transformer":
+        from planner.spec.transformer import build_transformer
+
+        return build_transformer(data, where)
     from planner.spec.cnn import build_cnn
 
     return build_cnn(data, where)

@@ -53,6 +53,43 @@ def spec_options(f=None, *, formats=FORMATS):
     return f
 
 
+TRANSFORMER_KEYS = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute",
+                    "sequence_parallel", "zero", "schedule", "flash_attention")
+
+
+def transformer_options(f):
+    """Hybrid-parallel choices (transformer models only). Unset means: evaluate uses the
+    default shown, solve lets the solver choose."""
+    opts = [
+        click.option("--tp", type=click.IntRange(1, 2**20), help="Tensor-parallel degree."),
+        click.option("--pp", type=click.IntRange(1, 2**20), help="Pipeline stages."),
+        click.option("--dp", type=click.IntRange(1, 2**23), help="Data-parallel replicas."),
+        click.option("--micro-batch", "micro_batch", type=click.IntRange(1, 2**30),
+                     help="Sequences per micro-batch."),
+        click.option("--interleave", type=click.IntRange(1, 1024),
+                     help="Virtual stages per pipeline stage (interleaved 1F1B)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                     help="Activation recomputation."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
+                     default=None, help="Megatron sequence parallelism (with tp > 1)."),
+        click.option("--zero", type=click.IntRange(0, 3), help="ZeRO / FSDP sharding stage."),
+        click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]),
+                     help="Pipeline schedule."),
+        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,
+                     show_default=True, help="Attention scores stay on chip (FlashAttention)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _reject_transformer_flags(kw: dict) -> None:
+    for key in TRANSFORMER_KEYS:
+        if key != "flash_attention" and kw.get(key) is not None:
+            raise SpecError(f"{key}: --{key.replace('_', '-')} applies to transformer models "
+                            "only")
+
+
 def batch_range(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
@@ -132,11 +169,17 @@ def show(what, name, fmt):
       planner show hardware dgx-a100-80gb --format json
     """
     from planner.catalog import load_hardware_any, load_model
-    from planner.report import hardware_doc, hardware_text, model_doc, model_text
+    from planner.report import hardware_doc, hardware_text, model_doc, model_text, transformer_doc
+    from planner.spec.transformer import Transformer
 
     if what == "model":
-        cnn = load_model(name)
-        _emit(render.document("show", model_doc(cnn)), fmt, model_text(cnn))
+        model = load_model(name)
+        if isinstance(model, Transformer):
+            doc = transformer_doc(model)
+            _emit(render.document("show", doc), fmt, render.key_values(
+                [(k, f"{v:,}" if isinstance(v, int) else str(v)) for k, v in doc.items()]))
+            return
+        _emit(render.document("show", model_doc(model)), fmt, model_text(model))
     else:
         spec = load_hardware_any(name)
         _emit(render.document("show", hardware_doc(spec)), fmt, hardware_text(spec))
@@ -159,8 +202,9 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
 @click.option("--batch", "batch_file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
+@transformer_options
 def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
-             devices_per_node, global_batch, local_batch, collective, batch_file):
+             devices_per_node, global_batch, local_batch, collective, batch_file, **hybrid):
     """Predict one data-parallel configuration, or many with --batch.
 
     With --batch, each input line is a JSON object whose keys are this command's flags,
@@ -172,14 +216,28 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
       planner evaluate -m alexnet -H k80-fdr --nodes 8 --global-batch 1024
       planner evaluate -m resnet50 -H dgx-a100-80gb --devices 64 --local-batch 256 --format json
       planner evaluate --batch configs.jsonl
+      planner evaluate -m gpt3-175b -H dgx-a100-80gb --devices 1024 --tp 8 --pp 8
+          --micro-batch 1 --global-batch 1536 --recompute selective --sequence-parallel
     """
     from planner import api
-    from planner.report import evaluation_text
+    from planner.report import evaluation_text, hybrid_doc, hybrid_text
 
     if batch_file is not None:
         _evaluate_jsonl(batch_file)
         return
     _require(model, hardware)
+    if api.is_transformer(model):
+        if global_batch is None:
+            raise SpecError("global_batch: --global-batch is required for transformer models")
+        ev = api.evaluate_transformer(model, hardware, global_batch=global_batch,
+                                      devices=devices, nodes=nodes, overlap=overlap,
+                                      precision=precision, **_hybrid_defaults(hybrid))
+        doc = render.document("evaluate", {"model": model, "hardware": hardware,
+                                           **hybrid_doc(ev.plan, ev.prediction,
+                                                        ev.devices_per_node)})
+        _emit(doc, fmt, hybrid_text(ev.plan, ev.prediction, ev.devices_per_node))
+        return
+    _reject_transformer_flags(hybrid)
 
     ev = api.evaluate(model, hardware, nodes=nodes, devices=devices,
                       devices_per_node=devices_per_node, global_batch=global_batch,
@@ -189,6 +247,14 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
                                        "config": ev.config.to_json(),
                                        "prediction": ev.prediction.to_json()})
     _emit(doc, fmt, evaluation_text(ev.config, ev.prediction))
+
+
+def _hybrid_defaults(kw: dict) -> dict:
+    """evaluate's values for unset hybrid flags."""
+    defaults = {"tp": 1, "pp": 1, "dp": None, "micro_batch": 1, "interleave": 1,
+                "recompute": "none", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
+                "flash_attention": True}
+    return {k: (kw.get(k) if kw.get(k) is not None else v) for k, v in defaults.items()}
 
 
 def _require(model, hardware) -> None:
@@ -265,8 +331,10 @@ def _evaluate_jsonl(path: str) -> None:
               help="Smallest local batch allowed (keep devices efficient).")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="Pin the collective [default: the solver chooses].")
-@click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency"]),
-              default="throughput", show_default=True)
+@click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency",
+                                               "token-budget"]),
+              default="throughput", show_default=True,
+              help="token-budget: time to train on --tokens tokens (transformers).")
 @click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%).")
@@ -274,8 +342,11 @@ def _evaluate_jsonl(path: str) -> None:
               help="Also return this many runners-up.")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.01, 3600), default=10.0,
               show_default=True, help="Solver time limit in seconds.")
+@transformer_options
+@click.option("--tokens", "token_budget", type=click.FloatRange(1, 1e18),
+              help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
-          global_batch_max, global_batch_range, **problem):
+          global_batch_max, global_batch_range, token_budget, **problem):
     """Search nodes, devices per node, batch and collective for the proven-optimal
     data-parallel plan (CP-SAT).
 
@@ -284,11 +355,21 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
       planner solve -m alexnet -H k80-fdr --global-batch 256
       planner solve -m resnet50 -H dgx-a100-80gb --nodes-max 64 --global-batch-range 256:65536
       planner solve -m vgg16 -H k80-fdr --global-batch 1024 --within 0.05 --top 3 --format json
+      planner solve -m gpt3-175b -H dgx-a100-80gb --devices-max 4096 --global-batch 1536
     """
     from planner import api
     from planner.report import solution_doc, solution_text
 
     _require(model, hardware)
+    hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
+    if api.is_transformer(model):
+        _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
+                           hybrid, problem)
+        return
+    _reject_transformer_flags(hybrid)
+    if token_budget is not None or objective == "token-budget":
+        raise SpecError("token_budget: --tokens and --objective token-budget apply to "
+                        "transformer models only")
     rng = batch_range(global_batch_range)
     if global_batch_max is not None:
         if rng is not None:
@@ -302,6 +383,36 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     _emit(doc, fmt, solution_text(sol))
+
+
+def _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
+                       hybrid, problem):
+    from planner import api
+    from planner.report import hybrid_doc, hybrid_text
+
+    unsupported = [k for k in ("nodes_max", "devices_per_node", "local_batch", "local_batch_min",
+                               "fewest_nodes_within") if problem.get(k) is not None]
+    if unsupported or problem.get("top"):
+        key = unsupported[0] if unsupported else "top"
+        raise SpecError(f"{key}: --{key.replace('_', '-')} applies to CNN models only")
+    if problem.get("global_batch") is None:
+        raise SpecError("global_batch: --global-batch is required for transformer models")
+    devices_max = problem.get("devices_max")
+    if problem.get("nodes") is not None:
+        problem["devices"] = problem["nodes"] * api.load_system(hardware).devices_per_node
+    sol = api.solve_transformer(
+        model, hardware, precision=precision, time_limit_s=problem["time_limit_s"],
+        global_batch=problem["global_batch"], devices=problem.get("devices"),
+        devices_max=devices_max, overlap=overlap, objective=objective,
+        token_budget=token_budget, **hybrid)
+    body = {"model": model, "hardware": hardware, "status": sol.status,
+            "objective": sol.objective, **hybrid_doc(sol.plan, sol.prediction,
+                                                     api.load_system(hardware).devices_per_node),
+            "search": {"rows": sol.rows, "build_time_s": sol.build_time_s,
+                       "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
+    _emit(render.document("solve", body), fmt,
+          f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction,
+                                                   api.load_system(hardware).devices_per_node))
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------

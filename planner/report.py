@@ -140,6 +140,46 @@ def solution_text(sol) -> str:
     return "\n\n".join(out)
 
 
+def transformer_doc(m) -> dict:
+    return {"name": m.name, "kind": "transformer", "description": m.description,
+            "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
+            "ffn_hidden": m.ffn_hidden, "ffn_kind": m.ffn_kind, "seq_len": m.seq_len,
+            "vocab": m.vocab, "experts": m.experts, "top_k": m.top_k, "params": m.params(),
+            "layer_params": m.layer_params(), "embedding_params": m.embedding_params(),
+            "model_flops_per_sequence": m.model_flops()}
+
+
+def hybrid_doc(plan, pred: dict, g: int) -> dict:
+    return {"config": plan.to_json(g), "prediction": pred}
+
+
+def hybrid_text(plan, pred: dict, g: int) -> str:
+    cfg = plan.to_json(g)
+    split = (f"{plan.devices} devices ({cfg['nodes']} nodes): tp {plan.tp} x pp {plan.pp}"
+             + (f" (x{plan.interleave} interleaved)" if plan.interleave > 1 else "")
+             + f" x dp {plan.dp}; micro-batch {plan.micro_batch} x {plan.accumulation} "
+             f"accumulation, global batch {plan.global_batch}")
+    opts = (f"recompute {plan.recompute}, sequence parallel "
+            f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}, {plan.schedule}, "
+            f"overlap {'on' if plan.overlap else 'off'}, flash attention "
+            f"{'on' if plan.flash_attention else 'off'}")
+    times = ", ".join(f"{k} {si(v, 's')}" for k, v in pred["time_breakdown"].items())
+    mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred["memory_breakdown"].items())
+    return key_values([
+        ("plan", split),
+        ("options", opts),
+        ("iteration time", f"{si(pred['iteration_time_s'], 's')} ({times})"),
+        ("throughput", f"{pred['tokens_per_s']:,.0f} tokens/s, "
+                       f"{pred['samples_per_s']:,.2f} samples/s"),
+        ("per device", f"{pred['tflops_per_device_model']:.1f} TFLOP/s model, "
+                       f"{pred['tflops_per_device_hardware']:.1f} hardware; MFU "
+                       f"{pred['mfu']:.1%}, HFU {pred['hfu']:.1%}"),
+        ("memory/device", f"{si(pred['memory_bytes_per_device'], 'B')} of "
+                          f"{si(pred['memory_capacity_bytes'], 'B')} ({mem})"
+                          + ("" if pred["fits_in_memory"] else "  DOES NOT FIT")),
+    ])
+
+
 def limits_text(s: dict) -> str:
     eff = s["efficiency_at_nodes"]
     bw = s["required_bandwidth_GBps"]

@@ -42,6 +42,7 @@ class Efficiency(Spec):
 
     compute: float = Fraction
     memory: float = Fraction
+    matmul: float | None = Field(default=None, gt=0, le=1)  # large GEMMs (transformers)
 
 
 class Device(Spec):

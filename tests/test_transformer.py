@@ -1,0 +1,184 @@
+"""Transformers: exact counts against the published formulas, memory against Korthikanti et al.,
+the hybrid solver against brute force, evaluate == solve, and the CLI contract."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from planner import api
+from planner.catalog import load_model, load_system
+from planner.cost.transformer import Hardware, activation_bytes_per_layer, hardware_flops_per_sequence
+from planner.errors import SpecError
+from planner.hybrid import HybridSolver, Plan, Search, predict
+from planner.spec.hardware import Precision
+from planner.spec.transformer import build_transformer
+
+SC21 = ["gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b",
+        "gpt-145.6b", "gpt-310.1b", "gpt-529.6b", "gpt-1t"]
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("gpt2", 124_337_664),            # bias-free GPT-2 small, tied embeddings (issue 3)
+    ("llama2-7b", 6_738_415_616),     # Meta's released checkpoint
+    ("llama2-70b", 68_976_648_192),
+    ("llama3-8b", 8_030_261_248),
+    ("llama3-70b", 70_553_706_496),
+    ("llama3-405b", 405_853_388_800),
+])
+def test_exact_parameter_totals(name, params):
+    assert load_model(name).params() == params
+
+
+def test_gpt2_with_biases_is_the_hugging_face_count():
+    data = {"kind": "transformer", "name": "g", "layers": 12, "hidden": 768, "heads": 12,
+            "seq_len": 1024, "vocab": 50257}
+    assert build_transformer(data, "t").params() == 124_439_808
+
+
+@pytest.mark.parametrize("name", SC21)
+def test_params_follow_the_sc21_closed_form(name):
+    m = load_model(name)
+    l, h, V, s = m.layers, m.hidden, m.vocab, m.seq_len
+    # Narayanan et al. SC21 sec. 5.1: 12 l h^2 (1 + 13 / (12 h) + (V + s) / (12 l h)),
+    # which leaves out the final layer norm (2 h)
+    assert m.params() == 12 * l * h * h + 13 * l * h + (V + s) * h + 2 * h
+
+
+@pytest.mark.parametrize("name", SC21 + ["gpt3-175b"])
+def test_flops_itemised_equal_sc21_eq3(name):
+    m = load_model(name)
+    l, h, V, s = m.layers, m.hidden, m.vocab, m.seq_len
+    eq3 = 96 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))  # per sequence, B = 1
+    assert math.isclose(hardware_flops_per_sequence(m, "full"), eq3, rel_tol=1e-12)
+    no_recompute = 72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    assert math.isclose(m.model_flops(), no_recompute, rel_tol=1e-12)
+
+
+def test_palm_mfu_formula_agrees_for_dense_models():
+    # PaLM appendix B: 6 N + 12 L H Q T FLOPs per token, N the non-embedding parameters
+    m = load_model("llama2-7b")
+    per_token = m.model_flops() / m.seq_len
+    n_matmul = m.layers * (m.attention_params() + m.ffn_params())
+    palm = 6 * n_matmul + 12 * m.layers * m.hidden * m.seq_len + 6 * m.hidden * m.vocab
+    assert math.isclose(per_token, palm, rel_tol=1e-12)
+
+
+def test_activation_memory_matches_korthikanti_table2():
+    m = load_model("gpt3-175b")
+    hw = Hardware.of(load_system("dgx-a100-80gb"), Precision.fp16)
+    s, h, a, b = m.seq_len, m.hidden, m.heads, 1
+    for t in (1, 2, 8):
+        none = activation_bytes_per_layer(m, hw, t, b, "none", False, flash=False)
+        assert math.isclose(none, s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        sp_sel = activation_bytes_per_layer(m, hw, t, b, "selective", True, flash=False)
+        assert math.isclose(sp_sel, 34 * s * b * h / t)
+        full = activation_bytes_per_layer(m, hw, t, b, "full", False, flash=False)
+        assert math.isclose(full, 2 * s * b * h)
+
+
+def _tiny():
+    return "gpt2", "dgx-a100-80gb"
+
+
+def test_solver_equals_brute_force_over_every_plan():
+    """Every structurally valid plan (all recompute, sp, ZeRO and schedule choices, so the
+    dominance pruning is checked too) through `predict`; the solver must find the minimum."""
+    name, hwname = _tiny()
+    m, system = load_model(name), load_system(hwname)
+    B, budget = 32, 16
+    best = math.inf
+    for t, p, d in itertools.product([1, 2, 3, 4, 6, 12], range(1, 13), [1, 2, 4, 8, 16, 32]):
+        n = t * p * d
+        if n > budget or (n > 8 and n % 8):
+            continue
+        for mb in [x for x in range(1, B // d + 1) if (B // d) % x == 0]:
+            for v, rec, sp, zero, sched in itertools.product(
+                    [1, 2, 3, 4, 6, 12], ["none", "selective", "full"], [False, True],
+                    [0, 1, 2, 3], ["1f1b", "gpipe"]):
+                plan = Plan(t, p, d, mb, B, v, rec, sp and t > 1, zero, sched)
+                try:
+                    pred = predict(m, system, Precision.bf16, plan)
+                except SpecError:
+                    continue
+                if pred["fits_in_memory"]:
+                    best = min(best, pred["iteration_time_s"])
+    sol = HybridSolver(m, system, Precision.bf16, Search(global_batch=B, devices_max=budget)).solve()
+    assert sol.status == "optimal"
+    assert math.isclose(sol.prediction["iteration_time_s"], best, rel_tol=1e-12)
+
+
+def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():
+    sol = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
+                                devices_max=4096)
+    p = sol.plan
+    ev = api.evaluate_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
+                                  devices=p.devices, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch,
+                                  interleave=p.interleave, recompute=p.recompute,
+                                  sequence_parallel=p.sequence_parallel, zero=p.zero,
+                                  schedule=p.schedule)
+    assert ev.prediction["iteration_time_s"] == sol.prediction["iteration_time_s"]
+    assert sol.objective["value"] == sol.prediction["iteration_time_s"]
+    assert sol.prediction["fits_in_memory"] and p.devices <= 4096
+    pinned = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
+                                   devices_max=4096, tp=4, recompute="full")
+    assert pinned.plan.tp == 4 and pinned.plan.recompute == "full"
+    assert pinned.prediction["iteration_time_s"] >= sol.prediction["iteration_time_s"]
+
+
+def test_sc21_table1_within_10_percent():
+    from planner.published import sc21_rows
+
+    rows = sc21_rows()
+    assert len(rows) == 10
+    mape = np.mean([abs(r["error"]) for r in rows])
+    assert mape < 0.10, rows
+
+
+def test_unequal_stages_and_output_layer_set_the_pace():
+    """80 layers on 12 stages: 8 stages of 7 layers and 4 of 6, the last also holding the output
+    layer; the slowest stage sets the pace: max(7 L, 6 L + out)."""
+    m, system = load_model("llama2-70b"), load_system("dgx-a100-80gb")
+
+    def stage(pp):
+        plan = Plan(tp=8, pp=pp, dp=1, micro_batch=1, global_batch=80, recompute="full")
+        return predict(m, system, Precision.bf16, plan)["time_breakdown"]["compute"] / 80
+
+    layer = stage(40) - stage(80)  # 2 L + out  -  (L + out)
+    out = stage(80) - layer
+    assert layer > 0 and out > 0
+    assert math.isclose(stage(12), max(7 * layer, 6 * layer + out), rel_tol=1e-9)
+    assert math.isclose(stage(10), 8 * layer + out, rel_tol=1e-9)
+
+
+def test_cli_contract(run, run_json):
+    doc = run_json("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
+                   "--global-batch", "64")
+    assert doc["status"] == "optimal"
+    for key in ("tp", "pp", "dp", "micro_batch", "interleave", "recompute",
+                "sequence_parallel", "zero", "gradient_accumulation", "devices"):
+        assert key in doc["config"]
+    pred = doc["prediction"]
+    for key in ("tokens_per_s", "model_flops_per_iteration", "tflops_per_device_model",
+                "tflops_per_device_hardware", "mfu", "hfu", "memory_bytes_per_device"):
+        assert key in pred
+    assert set(pred["memory_breakdown"]) == {"weights", "gradients", "optimizer", "activations"}
+    assert set(pred["time_breakdown"]) == {"compute", "tp_comm", "pp_bubble", "pp_comm",
+                                           "dp_comm_exposed", "optimizer"}
+    bad = [
+        ("evaluate", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "5",
+         "--global-batch", "64"),                                   # tp does not divide heads
+        ("evaluate", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "2",
+         "--pp", "2", "--dp", "3", "--global-batch", "60"),          # tp x pp x dp != devices
+        ("evaluate", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices", "8", "--micro-batch",
+         "3", "--global-batch", "64"),                               # batch not divisible
+        ("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "2", "--global-batch", "256",
+         "--tp", "2"),                                                # tp on a CNN
+    ]
+    for args in bad:
+        code, _, err = run(*args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    code, _, err = run("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "8",
+                       "--global-batch", "1536")
+    assert code == 1 and "memory" in err and len(err.strip().splitlines()) == 1
