@@ -1,4 +1,5 @@
-"""Benchmarks: solve time by node budget, cold `planner solve` vs a bare import, calibration error.
+"""Benchmarks: solve time by node budget, cold `planner solve` vs a bare import, calibration error,
+and the transformer ones (`benchmarks/transformers.py`: SC21 accuracy, hybrid solve time).
 
     python benchmarks/run.py
 """
@@ -47,6 +48,11 @@ def calibration():
 
 
 if __name__ == "__main__":
+    import transformers
+
     solve_times()
     cold_start()
     calibration()
+    print()
+    transformers.sc21_table()
+    transformers.solve_times()

@@ -266,6 +266,7 @@ def _require(model, hardware) -> None:
 
 def _evaluate_jsonl(path: str) -> None:
     from planner import api
+    from planner.report import hybrid_doc
 
     stream = sys.stdin if path == "-" else None
     if stream is None:
@@ -289,22 +290,46 @@ def _evaluate_jsonl(path: str) -> None:
                 raise SpecError(f"{path}:{k}: not JSON ({exc.msg})") from None
             if not isinstance(req, dict):
                 raise SpecError(f"{path}:{k}: expected a JSON object")
-            unknown = sorted(set(req) - EVAL_KEYS)
+            unknown = sorted(set(req) - EVAL_KEYS - set(TRANSFORMER_KEYS))
             if unknown:
                 raise SpecError(f"{path}:{k}: unknown key '{unknown[0]}'")
             for key in ("model", "hardware"):
                 if not isinstance(req.get(key), str):
                     raise SpecError(f"{path}:{k}: key '{key}' must be a string")
             for key in ("nodes", "devices", "devices_per_node", "global_batch", "local_batch",
-                        "servers"):
+                        "servers", "tp", "pp", "dp", "micro_batch", "interleave"):
                 v = req.get(key)
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                     raise SpecError(f"{path}:{k}: key '{key}' must be a positive integer, got {v!r}")
-            if "overlap" in req and not isinstance(req["overlap"], bool):
-                raise SpecError(f"{path}:{k}: key 'overlap' must be true or false")
-            ev = api.evaluate(req.pop("model"), req.pop("hardware"), **req)
-            out = render.document("evaluate", {"line": k, "config": ev.config.to_json(),
-                                               "prediction": ev.prediction.to_json()})
+            for key in ("overlap", "sequence_parallel", "flash_attention"):
+                if key in req and not isinstance(req[key], bool):
+                    raise SpecError(f"{path}:{k}: key '{key}' must be true or false")
+            z = req.get("zero")
+            if z is not None and (not isinstance(z, int) or isinstance(z, bool)):
+                raise SpecError(f"{path}:{k}: key 'zero' must be 0, 1, 2 or 3, got {z!r}")
+            for key in ("recompute", "schedule", "collective", "precision", "optimizer"):
+                if key in req and not isinstance(req[key], str):
+                    raise SpecError(f"{path}:{k}: key '{key}' must be a string")
+            model, hardware = req.pop("model"), req.pop("hardware")
+            if api.is_transformer(model):
+                cnn_only = sorted(set(req) & {"devices_per_node", "local_batch", "collective",
+                                             "optimizer", "servers"})
+                if cnn_only:
+                    raise SpecError(f"{path}:{k}: key '{cnn_only[0]}' applies to CNN models only")
+                if not isinstance(req.get("global_batch"), int):
+                    raise SpecError(f"{path}:{k}: key 'global_batch' is required")
+                hybrid = _hybrid_defaults(req)
+                ev = api.evaluate_transformer(
+                    model, hardware, global_batch=req["global_batch"],
+                    devices=req.get("devices"), nodes=req.get("nodes"),
+                    overlap=req.get("overlap", True), precision=req.get("precision"), **hybrid)
+                out = render.document("evaluate", {"line": k, **hybrid_doc(
+                    ev.plan, ev.prediction, ev.devices_per_node)})
+            else:
+                _reject_transformer_flags(req)
+                ev = api.evaluate(model, hardware, **req)
+                out = render.document("evaluate", {"line": k, "config": ev.config.to_json(),
+                                                   "prediction": ev.prediction.to_json()})
         except PlannerError as exc:
             failed = True
             out = render.document("evaluate", {"line": k, "error": str(exc)})

@@ -51,8 +51,12 @@ def test_resnet50_projection_shortcuts_are_counted_once_per_stage():
 
 def test_every_builtin_loads_and_names_follow_the_contract():
     for name in list_models():
-        cnn = load_model(name)
-        for layer in cnn.layers:
+        model = load_model(name)
+        assert model.name == name
+        if model.kind == "transformer":
+            assert model.params() > 0 and model.hidden % model.heads == 0
+            continue
+        for layer in model.layers:
             if layer.type == "conv":
                 assert layer.name.startswith("conv")
             if layer.type == "fc":

@@ -17,7 +17,7 @@ code on arrays of length one. The physics, by term:
   chunk boundary; the slowest stage (ceil(L / p) layers, the output layer on the last) sets
   the pace.
 - data parallel: ring allreduce (or reduce-scatter + all-gather with ZeRO, same volume; ZeRO-3
-  adds a parameter all-gather in forward and backward: 1.5x, Rajbhandari et al. 2020 sec. 7),
+  re-gathers the weights in every micro-batch's forward and backward, Rajbhandari et al. 2020),
   hierarchical when several replicas share a node, exposed beyond one micro-batch's backward
   when overlapped.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
@@ -195,9 +195,15 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     inter_ranks = np.ceil(d / k)
     dp = (_ring(k, grad_bytes, hw.intra_bw, hw.intra_lat)
           + _ring(inter_ranks, grad_bytes / k, hw.nic_bw / g, hw.inter_lat))
-    dp = dp * np.where(zero == 3, 1.5, 1.0)
-    window = np.where(overlap, 2 * fwd * (q + (r > 0)), 0.0)
+    layers_here = q + (r > 0)
+    window = np.where(overlap, 2 * fwd * layers_here, 0.0)  # one micro-batch's backward
     dp_exposed = np.maximum(0.0, dp - window)
+    # ZeRO-3 gathers the weights again for every micro-batch's forward and backward (an
+    # all-gather is half a ring allreduce), hidden behind that micro-batch's compute when
+    # overlapped (Rajbhandari et al. 2020, sec. 7.2.3)
+    gather = dp / 2
+    per_mb = np.maximum(0.0, 2 * gather - np.where(overlap, 3 * fwd * layers_here, 0.0))
+    dp_exposed = dp_exposed + np.where(zero == 3, acc * per_mb, 0.0)
 
     # --- optimizer step: read/write master, moments, gradient; write the 16-bit copy ---
     opt_params = local_params / np.where(zero >= 1, d, 1)

@@ -46,4 +46,6 @@ def validate(cls: type[M], data: Any, where: str, prefix: str = "") -> M:
             raise SpecError(f"{where}: missing key '{key}'") from None
         if err["type"] == "extra_forbidden":
             raise SpecError(f"{where}: unknown key '{key}'") from None
+        if not key:  # a whole-document check (a model validator): its message names the keys
+            raise SpecError(f"{where}: {msg.removeprefix('Value error, ')}") from None
         raise SpecError(f"{where}: key '{key}': {msg} (got {short(err.get('input'))})") from None

@@ -58,6 +58,8 @@ class CNN:
     input_shape: tuple[int, int, int]
     layers: tuple[Layer, ...]
 
+    kind = "cnn"
+
     @property
     def params(self) -> int:
         return sum(layer.params for layer in self.layers)
