@@ -228,7 +228,9 @@ class HybridSolver:
         self.m, self.system, self.precision, self.q = m, system, precision, q
         self.hw = Hardware.of(system, precision)
 
-    def _rows(self) -> tuple[np.ndarray, dict]:
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(structures S x 5, choices C x 4, priced terms as S x C arrays): the structural
+        terms are computed once per structure and broadcast over the choices."""
         st = _structures(self.m, self.hw.g, self.q)
         ch = np.array(_choices(self.q), dtype=np.int64)
         if len(st) * len(ch) > MAX_ROWS:
@@ -237,18 +239,17 @@ class HybridSolver:
         if len(st) == 0:
             raise InfeasibleError("infeasible: no tp x pp x dp split meets the pins, the device "
                                   "count and global_batch divisibility", ("divisibility",))
-        st = np.repeat(st, len(ch), axis=0)
-        ch = np.tile(ch, (len(st) // len(ch), 1))
-        t, p, v, d, mb = st.T
-        rec, sp, zero, gpipe = ch.T
-        sp = np.where(t > 1, sp, 0)
+        t, p, v, d, mb = (col[:, None] for col in st.T)
+        rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "acc": self.q.global_batch // (d * mb),
                "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
                "overlap": self.q.overlap, "flash": self.q.flash_attention}
-        rows = np.column_stack([t, p, v, d, mb, rec, sp, zero, gpipe])
-        return rows, iteration(self.m, self.hw, cfg)
+        shape = (len(st), len(ch))
+        priced = {k: np.broadcast_to(val, shape).ravel()
+                  for k, val in iteration(self.m, self.hw, cfg).items() if k in ("time", "memory")}
+        return st, ch, priced
 
-    def _objective(self, rows: np.ndarray, time_s: np.ndarray) -> np.ndarray:
+    def _objective(self, time_s: np.ndarray) -> np.ndarray:
         if self.q.objective == "token-budget":
             tokens = self.q.global_batch * self.m.seq_len
             return time_s * self.q.token_budget / tokens
@@ -256,19 +257,18 @@ class HybridSolver:
 
     def solve(self) -> HybridSolution:
         t0 = time.perf_counter()
-        rows, r = self._rows()
-        obj = self._objective(rows, r["time"])
+        st, ch, r = self._rows()
+        obj = self._objective(r["time"])
         if not np.all(np.isfinite(obj)):
             raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
         # sorted by objective, ties by fewer devices, then by generation order (deterministic)
-        devices = rows[:, 0] * rows[:, 1] * rows[:, 3]
-        order = np.lexsort((np.arange(len(rows)), devices, obj))
-        rows, obj = rows[order], obj[order]
-        mem = r["memory"][order]
+        devices = np.repeat(st[:, 0] * st[:, 1] * st[:, 3], len(ch))
+        order = np.lexsort((np.arange(len(obj)), devices, obj))
+        obj, mem = obj[order], r["memory"][order]
         cap = self.hw.memory_bytes
 
         model = cp_model.CpModel()
-        point = model.NewIntVar(0, len(rows) - 1, "row")
+        point = model.NewIntVar(0, len(obj) - 1, "row")
         gates = {}
 
         def gate(name, why, allowed):
@@ -300,18 +300,20 @@ class HybridSolver:
                                   f"{self.q.time_limit_s:g} s")
         i = solver.Value(point)
         bound = float(obj[max(0, min(int(solver.BestObjectiveBound()), len(obj) - 1))])
-        plan = self._plan(rows[i])
+        k = int(order[i])
+        plan = self._plan(np.concatenate([st[k // len(ch)], ch[k % len(ch)]]))
         pred = predict(self.m, self.system, self.precision, plan)
         return HybridSolution(
             status="optimal" if status == cp_model.OPTIMAL else "feasible",
             plan=plan, prediction=pred,
             objective={"name": self.q.objective, "value": float(obj[i]),
                        "unit": "s" if self.q.objective != "throughput" else "s/iteration"},
-            rows=len(rows), build_time_s=build, solve_time_s=solver.WallTime(),
+            rows=len(obj), build_time_s=build, solve_time_s=solver.WallTime(),
             gap=abs(float(obj[i]) - bound) / float(obj[i]))
 
     def _plan(self, row) -> Plan:
         t, p, v, d, mb, rec, sp, zero, gpipe = (int(x) for x in row)
+        sp = sp and t > 1
         return Plan(tp=t, pp=p, dp=d, micro_batch=mb, global_batch=self.q.global_batch,
                     interleave=v, recompute=RECOMPUTE[rec], sequence_parallel=bool(sp),
                     zero=zero, schedule=SCHEDULES[gpipe], overlap=self.q.overlap,
