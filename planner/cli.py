@@ -17,12 +17,18 @@ from planner import render
 from planner.errors import CheckFailed, InfeasibleError, PlannerError, SpecError
 
 FORMATS = ["table", "json", "yaml"]
+LAUNCH_FORMATS = ["env", "slurm", "torchrun", "megatron", "deepspeed"]
+PLAN_FORMATS = FORMATS + LAUNCH_FORMATS
 COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
 PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
 
 
-def _emit(doc: dict, fmt: str, text: str) -> None:
-    if fmt == "json":
+def _emit(doc: dict, fmt: str, text: str, arch: dict | None = None) -> None:
+    if fmt in LAUNCH_FORMATS:
+        from planner.launch import render_launch
+
+        click.echo(render_launch(fmt, doc, arch))
+    elif fmt == "json":
         click.echo(render.to_json(doc))
     elif fmt == "yaml":
         click.echo(render.to_yaml(doc), nl=False)
@@ -192,7 +198,7 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 
 
 @cli.command()
-@spec_options
+@spec_options(formats=PLAN_FORMATS)
 @click.option("--nodes", type=click.IntRange(1, 2**20), help="Nodes.")
 @click.option("--devices", type=click.IntRange(1, 2**23), help="Devices in total (instead of --nodes).")
 @click.option("--devices-per-node", type=click.IntRange(1, 1024),
@@ -235,7 +241,8 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
         doc = render.document("evaluate", {"model": model, "hardware": hardware,
                                            **hybrid_doc(ev.plan, ev.prediction,
                                                         ev.devices_per_node)})
-        _emit(doc, fmt, hybrid_text(ev.plan, ev.prediction, ev.devices_per_node))
+        _emit(doc, fmt, hybrid_text(ev.plan, ev.prediction, ev.devices_per_node),
+              _arch(model))
         return
     _reject_transformer_flags(hybrid)
 
@@ -247,6 +254,13 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
                                        "config": ev.config.to_json(),
                                        "prediction": ev.prediction.to_json()})
     _emit(doc, fmt, evaluation_text(ev.config, ev.prediction))
+
+
+def _arch(model: str) -> dict:
+    from planner.catalog import load_model
+    from planner.report import transformer_doc
+
+    return transformer_doc(load_model(model))
 
 
 def _hybrid_defaults(kw: dict) -> dict:
@@ -341,7 +355,7 @@ def _evaluate_jsonl(path: str) -> None:
 # --- solve ----------------------------------------------------------------------------------
 
 @cli.command()
-@spec_options
+@spec_options(formats=PLAN_FORMATS)
 @click.option("--nodes", type=click.IntRange(1, 2**20), help="Pin the node count.")
 @click.option("--nodes-max", type=click.IntRange(1, 2**20), help="Node budget.")
 @click.option("--devices", type=click.IntRange(1, 2**23), help="Pin the device count.")
@@ -435,9 +449,9 @@ def _solve_transformer(model, hardware, precision, overlap, fmt, objective, toke
                                                      api.load_system(hardware).devices_per_node),
             "search": {"rows": sol.rows, "build_time_s": sol.build_time_s,
                        "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
-    _emit(render.document("solve", body), fmt,
-          f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction,
-                                                   api.load_system(hardware).devices_per_node))
+    text = f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction,
+                                                   api.load_system(hardware).devices_per_node)
+    _emit(render.document("solve", body), fmt, text, _arch(model))
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------
