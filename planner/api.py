@@ -18,7 +18,7 @@ from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, 
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.evaluate import Config, Prediction, predict
-from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution
+from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution, Training
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
@@ -97,13 +97,25 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
 
 def solve(model: str, hardware: str, *, precision: str | None = None,
           optimizer: str = "momentum", servers: int = 1, collective: str | None = None,
-          objective: str = "throughput", **problem) -> Solution:
-    """Keys of `problem` are the fields of `planner.solve.data_parallel.Problem`."""
+          objective: str = "throughput", critical_batch: float | None = None,
+          target_steps: float | None = None, target_samples: float | None = None,
+          price_per_device_hour: float | None = None, **problem) -> Solution:
+    """Keys of `problem` are the fields of `planner.solve.data_parallel.Problem`. With
+    `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples` (E_min),
+    the solution carries steps and time to train (McCandlish et al. 2018); the price per
+    device-hour defaults to the device spec's."""
     dp = build(model, hardware, precision, optimizer, servers=servers)
     cols = (_enum(Collective, collective, "collective"),) if collective else tuple(Collective)
+    training = None
+    if critical_batch is not None:
+        price = price_per_device_hour or dp.system.device.price_per_hour_usd
+        training = Training(critical_batch, target_steps, target_samples, price)
+    elif target_steps is not None or target_samples is not None:
+        raise SpecError("critical_batch: --target-steps / --target-samples need "
+                        "--critical-batch")
     try:
         prob = Problem(collectives=cols, objective=_enum(Objective, objective, "objective"),
-                       **problem)
+                       training=training, **problem)
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
     return DataParallelSolver(dp, prob).solve()

@@ -371,9 +371,20 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="Pin the collective [default: the solver chooses].")
 @click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency",
-                                               "token-budget"]),
+                                               "time-to-train", "cost", "token-budget"]),
               default="throughput", show_default=True,
-              help="token-budget: time to train on --tokens tokens (transformers).")
+              help="time-to-train / cost: with --critical-batch (CNNs); token-budget: time to "
+                   "train on --tokens tokens (transformers).")
+@click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+              help="B_noise of McCandlish et al. 2018: steps S(B) = S_min (1 + B_noise / B).")
+@click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
+              help="S_min: steps to the target at a very large batch.")
+@click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
+              help="E_min: samples to the target at a very small batch (S_min = E_min / B_noise).")
+@click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
+              help="USD per device-hour [default: the device spec's price].")
+@click.option("--pareto", is_flag=True,
+              help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
 @click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%).")
@@ -385,7 +396,8 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--tokens", "token_budget", type=click.FloatRange(1, 1e18),
               help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
-          global_batch_max, global_batch_range, token_budget, **problem):
+          global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
+          target_samples, price_per_device_hour, pareto, **problem):
     """Search nodes, devices per node, batch and collective for the proven-optimal
     data-parallel plan (CP-SAT).
 
@@ -401,7 +413,14 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
 
     _require(model, hardware)
     hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
+    training = {"critical_batch": critical_batch, "target_steps": target_steps,
+                "target_samples": target_samples, "price_per_device_hour": price_per_device_hour}
     if api.is_transformer(model):
+        given = [k for k, v in training.items() if v is not None] + (["pareto"] if pareto else [])
+        if given or objective in ("time-to-train", "cost"):
+            key = given[0] if given else "objective"
+            raise SpecError(f"{key}: time-to-train, cost and --pareto cover CNN models so far "
+                            "(transformers: --objective token-budget --tokens N)")
         _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
                            hybrid, problem)
         return
@@ -419,6 +438,7 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         raise SpecError("global_batch: give either --global-batch or a batch range")
     sol = api.solve(model, hardware, precision=precision, optimizer=optimizer, servers=servers,
                     collective=collective, objective=objective, overlap=overlap,
+                    pareto=pareto, **training,
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     _emit(doc, fmt, solution_text(sol))

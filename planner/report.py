@@ -118,8 +118,9 @@ def solution_doc(sol) -> dict:
     return {
         "status": sol.status,
         "config": sol.config.to_json(),
-        "prediction": sol.prediction.to_json(),
+        "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
         "objective": sol.objective,
+        **({"pareto": sol.pareto} if sol.pareto is not None else {}),
         "solve_time_s": sol.solve_time_s,
         "build_time_s": sol.build_time_s,
         "search": {"points": sol.points, "branches": sol.branches, "gap": sol.gap},
@@ -131,6 +132,17 @@ def solution_doc(sol) -> dict:
 def solution_text(sol) -> str:
     out = [f"status: {sol.status} (CP-SAT, {sol.points:,} configurations, "
            f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.config, sol.prediction)]
+    if sol.training:
+        tr = sol.training
+        cost = f", {tr['cost_usd']:,.2f} USD" if "cost_usd" in tr else ""
+        out.append(key_values([("time to train", f"{si(tr['time_to_train_s'], 's')} "
+                                                 f"({tr['steps']:,.0f} steps{cost})")]))
+    if sol.pareto:
+        rows = [[p["config"]["nodes"], p["config"]["devices"], p["config"]["global_batch"],
+                 si(p["time_to_train_s"], "s"), f"{p['cost_usd']:,.2f}"] for p in sol.pareto]
+        shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * 5] + rows[-5:]
+        out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(
+            ["nodes", "devices", "batch", "time to train", "cost USD"], shown))
     if sol.alternatives:
         rows = [[c.nodes, c.devices_per_node, c.global_batch, c.collective.value,
                  si(p.iteration_time_s, "s"), f"{p.throughput_samples_per_s:,.0f}",

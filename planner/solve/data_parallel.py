@@ -34,6 +34,29 @@ class Objective(str, Enum):
     throughput = "throughput"
     iteration_time = "iteration-time"
     efficiency = "efficiency"
+    time_to_train = "time-to-train"
+    cost = "cost"
+
+
+@dataclass(frozen=True)
+class Training:
+    """Statistical efficiency (McCandlish et al. 2018, eq. 2.11 and 2.13): steps to the target
+    S(B) = S_min (1 + B_noise / B), samples E(B) = E_min (1 + B / B_noise), E_min = S_min B_noise.
+    Give the critical batch B_noise and one of S_min (target_steps) or E_min (target_samples)."""
+
+    critical_batch: float
+    target_steps: float | None = None
+    target_samples: float | None = None
+    price_per_device_hour: float | None = None
+
+    @property
+    def s_min(self) -> float:
+        if self.target_steps is not None:
+            return self.target_steps
+        return self.target_samples / self.critical_batch
+
+    def steps(self, global_batch):
+        return self.s_min * (1 + self.critical_batch / global_batch)
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,8 @@ class Problem:
     top: int = 0
     time_limit_s: float = 10.0
     workers: int = 1  # one worker: a deterministic search
+    training: Training | None = None
+    pareto: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +95,8 @@ class Solution:
     branches: int
     points: int
     gap: float
+    training: dict | None = None  # steps, time_to_train_s, cost_usd of the chosen plan
+    pareto: list[dict] | None = None  # non-dominated (time-to-train, cost) plans
 
 
 @dataclass
@@ -81,6 +108,7 @@ class _Built:
     collectives: list[Collective]
     gates: dict[str, tuple[cp_model.IntVar, str]]  # name -> (literal, explanation)
     points: int
+    allowed: np.ndarray | None = None  # rows every gate allows
 
 
 def _divisors(x: int) -> list[int]:
@@ -111,6 +139,20 @@ class DataParallelSolver:
             raise SpecError("collective: no collective allowed")
         if p.objective is Objective.efficiency and p.global_batch is None:
             raise SpecError("objective: efficiency needs a fixed --global-batch")
+        needs_training = p.objective in (Objective.time_to_train, Objective.cost) or p.pareto
+        if needs_training and p.training is None:
+            raise SpecError("critical_batch: --objective time-to-train / cost and --pareto need "
+                            "--critical-batch and one of --target-steps / --target-samples")
+        tr = p.training
+        if tr is not None:
+            if not (math.isfinite(tr.critical_batch) and tr.critical_batch > 0):
+                raise SpecError(f"critical_batch: must be positive, got {tr.critical_batch}")
+            if (tr.target_steps is None) == (tr.target_samples is None):
+                raise SpecError("target_steps: give exactly one of --target-steps (S_min) and "
+                                "--target-samples (E_min)")
+            if (p.objective is Objective.cost or p.pareto) and tr.price_per_device_hour is None:
+                raise SpecError("price_per_device_hour: the device has no price; give "
+                                "--price-per-device-hour")
 
     # --- the space ---------------------------------------------------------------------------
 
@@ -193,10 +235,13 @@ class DataParallelSolver:
 
         # Constraints: each family restricts the index to the rows it allows, gated by a literal.
         gates: dict[str, tuple] = {}
+        allowed_all = np.ones(len(rows), dtype=bool)
         N = rows[:, 0] * rows[:, 1]
         Bcol = N * rows[:, 2]
 
         def gate(name: str, why: str, allowed: np.ndarray):
+            nonlocal allowed_all
+            allowed_all = allowed_all & allowed
             lit = model.NewBoolVar(name)
             gates[name] = (lit, why)
             dom = cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
@@ -230,12 +275,17 @@ class DataParallelSolver:
 
         # Objective
         model.Minimize(point)
-        return _Built(model, point, rows, obj, cols, gates, len(base))
+        return _Built(model, point, rows, obj, cols, gates, len(base), allowed_all)
 
     def objective_expr(self, c: Collective):
         """What CP-SAT minimises: iteration time, time per sample (1 / throughput), or
         devices x time over the single-device time at the same global batch (1 / efficiency)."""
         t = self.m.iteration_time(c, self.p.overlap)
+        if self.p.objective in (Objective.time_to_train, Objective.cost):
+            train = t * self.p.training.steps(n * g * b)
+            if self.p.objective is Objective.cost:
+                return train * n * g * self.p.training.price_per_device_hour / 3600
+            return train
         if self.p.objective is Objective.iteration_time:
             return t
         if self.p.objective is Objective.throughput:
@@ -267,7 +317,7 @@ class DataParallelSolver:
 
     def solve(self) -> Solution:
         t0 = time.perf_counter()
-        built = self.build()
+        built = first = self.build()
         build_time = time.perf_counter() - t0
         solver = self._solver()
         status = self._run(built, solver)
@@ -309,17 +359,21 @@ class DataParallelSolver:
             seen.append(alt)
             alternatives.append((alt, predict(self.m, alt)))
 
+        prediction = predict(self.m, best)
         return Solution(
             status="optimal" if optimal else "feasible",
             config=best,
-            prediction=predict(self.m, best),
+            prediction=prediction,
             objective={
                 "name": self.p.objective.value,
                 "value": self.objective_value(best),
                 "solver_value": best_val,
                 "unit": {"throughput": "s/sample", "iteration-time": "s",
-                         "efficiency": "1/efficiency"}[self.p.objective.value],
+                         "efficiency": "1/efficiency", "time-to-train": "s",
+                         "cost": "USD"}[self.p.objective.value],
             },
+            training=self._training(best, prediction.iteration_time_s),
+            pareto=self._pareto(first) if self.p.pareto else None,
             alternatives=alternatives,
             solve_time_s=total_time,
             build_time_s=build_time,
@@ -327,6 +381,44 @@ class DataParallelSolver:
             points=built.points,
             gap=gap,
         )
+
+    def _training(self, cfg: Config, iteration_s: float) -> dict | None:
+        tr = self.p.training
+        if tr is None:
+            return None
+        steps = tr.steps(cfg.global_batch)
+        out = {"steps": steps, "samples": steps * cfg.global_batch,
+               "time_to_train_s": steps * iteration_s}
+        if tr.price_per_device_hour is not None:
+            out["cost_usd"] = out["time_to_train_s"] / 3600 * cfg.devices * \
+                tr.price_per_device_hour
+        return out
+
+    def _pareto(self, built: _Built) -> list[dict]:
+        """The non-dominated (time-to-train, cost) plans among all feasible rows: sorted by
+        time, a row joins the front when it is cheaper than every faster one."""
+        tr, rows = self.p.training, built.rows
+        ok = np.flatnonzero(built.allowed)
+        times = np.empty(len(ok))
+        for k, c in enumerate(built.collectives):
+            sel = rows[ok, 3] == k
+            fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
+            pts = rows[ok][sel]
+            times[sel] = fn(*(pts[:, i].astype(float) for i in range(3)))
+        N = (rows[ok, 0] * rows[ok, 1]).astype(float)
+        B = N * rows[ok, 2]
+        ttt = times * tr.steps(B)
+        cost = ttt / 3600 * N * tr.price_per_device_hour
+        order = np.lexsort((cost, ttt))
+        c = cost[order]
+        before = np.concatenate([[math.inf], np.minimum.accumulate(c)[:-1]])
+        front = []
+        for i in order[c < before * (1 - 1e-12)]:
+            n_, g_, b_, c_ = (int(x) for x in rows[ok[i]])
+            cfg = Config(n_, g_, n_ * g_ * b_, built.collectives[c_], self.p.overlap)
+            front.append({"config": cfg.to_json(), "time_to_train_s": float(ttt[i]),
+                          "cost_usd": float(cost[i]), "steps": float(tr.steps(B[i]))})
+        return front
 
     @staticmethod
     def _objective_at(solver, built: _Built) -> float:

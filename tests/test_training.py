@@ -1,0 +1,88 @@
+"""Time-to-train and cost (McCandlish et al. 2018): formulas, the batch the objective picks,
+the Pareto front, and the flags' errors."""
+
+import math
+
+import pytest
+
+from planner import api
+
+RESNET = dict(model="resnet50", hardware="dgx-a100-80gb", nodes_max=64,
+              global_batch_range=(256, 65536))
+
+
+def test_time_to_train_picks_a_smaller_batch_than_throughput():
+    fast = api.solve(**RESNET)
+    ttt = api.solve(**RESNET, objective="time-to-train", critical_batch=4096,
+                    target_samples=1.2e8)
+    assert ttt.status == "optimal"
+    assert ttt.config.global_batch < fast.config.global_batch
+    # steps = S_min (1 + B_noise / B) with S_min = E_min / B_noise (McCandlish eq. 2.11)
+    b = ttt.config.global_batch
+    steps = 1.2e8 / 4096 * (1 + 4096 / b)
+    assert math.isclose(ttt.training["steps"], steps, rel_tol=1e-12)
+    assert math.isclose(ttt.training["time_to_train_s"],
+                        steps * ttt.prediction.iteration_time_s, rel_tol=1e-9)
+    assert math.isclose(ttt.objective["value"], ttt.training["time_to_train_s"], rel_tol=1e-9)
+    # samples E(B) = E_min (1 + B / B_noise)
+    assert math.isclose(ttt.training["samples"], 1.2e8 * (1 + b / 4096), rel_tol=1e-12)
+
+
+def test_time_to_train_optimum_beats_every_batch_by_brute_force():
+    kw = dict(model="resnet50", hardware="dgx-a100-80gb", nodes=4, critical_batch=2048,
+              target_steps=1000.0)
+    sol = api.solve(**kw, global_batch_range=(32, 4096), objective="time-to-train")
+    best = math.inf
+    for b in range(32, 4097, 32):  # 32 devices: the global batch is a multiple of 32
+        ev = api.evaluate("resnet50", "dgx-a100-80gb", nodes=4, global_batch=b)
+        if ev.prediction.fits_memory:
+            best = min(best, 1000 * (1 + 2048 / b) * ev.prediction.iteration_time_s)
+    assert math.isclose(sol.training["time_to_train_s"], best, rel_tol=1e-9)
+
+
+def test_pareto_front_cost_rises_as_time_falls():
+    sol = api.solve(**RESNET, objective="time-to-train", critical_batch=4096,
+                    target_samples=1.2e8, pareto=True)
+    front = sol.pareto
+    assert len(front) >= 3
+    times = [p["time_to_train_s"] for p in front]
+    costs = [p["cost_usd"] for p in front]
+    assert times == sorted(times)
+    assert all(a > b for a, b in zip(costs, costs[1:], strict=False))  # faster costs more
+    price = 5.12  # a100-sxm4-80gb spec
+    for p in front[:3]:
+        cfg = p["config"]
+        ev = api.evaluate("resnet50", "dgx-a100-80gb", nodes=cfg["nodes"],
+                          devices_per_node=cfg["devices_per_node"],
+                          global_batch=cfg["global_batch"], collective=cfg["collective"])
+        t = p["steps"] * ev.prediction.iteration_time_s
+        assert math.isclose(p["time_to_train_s"], t, rel_tol=1e-9)
+        assert math.isclose(p["cost_usd"], t / 3600 * cfg["devices"] * price, rel_tol=1e-9)
+    # the time-to-train optimum is the front's fastest point
+    assert math.isclose(front[0]["time_to_train_s"], sol.training["time_to_train_s"],
+                        rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (("--objective", "time-to-train"), "critical-batch"),
+    (("--objective", "time-to-train", "--critical-batch", "4096"), "exactly one"),
+    (("--critical-batch", "4096", "--target-steps", "10", "--target-samples", "10"),
+     "exactly one"),
+    (("--target-steps", "10"), "critical-batch"),
+])
+def test_training_flag_errors(run, args, match):
+    code, _, err = run("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch",
+                       "1024", *args)
+    assert code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_cost_needs_a_price_and_takes_the_flag(run, run_json):
+    args = ("solve", "-m", "alexnet", "-H", "titanx-fdr", "--global-batch", "256",
+            "--objective", "cost", "--critical-batch", "512", "--target-steps", "100")
+    code, _, err = run(*args)  # titan-x-maxwell has no price in its spec
+    assert code == 2 and "price" in err and len(err.strip().splitlines()) == 1
+    doc = run_json(*args, "--price-per-device-hour", "0.5")
+    pred = doc["prediction"]
+    assert math.isclose(pred["cost_usd"], pred["time_to_train_s"] / 3600
+                        * doc["config"]["devices"] * 0.5, rel_tol=1e-12)
+    assert math.isclose(doc["objective"]["value"], pred["cost_usd"], rel_tol=1e-9)
