@@ -17,8 +17,8 @@ from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
-from planner.evaluate import Config, Prediction, predict
-from planner.solve.data_parallel import DataParallelSolver, Objective, Problem, Solution, Training
+from planner.prediction import Config, Prediction, predict
+from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Solution, Training
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
@@ -100,7 +100,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           objective: str = "throughput", critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           price_per_device_hour: float | None = None, **problem) -> Solution:
-    """Keys of `problem` are the fields of `planner.solve.data_parallel.Problem`. With
+    """Keys of `problem` are the fields of `planner.search.data_parallel.Problem`. With
     `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples` (E_min),
     the solution carries steps and time to train (McCandlish et al. 2018); the price per
     device-hour defaults to the device spec's."""
@@ -125,8 +125,8 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
            overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
            servers: int = 1, local_efficiency: float | None = None,
            target_efficiency: float | None = None, at_nodes: float | None = None):
-    """The derived limits of strong scaling (a `planner.limits.Limits`; `.summary()` for a dict)."""
-    from planner import limits as lim
+    """The derived limits of strong scaling (a `planner.scaling.Limits`; `.summary()` for a dict)."""
+    from planner import scaling as lim
 
     dp = build(model, hardware, precision, optimizer, servers=servers)
     return lim.Limits(
@@ -138,8 +138,8 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
 
 
 def derive(model: str, hardware: str, **kwargs):
-    """The formulas behind `limits` (a list of `planner.derive.Derived`)."""
-    from planner import derive as der
+    """The formulas behind `limits` (a list of `planner.formulas.Derived`)."""
+    from planner import formulas as der
 
     return der.derive(limits(model, hardware, **kwargs))
 

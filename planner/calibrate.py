@@ -25,7 +25,7 @@ from planner.catalog import list_models, load_model, load_system
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import SpecError
-from planner.evaluate import Config, predict
+from planner.prediction import Config, predict
 from planner.spec.hardware import Precision, System
 
 REQUIRED_COLUMNS = ("citation", "model", "gpu", "gpus_total", "gpus_per_node", "global_batch",

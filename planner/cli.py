@@ -544,7 +544,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
       planner derive -m alexnet -H k80-fdr --global-batch 1024 --format latex --substitute all
     """
     from planner import api
-    from planner import derive as der
+    from planner import formulas as der
     from planner.report import derive_text
 
     _require(model, hardware)
@@ -645,6 +645,21 @@ def calibrate(csv_path, check, fmt):
              if abs(specs[d] - v) > cal.CHECK_TOLERANCE]
     if check and stale:
         raise CheckFailed(f"efficiency.compute out of date with the fit: {', '.join(stale)}")
+
+
+@cli.command()
+@click.argument("command", required=False, type=click.Choice(["evaluate", "solve", "limits"]))
+def schema(command):
+    """Print the JSON Schema of the JSON output of COMMAND (all of them without one).
+
+    \b
+    Examples:
+      planner schema solve > solve.schema.json
+    """
+    from planner.schema import schemas
+
+    docs = schemas()
+    click.echo(render.to_json(docs[command] if command else docs))
 
 
 # --- entry point ----------------------------------------------------------------------------

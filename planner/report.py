@@ -215,7 +215,7 @@ def limits_text(s: dict) -> str:
 def derive_text(formulas, fmt: str) -> str:
     import sympy as sp
 
-    from planner.derive import glossary
+    from planner.formulas import glossary
 
     blocks = []
     for f in formulas:

@@ -9,7 +9,7 @@ import sympy as sp
 from planner import api
 from planner.cost import symbols as S
 from planner.cost.collectives import Collective
-from planner.derive import as_json, derive
+from planner.formulas import as_json, derive
 
 CASES = [(c, ov) for c in Collective for ov in (False, True)]
 

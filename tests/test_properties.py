@@ -15,8 +15,8 @@ from planner.catalog import load_model, load_system
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import InfeasibleError
-from planner.evaluate import Config, predict
-from planner.solve.data_parallel import DataParallelSolver, Objective, Problem
+from planner.prediction import Config, predict
+from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Training
 from tests.test_solve import brute_force
 
 MODELS = ["alexnet", "googlenet", "resnet50", "vgg16"]
@@ -33,8 +33,12 @@ def problems(draw):
     objective = draw(st.sampled_from(list(Objective)))
     if objective is Objective.efficiency and "global_batch" not in batch:
         objective = Objective.throughput
+    training = None
+    if objective in (Objective.time_to_train, Objective.cost):
+        training = Training(critical_batch=draw(st.floats(1, 4096)), target_steps=100.0,
+                            price_per_device_hour=2.0)
     cols = draw(st.lists(st.sampled_from(list(Collective)), min_size=1, max_size=3, unique=True))
-    return Problem(
+    return Problem(training=training,
         nodes_max=draw(st.integers(1, 6)),
         nodes=draw(st.none() | st.integers(1, 6)),
         devices_max=draw(st.none() | st.integers(1, 24)),

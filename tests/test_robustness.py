@@ -10,7 +10,7 @@ import pytest
 
 from planner import api
 from planner.errors import InfeasibleError
-from planner.solve.data_parallel import DataParallelSolver, Problem
+from planner.search.data_parallel import DataParallelSolver, Problem
 
 TIMING_KEYS = {"solve_time_s", "build_time_s"}
 

@@ -8,8 +8,8 @@ import pytest
 from planner.api import build
 from planner.cost.collectives import Collective
 from planner.errors import InfeasibleError
-from planner.evaluate import Config, predict
-from planner.solve.data_parallel import DataParallelSolver, Objective, Problem
+from planner.prediction import Config, predict
+from planner.search.data_parallel import DataParallelSolver, Objective, Problem
 
 
 def brute_force(dp, problem: Problem):

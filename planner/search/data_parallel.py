@@ -24,7 +24,7 @@ from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
 from planner.cost.symbols import b, g, n
 from planner.errors import InfeasibleError, SpecError
-from planner.evaluate import Config, Prediction, predict
+from planner.prediction import Config, Prediction, predict
 
 DEFAULT_NODES_MAX = 4096
 MAX_POINTS = 3_000_000

@@ -14,7 +14,7 @@ import sympy as sp
 
 from planner.cost import symbols as S
 from planner.errors import SpecError
-from planner.limits import Limits
+from planner.scaling import Limits
 
 FORMULAS = ("iteration_time", "speedup", "efficiency", "memory", "optimal_nodes",
             "max_speedup", "required_bandwidth")

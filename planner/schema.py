@@ -1,0 +1,108 @@
+"""JSON Schema (draft 2020-12) of the JSON documents the commands print: `planner schema`.
+
+One schema per command; `evaluate` and `solve` accept either the data-parallel (CNN) or the
+hybrid (transformer) form. Tests validate real outputs against these, so a key added to an
+output without its schema fails CI.
+"""
+
+from __future__ import annotations
+
+NUM = {"type": "number"}
+INT = {"type": "integer"}
+STR = {"type": "string"}
+BOOL = {"type": "boolean"}
+
+
+def obj(props: dict, required: list[str] | None = None, extra: bool = False) -> dict:
+    return {"type": "object", "properties": props,
+            "required": sorted(props) if required is None else required,
+            "additionalProperties": extra}
+
+
+def _envelope(command: str, body: dict, required: list[str]) -> dict:
+    props = {"schema_version": {"const": 1}, "command": {"const": command}, **body}
+    return obj(props, ["schema_version", "command", *required])
+
+
+DP_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
+                 "local_batch": INT, "collective": STR, "overlap": BOOL})
+DP_PREDICTION = obj({
+    "iteration_time_s": NUM, "throughput_samples_per_s": NUM, "compute_time_s": NUM,
+    "communication_time_s": NUM, "exposed_communication_time_s": NUM, "optimizer_time_s": NUM,
+    "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_memory": BOOL,
+    "memory_breakdown": obj({k: NUM for k in ("weights", "gradients", "optimizer",
+                                              "activations")}),
+    "speedup": NUM, "efficiency": NUM,
+    # with --critical-batch (time to train)
+    "steps": NUM, "samples": NUM, "time_to_train_s": NUM, "cost_usd": NUM,
+}, required=["iteration_time_s", "throughput_samples_per_s", "memory_bytes_per_device",
+             "speedup", "efficiency"])
+HYBRID_CONFIG = obj({
+    "devices": INT, "nodes": INT, "devices_per_node": INT, "tp": INT, "pp": INT, "dp": INT,
+    "micro_batch": INT, "global_batch": INT, "interleave": INT,
+    "recompute": {"enum": ["none", "selective", "full"]}, "sequence_parallel": BOOL,
+    "zero": {"enum": [0, 1, 2, 3]}, "schedule": {"enum": ["1f1b", "gpipe"]}, "overlap": BOOL,
+    "flash_attention": BOOL, "gradient_accumulation": INT})
+HYBRID_PREDICTION = obj({
+    "iteration_time_s": NUM, "samples_per_s": NUM, "tokens_per_s": NUM,
+    "model_flops_per_iteration": NUM, "hardware_flops_per_iteration": NUM,
+    "tflops_per_device_model": NUM, "tflops_per_device_hardware": NUM, "mfu": NUM, "hfu": NUM,
+    "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "pp_bubble", "pp_comm",
+                                            "dp_comm_exposed", "optimizer")}),
+    "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_in_memory": BOOL,
+    "memory_breakdown": obj({k: NUM for k in ("weights", "gradients", "optimizer",
+                                              "activations")})})
+OBJECTIVE = obj({"name": STR, "value": NUM, "solver_value": NUM, "unit": STR},
+                required=["name", "value", "unit"])
+PARETO = {"type": "array", "items": obj({"config": DP_CONFIG, "time_to_train_s": NUM,
+                                         "cost_usd": NUM, "steps": NUM})}
+
+
+def _evaluate() -> dict:
+    spec = {"model": STR, "hardware": STR, "line": INT}
+    dp = _envelope("evaluate", {**spec, "config": DP_CONFIG, "prediction": DP_PREDICTION},
+                   ["config", "prediction"])
+    hybrid = _envelope("evaluate", {**spec, "config": HYBRID_CONFIG,
+                                    "prediction": HYBRID_PREDICTION}, ["config", "prediction"])
+    error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
+    return {"oneOf": [dp, hybrid, error]}
+
+
+def _solve() -> dict:
+    spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
+            "objective": OBJECTIVE}
+    dp = _envelope("solve", {
+        **spec, "config": DP_CONFIG, "prediction": DP_PREDICTION, "pareto": PARETO,
+        "solve_time_s": NUM, "build_time_s": NUM,
+        "search": obj({"points": INT, "branches": INT, "gap": NUM}),
+        "alternatives": {"type": "array", "items": obj({"config": DP_CONFIG,
+                                                        "prediction": DP_PREDICTION})},
+    }, ["status", "config", "prediction", "objective", "search"])
+    hybrid = _envelope("solve", {
+        **spec, "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION,
+        "search": obj({"rows": INT, "build_time_s": NUM, "solve_time_s": NUM, "gap": NUM}),
+    }, ["status", "config", "prediction", "objective", "search"])
+    return {"oneOf": [dp, hybrid]}
+
+
+def _limits() -> dict:
+    nullable = {"type": ["number", "null"]}
+    return _envelope("limits", {
+        "model": STR, "hardware": STR, "optimal_nodes": NUM, "optimal_nodes_reason": STR,
+        "max_speedup": NUM, "comm_bound_from_nodes": nullable, "local_batch_min": NUM,
+        "max_useful_nodes": INT, "efficiency_at_nodes": obj({"nodes": NUM, "efficiency": NUM}),
+        "required_bandwidth_GBps": nullable, "available_bandwidth_GBps": NUM,
+        "target_efficiency": NUM, "local_efficiency": NUM, "single_device_time_s": NUM,
+        "iteration_time_at_optimum_s": NUM, "global_batch": INT, "devices_per_node": INT,
+        "collective": STR, "overlap": BOOL,
+    }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
+        "required_bandwidth_GBps", "efficiency_at_nodes"])
+
+
+def schemas() -> dict:
+    """{command: JSON Schema}."""
+    out = {"evaluate": _evaluate(), "solve": _solve(), "limits": _limits()}
+    for name, sch in out.items():
+        sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        sch["title"] = f"planner {name} --format json"
+    return out

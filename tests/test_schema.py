@@ -1,0 +1,50 @@
+"""Real JSON outputs validate against `planner schema`; a wrong document does not."""
+
+import json
+
+import jsonschema
+import pytest
+
+CASES = [
+    ("evaluate", ("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "4",
+                  "--global-batch", "1024")),
+    ("evaluate", ("evaluate", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices", "1024",
+                  "--tp", "8", "--pp", "8", "--global-batch", "1536", "--recompute", "full")),
+    ("solve", ("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--top", "2")),
+    ("solve", ("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--nodes-max", "8",
+               "--global-batch-range", "256:4096", "--critical-batch", "4096",
+               "--target-samples", "1.2e8", "--objective", "time-to-train", "--pareto")),
+    ("solve", ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
+               "--global-batch", "64")),
+    ("limits", ("limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")),
+]
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    from planner.schema import schemas
+
+    out = schemas()
+    for sch in out.values():
+        jsonschema.Draft202012Validator.check_schema(sch)
+    return out
+
+
+@pytest.mark.parametrize(("command", "args"), CASES)
+def test_outputs_validate(run_json, schemas, command, args):
+    jsonschema.validate(run_json(*args), schemas[command])
+
+
+def test_schema_command_prints_every_schema(run, schemas):
+    code, out, _ = run("schema")
+    assert code == 0 and json.loads(out) == schemas
+
+
+def test_an_unknown_key_or_a_wrong_type_is_rejected(run_json, schemas):
+    doc = run_json("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256")
+    bad = {**doc, "config": {**doc["config"], "nodes": "four"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schemas["solve"])
+    extra = {**doc, "prediction": {**doc["prediction"], "surprise": 1}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(extra, schemas["solve"])
