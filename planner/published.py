@@ -10,11 +10,14 @@ solver choose what the table leaves out (micro-batch, interleaving).
 from __future__ import annotations
 
 import csv
+import dataclasses
+import math
 
-from planner import api
-from planner.calibrate import default_csv
-from planner.catalog import load_model
+from planner.calibrate import _golden_min, default_csv
+from planner.catalog import load_model, load_system
 from planner.cost.transformer import hardware_flops_per_sequence
+from planner.hybrid import HybridSolver, Search
+from planner.spec.hardware import Precision
 
 SC21_SYSTEMS = {("A100-SXM4-80GB", 8): "dgx-a100-80gb"}
 
@@ -24,27 +27,58 @@ def _sc21_model(name: str) -> str:
     return "gpt-1t" if size == "1008.0" else f"gpt-{size.lower()}b"
 
 
-def sc21_rows(path=None) -> list[dict]:
+def sc21_runs(path=None) -> list[dict]:
+    """The SC21 Table 1 rows of the calibration CSV, with the measured iteration time."""
     out = []
     with open(path or default_csv(), newline="", encoding="utf-8") as fh:
         for rec in csv.DictReader(fh):
             if "Narayanan" not in rec["citation"] or rec["metric"] != "achieved_tflops_per_gpu":
                 continue
             model = _sc21_model(rec["model"])
-            system = SC21_SYSTEMS[(rec["gpu"], int(rec["gpus_per_node"]))]
             gpus, batch = int(rec["gpus_total"]), int(rec["global_batch"])
-            tp, pp = int(rec["tp"]), int(rec["pp"])
-            measured_tflops = float(rec["value"])
+            tflops = float(rec["value"])
             flops = hardware_flops_per_sequence(load_model(model), "full") * batch
-            measured = flops / (gpus * measured_tflops * 1e12)
-            sol = api.solve_transformer(model, system, global_batch=batch, devices=gpus, tp=tp,
-                                        pp=pp, recompute="full", sequence_parallel=False, zero=0,
-                                        schedule="1f1b", overlap=False, flash_attention=False)
-            predicted = sol.prediction["iteration_time_s"]
-            out.append({"model": model, "gpus": gpus, "tp": tp, "pp": pp, "global_batch": batch,
-                        "micro_batch": sol.plan.micro_batch, "interleave": sol.plan.interleave,
-                        "measured_s": measured, "predicted_s": predicted,
-                        "measured_tflops": measured_tflops,
-                        "predicted_tflops": sol.prediction["tflops_per_device_hardware"],
-                        "error": predicted / measured - 1})
+            out.append({"model": model, "system": SC21_SYSTEMS[(rec["gpu"],
+                                                                int(rec["gpus_per_node"]))],
+                        "gpus": gpus, "global_batch": batch, "tp": int(rec["tp"]),
+                        "pp": int(rec["pp"]), "measured_tflops": tflops,
+                        "measured_s": flops / (gpus * tflops * 1e12)})
     return out
+
+
+def solve_run(run: dict, matmul_efficiency: float | None = None):
+    """The pinned solve of one SC21 row, with the spec's matmul efficiency or the one given."""
+    system = load_system(run["system"])
+    if matmul_efficiency is not None:
+        dev = system.device
+        eff = dev.efficiency.model_copy(update={"matmul": matmul_efficiency})
+        system = dataclasses.replace(system, device=dev.model_copy(update={"efficiency": eff}))
+    q = Search(global_batch=run["global_batch"], devices=run["gpus"], tp=run["tp"],
+               pp=run["pp"], recompute="full", sequence_parallel=False, zero=0,
+               schedule="1f1b", overlap=False, flash_attention=False)
+    return HybridSolver(load_model(run["model"]), system, Precision.fp16, q).solve()
+
+
+def sc21_rows(path=None) -> list[dict]:
+    """Each SC21 row measured vs predicted with the specs as they are."""
+    out = []
+    for run in sc21_runs(path):
+        sol = solve_run(run)
+        predicted = sol.prediction["iteration_time_s"]
+        out.append({**run, "micro_batch": sol.plan.micro_batch,
+                    "interleave": sol.plan.interleave, "predicted_s": predicted,
+                    "predicted_tflops": sol.prediction["tflops_per_device_hardware"],
+                    "error": predicted / run["measured_s"] - 1})
+    return out
+
+
+def fit_matmul_efficiency(path=None) -> float:
+    """The matmul efficiency minimising the squared log error of the SC21 iteration times
+    (predicted time falls monotonically with it, so the loss is unimodal)."""
+    runs = sc21_runs(path)
+
+    def loss(eta):
+        return sum(math.log(solve_run(r, eta).prediction["iteration_time_s"] / r["measured_s"])
+                   ** 2 for r in runs)
+
+    return _golden_min(loss, 0.3, 1.0, tol=1e-3)

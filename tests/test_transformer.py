@@ -182,3 +182,10 @@ def test_cli_contract(run, run_json):
     code, _, err = run("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "8",
                        "--global-batch", "1536")
     assert code == 1 and "memory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_spec_matmul_efficiency_is_the_sc21_fit():
+    from planner.published import fit_matmul_efficiency
+
+    spec = load_system("dgx-a100-80gb").device.efficiency.matmul
+    assert abs(fit_matmul_efficiency() - spec) < 0.01
