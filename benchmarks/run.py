@@ -55,4 +55,5 @@ if __name__ == "__main__":
     calibration()
     print()
     transformers.sc21_table()
+    transformers.bert_table()
     transformers.solve_times()

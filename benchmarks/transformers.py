@@ -10,7 +10,7 @@ import time
 
 from planner import api
 from planner.errors import InfeasibleError
-from planner.published import fit_matmul_efficiency, sc21_rows
+from planner.published import bert_rows, fit_matmul_efficiency, sc21_rows
 
 
 def sc21_table():
@@ -26,6 +26,17 @@ def sc21_table():
     print(f"MAPE {mape:.1%} over {len(rows)} rows")
     print(f"matmul efficiency refitted to these rows: {fit_matmul_efficiency():.3f} "
           "(a100-sxm4-80gb spec: 0.66)\n")
+
+
+def bert_table():
+    rows = bert_rows()
+    print("BERT-Large phase 1 on DGX A100 80GB (NVIDIA DeepLearningExamples), held out")
+    print(f"{'gpus':>5} {'batch':>6} {'mb':>4} {'measured seq/s':>14} {'predicted':>10} {'error':>7}")
+    for r in rows:
+        print(f"{r['gpus']:>5} {r['global_batch']:>6} {r['micro_batch']:>4} "
+              f"{r['measured_seq_s']:>14,.0f} {r['predicted_seq_s']:>10,.0f} {r['error']:>+7.1%}")
+    mape = sum(abs(r["error"]) for r in rows) / len(rows)
+    print(f"MAPE {mape:.1%} over {len(rows)} rows\n")
 
 
 def solve_times():
@@ -50,4 +61,5 @@ def solve_times():
 
 if __name__ == "__main__":
     sc21_table()
+    bert_table()
     solve_times()

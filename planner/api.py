@@ -182,12 +182,14 @@ def is_transformer(model: str) -> bool:
     return isinstance(load_model(model), Transformer)
 
 
-def _transformer_setup(model: str, hardware: str, precision: str | None):
-    from planner.spec.transformer import Transformer
+def _transformer_setup(model: str, hardware: str, precision: str | None,
+                       seq_len: int | None = None):
+    from planner.spec.transformer import Transformer, with_seq_len
 
     m = load_model(model)
     if not isinstance(m, Transformer):
         raise SpecError(f"model: '{model}' is not a transformer")
+    m = with_seq_len(m, seq_len)
     system = load_system(hardware)
     prec = _enum(Precision, precision, "precision") or system.device.default_precision
     system.device.peak_flops(prec)
@@ -207,12 +209,12 @@ def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
                          interleave: int = 1, recompute: str = "none",
                          sequence_parallel: bool = False, zero: int = 0,
                          schedule: str = "1f1b", overlap: bool = True,
-                         flash_attention: bool = True,
-                         precision: str | None = None) -> HybridEvaluation:
+                         flash_attention: bool = True, precision: str | None = None,
+                         seq_len: int | None = None) -> HybridEvaluation:
     """Predict one hybrid configuration; devices = tp x pp x dp (give any two of devices, dp)."""
     from planner.hybrid import Plan, predict
 
-    m, system, prec = _transformer_setup(model, hardware, precision)
+    m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
     g = system.devices_per_node
     if nodes is not None:
         if devices is not None and devices != nodes * g:
@@ -234,12 +236,12 @@ def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
 
 
 def solve_transformer(model: str, hardware: str, *, precision: str | None = None,
-                      time_limit_s: float = 10.0, **search):
+                      time_limit_s: float = 10.0, seq_len: int | None = None, **search):
     """The proven-optimal hybrid plan (a `planner.hybrid.HybridSolution`). Keys of `search`
     are the fields of `planner.hybrid.Search`; any subset of the choices may be pinned."""
     from planner.hybrid import HybridSolver, Search
 
-    m, system, prec = _transformer_setup(model, hardware, precision)
+    m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
     try:
         q = Search(time_limit_s=time_limit_s, **search)
     except TypeError as exc:

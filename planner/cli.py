@@ -60,7 +60,7 @@ def spec_options(f=None, *, formats=FORMATS):
 
 
 TRANSFORMER_KEYS = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute",
-                    "sequence_parallel", "zero", "schedule", "flash_attention")
+                    "sequence_parallel", "zero", "schedule", "flash_attention", "seq_len")
 
 
 def transformer_options(f):
@@ -83,6 +83,8 @@ def transformer_options(f):
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,
                      show_default=True, help="Attention scores stay on chip (FlashAttention)."),
+        click.option("--seq-len", "seq_len", type=click.IntRange(1, 10_000_000),
+                     help="Train at this sequence length [default: the model's seq_len]."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -242,7 +244,7 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
                                            **hybrid_doc(ev.plan, ev.prediction,
                                                         ev.devices_per_node)})
         _emit(doc, fmt, hybrid_text(ev.plan, ev.prediction, ev.devices_per_node),
-              _arch(model))
+              _arch(model, hybrid.get("seq_len")))
         return
     _reject_transformer_flags(hybrid)
 
@@ -256,18 +258,19 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
     _emit(doc, fmt, evaluation_text(ev.config, ev.prediction))
 
 
-def _arch(model: str) -> dict:
+def _arch(model: str, seq_len: int | None) -> dict:
     from planner.catalog import load_model
     from planner.report import transformer_doc
+    from planner.spec.transformer import with_seq_len
 
-    return transformer_doc(load_model(model))
+    return transformer_doc(with_seq_len(load_model(model), seq_len))
 
 
 def _hybrid_defaults(kw: dict) -> dict:
     """evaluate's values for unset hybrid flags."""
     defaults = {"tp": 1, "pp": 1, "dp": None, "micro_batch": 1, "interleave": 1,
                 "recompute": "none", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
-                "flash_attention": True}
+                "flash_attention": True, "seq_len": None}
     return {k: (kw.get(k) if kw.get(k) is not None else v) for k, v in defaults.items()}
 
 
@@ -471,7 +474,7 @@ def _solve_transformer(model, hardware, precision, overlap, fmt, objective, toke
                        "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
     text = f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction,
                                                    api.load_system(hardware).devices_per_node)
-    _emit(render.document("solve", body), fmt, text, _arch(model))
+    _emit(render.document("solve", body), fmt, text, _arch(model, hybrid.get("seq_len")))
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------

@@ -82,3 +82,28 @@ def fit_matmul_efficiency(path=None) -> float:
                    ** 2 for r in runs)
 
     return _golden_min(loss, 0.3, 1.0, tol=1e-3)
+
+
+def bert_rows(path=None) -> list[dict]:
+    """NVIDIA DeepLearningExamples BERT-Large phase-1 pre-training on DGX A100 80GB (8 to 256
+    GPUs, sequence 128): sequences/s measured vs predicted. Held out: nothing was fitted to
+    them. The table gives dp, the per-GPU batch and the global batch; attention is Apex's
+    fused kernel, not flash, so the scores go through HBM."""
+    from planner import api
+
+    out = []
+    with open(path or default_csv(), newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            if "BERT" not in rec["model"] or rec["metric"] != "sequences_per_sec":
+                continue
+            gpus, batch = int(rec["gpus_total"]), int(rec["global_batch"])
+            ev = api.evaluate_transformer(
+                "bert-large", "dgx-a100-80gb", global_batch=batch, devices=gpus,
+                micro_batch=int(rec["micro_batch"]), seq_len=int(rec["seq_len"]),
+                flash_attention=False, precision="fp16")
+            measured = float(rec["value"])
+            predicted = ev.prediction["samples_per_s"]
+            out.append({"gpus": gpus, "global_batch": batch, "micro_batch": ev.plan.micro_batch,
+                        "measured_seq_s": measured, "predicted_seq_s": predicted,
+                        "error": predicted / measured - 1})
+    return out

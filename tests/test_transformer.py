@@ -21,6 +21,7 @@ SC21 = ["gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b
 
 @pytest.mark.parametrize(("name", "params"), [
     ("gpt2", 124_337_664),            # bias-free GPT-2 small, tied embeddings (issue 3)
+    ("bert-large", 335_141_888),      # Devlin et al.: with token types and pooler
     ("llama2-7b", 6_738_415_616),     # Meta's released checkpoint
     ("llama2-70b", 68_976_648_192),
     ("llama3-8b", 8_030_261_248),
@@ -189,3 +190,23 @@ def test_spec_matmul_efficiency_is_the_sc21_fit():
 
     spec = load_system("dgx-a100-80gb").device.efficiency.matmul
     assert abs(fit_matmul_efficiency() - spec) < 0.01
+
+
+def test_bert_rows_held_out_within_15_percent():
+    from planner.published import bert_rows
+
+    rows = bert_rows()
+    assert len(rows) == 6
+    assert np.mean([abs(r["error"]) for r in rows]) < 0.15, rows
+
+
+def test_seq_len_override_keeps_the_position_table(run):
+    m = load_model("bert-large")
+    from planner.spec.transformer import with_seq_len
+
+    short = with_seq_len(m, 128)
+    assert short.params() == m.params() and short.seq_len == 128
+    assert short.model_flops() < m.model_flops()
+    code, _, err = run("evaluate", "-m", "bert-large", "-H", "dgx-a100-80gb", "--devices", "8",
+                       "--global-batch", "64", "--seq-len", "1024")
+    assert code == 2 and "512 learned positions" in err

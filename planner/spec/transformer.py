@@ -9,6 +9,7 @@ forward FLOPs 24 B s l h^2 (1 + s / (6 h)) + 2 B s h V (ibid. eq. 3 divided by i
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -42,6 +43,9 @@ class TransformerFile(Spec):
     bias: bool = True  # biases in every linear layer and in the norms
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     position_embedding: Literal["learned", "rotary"] = "learned"
+    max_positions: Size | None = None  # learned position table (default seq_len)
+    token_types: int = Field(default=0, ge=0, le=1_000_000)  # BERT segment embeddings
+    pooler: bool = False  # BERT's h x h pooler on the first token
     moe: MoE | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -75,6 +79,9 @@ class Transformer:
     bias: bool
     norm: str
     position_embedding: str
+    max_positions: int = 0
+    token_types: int = 0
+    pooler: bool = False
     experts: int = 1
     top_k: int = 1
 
@@ -118,12 +125,14 @@ class Transformer:
 
     def embedding_params(self) -> int:
         """Token embedding (plus learned positions): held by the first pipeline stage."""
-        pos = self.seq_len * self.hidden if self.position_embedding == "learned" else 0
-        return self.vocab * self.hidden + pos
+        pos = self.max_positions * self.hidden if self.position_embedding == "learned" else 0
+        return (self.vocab + self.token_types) * self.hidden + pos
 
     def head_params(self) -> int:
         """Final norm and (untied) output projection: held by the last pipeline stage."""
-        return self.norm_params() + (0 if self.tied_embeddings else self.vocab * self.hidden)
+        pooler = self.hidden * self.hidden + self.hidden if self.pooler else 0
+        return (self.norm_params() + pooler
+                + (0 if self.tied_embeddings else self.vocab * self.hidden))
 
     def params(self) -> int:
         return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
@@ -162,6 +171,18 @@ class Transformer:
         return 3 * self.forward_flops()
 
 
+def with_seq_len(m: Transformer, seq_len: int | None) -> Transformer:
+    """The model trained at another sequence length (the position table is unchanged)."""
+    if seq_len is None or seq_len == m.seq_len:
+        return m
+    if not 1 <= seq_len <= 10_000_000:
+        raise SpecError(f"seq_len: must be in [1, 10000000], got {seq_len}")
+    if m.position_embedding == "learned" and seq_len > m.max_positions:
+        raise SpecError(f"seq_len: {seq_len} exceeds the {m.max_positions} learned positions "
+                        f"of '{m.name}'")
+    return dataclasses.replace(m, seq_len=seq_len)
+
+
 def build_transformer(data: dict, where: str) -> Transformer:
     spec = validate(TransformerFile, data, where)
     moe = spec.moe
@@ -177,5 +198,6 @@ def build_transformer(data: dict, where: str) -> Transformer:
         vocab=spec.vocab, ffn_hidden=ffn, ffn_kind=spec.ffn_kind,
         tied_embeddings=spec.tied_embeddings, bias=spec.bias, norm=spec.norm,
         position_embedding=spec.position_embedding,
-        experts=moe.experts if moe else 1, top_k=moe.top_k if moe else 1,
+        max_positions=spec.max_positions or spec.seq_len, token_types=spec.token_types,
+        pooler=spec.pooler, experts=moe.experts if moe else 1, top_k=moe.top_k if moe else 1,
     )
