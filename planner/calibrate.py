@@ -115,6 +115,9 @@ def _positive_int(text: str) -> int | None:
 def _parse(i: int, rec: dict) -> Run | Skipped:
     label = f"{rec['model'] or '?'} on {rec['gpus_total'] or '?'} x {rec['gpu'] or '?'}"
     skip = functools.partial(Skipped, i, label)
+    if rec["model"].startswith(("GPT", "BERT")):
+        return skip("transformer row: predicted by planner.published "
+                    "(python benchmarks/transformers.py)")
     if rec["metric"] not in THROUGHPUT_METRICS:
         return skip(f"metric {rec['metric']!r} is not a throughput")
     model = _model_name(rec["model"])

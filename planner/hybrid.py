@@ -16,6 +16,8 @@ move the same gradient volume, so stage 2 (least memory, the sharded optimizer s
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -237,8 +239,7 @@ class HybridSolver:
             raise SpecError(f"the search space has {len(st) * len(ch):,} rows (limit "
                             f"{MAX_ROWS:,}); pin --tp or --pp, or lower --devices-max")
         if len(st) == 0:
-            raise InfeasibleError("infeasible: no tp x pp x dp split meets the pins, the device "
-                                  "count and global_batch divisibility", ("divisibility",))
+            raise self._explain_empty()
         t, p, v, d, mb = (col[:, None] for col in st.T)
         rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "acc": self.q.global_batch // (d * mb),
@@ -248,6 +249,25 @@ class HybridSolver:
         priced = {k: np.broadcast_to(val, shape).ravel()
                   for k, val in iteration(self.m, self.hw, cfg).items() if k in ("time", "memory")}
         return st, ch, priced
+
+    def _explain_empty(self) -> InfeasibleError:
+        """No structure meets the pins: name the smallest set of pins whose removal helps."""
+        pins = [k for k in ("devices", "tp", "pp", "dp", "micro_batch", "interleave")
+                if getattr(self.q, k) is not None]
+        for size in range(1, len(pins) + 1):
+            for combo in itertools.combinations(pins, size):
+                free = dataclasses.replace(self.q, **{k: None for k in combo})
+                if len(_structures(self.m, self.hw.g, free)):
+                    what = ", ".join(f"{k} = {getattr(self.q, k)}" for k in combo)
+                    return InfeasibleError(
+                        f"infeasible: these pins conflict with global_batch = "
+                        f"{self.q.global_batch}, {self.m.layers} layers, {self.m.heads} heads "
+                        f"and the device budget: {what}", combo)
+        return InfeasibleError(
+            f"infeasible: no tp x pp x dp split of at most "
+            f"{self.q.devices or self.q.devices_max} devices divides global_batch = "
+            f"{self.q.global_batch} (whole nodes of {self.hw.g} beyond one node)",
+            ("global_batch",))
 
     def _objective(self, time_s: np.ndarray) -> np.ndarray:
         if self.q.objective == "token-budget":
