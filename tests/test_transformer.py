@@ -210,3 +210,22 @@ def test_seq_len_override_keeps_the_position_table(run):
     code, _, err = run("evaluate", "-m", "bert-large", "-H", "dgx-a100-80gb", "--devices", "8",
                        "--global-batch", "64", "--seq-len", "1024")
     assert code == 2 and "512 learned positions" in err
+
+
+def test_first_stage_activations_follow_korthikanti_in_flight_counts():
+    """1F1B: p micro-batches of L / p layers in flight = L layers' worth; interleaved with v
+    chunks: x (1 + (p - 1) / (p v)) (Korthikanti et al. 2022, sec. 4.2.3); GPipe: all m."""
+    from planner.cost.transformer import iteration
+
+    m = load_model("gpt3-175b")
+    hw = Hardware.of(load_system("dgx-a100-80gb"), Precision.fp16)
+    layer = activation_bytes_per_layer(m, hw, 8, 1, "selective", True, flash=False)
+
+    def acts(v, gpipe=0):
+        cfg = dict(t=8, p=8, d=1, mb=1, acc=16, v=v, recompute=1, sp=1, zero=0, gpipe=gpipe,
+                   flash=False)
+        return float(iteration(m, hw, cfg)["activations"])
+
+    assert math.isclose(acts(1), 96 * layer, rel_tol=1e-12)
+    assert math.isclose(acts(2), 96 * layer * (1 + 7 / 16), rel_tol=1e-12)
+    assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer, rel_tol=1e-12)

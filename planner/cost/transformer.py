@@ -220,7 +220,9 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
         [activation_bytes_per_layer(m, hw, t, mb, "full", sp, flash),
          activation_bytes_per_layer(m, hw, t, mb, "selective", sp, flash)],
         activation_bytes_per_layer(m, hw, t, mb, "none", sp, flash))
-    in_flight = np.where(gpipe, acc, np.minimum(p, acc) * (1 + (p - 1) / (p * v)))
+    # Korthikanti et al. sec. 4.2.3: interleaving with v chunks holds 1 + (p - 1) / (p v) x more
+    in_flight = np.where(gpipe, acc, np.minimum(p, acc)
+                         * np.where(v > 1, 1 + (p - 1) / (p * v), 1.0))
     acts = (q + (r > 0)) * per_layer_act * in_flight
     # a fully recomputed layer rebuilds its full activations during backward
     acts = acts + np.where(rec == 2, activation_bytes_per_layer(m, hw, t, mb, "none", sp, flash), 0)
