@@ -99,7 +99,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           optimizer: str = "momentum", servers: int = 1, collective: str | None = None,
           objective: str = "throughput", critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
-          price_per_device_hour: float | None = None, **problem) -> Solution:
+          price_per_device_hour: float | None = None, deadline_s: float | None = None,
+          budget_usd: float | None = None, **problem) -> Solution:
     """Keys of `problem` are the fields of `planner.search.data_parallel.Problem`. With
     `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples` (E_min),
     the solution carries steps and time to train (McCandlish et al. 2018); the price per
@@ -109,10 +110,11 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     training = None
     if critical_batch is not None:
         price = price_per_device_hour or dp.system.device.price_per_hour_usd
-        training = Training(critical_batch, target_steps, target_samples, price)
-    elif target_steps is not None or target_samples is not None:
-        raise SpecError("critical_batch: --target-steps / --target-samples need "
-                        "--critical-batch")
+        training = Training(critical_batch, target_steps, target_samples, price, deadline_s,
+                            budget_usd)
+    elif any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
+        raise SpecError("critical_batch: --target-steps / --target-samples / --deadline / "
+                        "--budget need --critical-batch")
     try:
         prob = Problem(collectives=cols, objective=_enum(Objective, objective, "objective"),
                        training=training, **problem)
@@ -198,7 +200,7 @@ def _transformer_setup(model: str, hardware: str, precision: str | None,
 
 @dataclass(frozen=True)
 class HybridEvaluation:
-    plan: object  # planner.hybrid.Plan
+    plan: object  # planner.search.hybrid.Plan
     prediction: dict
     devices_per_node: int
 
@@ -212,7 +214,7 @@ def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
                          flash_attention: bool = True, precision: str | None = None,
                          seq_len: int | None = None) -> HybridEvaluation:
     """Predict one hybrid configuration; devices = tp x pp x dp (give any two of devices, dp)."""
-    from planner.hybrid import Plan, predict
+    from planner.search.hybrid import Plan, predict
 
     m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
     g = system.devices_per_node
@@ -237,9 +239,9 @@ def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
 
 def solve_transformer(model: str, hardware: str, *, precision: str | None = None,
                       time_limit_s: float = 10.0, seq_len: int | None = None, **search):
-    """The proven-optimal hybrid plan (a `planner.hybrid.HybridSolution`). Keys of `search`
-    are the fields of `planner.hybrid.Search`; any subset of the choices may be pinned."""
-    from planner.hybrid import HybridSolver, Search
+    """The proven-optimal hybrid plan (a `planner.search.hybrid.HybridSolution`). Keys of `search`
+    are the fields of `planner.search.hybrid.Search`; any subset of the choices may be pinned."""
+    from planner.search.hybrid import HybridSolver, Search
 
     m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
     try:

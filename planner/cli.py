@@ -386,8 +386,14 @@ def _evaluate_jsonl(path: str) -> None:
               help="E_min: samples to the target at a very small batch (S_min = E_min / B_noise).")
 @click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
               help="USD per device-hour [default: the device spec's price].")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True, max=1e12),
+              help="Constraint: time to train at most this many seconds.")
+@click.option("--budget", "budget_usd", type=click.FloatRange(min=0, min_open=True, max=1e15),
+              help="Constraint: cost to train at most this many USD.")
 @click.option("--pareto", is_flag=True,
               help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="With --pareto: write the front as a plot (.png or .svg).")
 @click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%).")
@@ -400,7 +406,8 @@ def _evaluate_jsonl(path: str) -> None:
               help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
-          target_samples, price_per_device_hour, pareto, **problem):
+          target_samples, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
+          **problem):
     """Search nodes, devices per node, batch and collective for the proven-optimal
     data-parallel plan (CP-SAT).
 
@@ -417,9 +424,13 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     _require(model, hardware)
     hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
     training = {"critical_batch": critical_batch, "target_steps": target_steps,
-                "target_samples": target_samples, "price_per_device_hour": price_per_device_hour}
+                "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
+                "deadline_s": deadline_s, "budget_usd": budget_usd}
+    if plot_path and not pareto:
+        raise SpecError("plot: --plot on solve draws the --pareto front; add --pareto")
     if api.is_transformer(model):
         given = [k for k, v in training.items() if v is not None] + (["pareto"] if pareto else [])
+        given = [k.removesuffix("_s").removesuffix("_usd") for k in given]
         if given or objective in ("time-to-train", "cost"):
             key = given[0] if given else "objective"
             raise SpecError(f"{key}: time-to-train, cost and --pareto cover CNN models so far "
@@ -444,6 +455,10 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                     pareto=pareto, **training,
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
+    if plot_path:
+        from planner.plot import pareto_plot
+
+        pareto_plot(sol.pareto, plot_path, f"{model} on {hardware}: time to train vs cost")
     _emit(doc, fmt, solution_text(sol))
 
 
@@ -467,13 +482,12 @@ def _solve_transformer(model, hardware, precision, overlap, fmt, objective, toke
         global_batch=problem["global_batch"], devices=problem.get("devices"),
         devices_max=devices_max, overlap=overlap, objective=objective,
         token_budget=token_budget, **hybrid)
+    g = api.load_system(hardware).devices_per_node
     body = {"model": model, "hardware": hardware, "status": sol.status,
-            "objective": sol.objective, **hybrid_doc(sol.plan, sol.prediction,
-                                                     api.load_system(hardware).devices_per_node),
+            "objective": sol.objective, **hybrid_doc(sol.plan, sol.prediction, g),
             "search": {"rows": sol.rows, "build_time_s": sol.build_time_s,
                        "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
-    text = f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction,
-                                                   api.load_system(hardware).devices_per_node)
+    text = f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction, g)
     _emit(render.document("solve", body), fmt, text, _arch(model, hybrid.get("seq_len")))
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from planner.errors import SpecError
 
 
-def sweep_plot(points, path: str, title: str) -> None:
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".png", ".svg"):
+def _pyplot(path: str):
+    """matplotlib's pyplot (headless), after checking the file name; a clear error without it."""
+    if Path(path).suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"plot: {path}: use a .png or .svg file name")
     try:
         import matplotlib
@@ -18,6 +18,31 @@ def sweep_plot(points, path: str, title: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SpecError("plot: matplotlib is not installed; pip install 'planner[plot]'") from None
+    return plt
+
+
+def _save(plt, fig, path: str) -> None:
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise SpecError(f"plot: {path}: cannot write ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+
+
+def pareto_plot(front: list[dict], path: str, title: str) -> None:
+    plt = _pyplot(path)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["time_to_train_s"] / 3600 for p in front], [p["cost_usd"] for p in front],
+            "o-", ms=3)
+    ax.set(xscale="log", xlabel="time to train (hours)", ylabel="cost to train (USD)",
+           title=title)
+    fig.tight_layout()
+    _save(plt, fig, path)
+
+
+def sweep_plot(points, path: str, title: str) -> None:
+    plt = _pyplot(path)
     nodes = [p.config.nodes for p in points]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     ax1.plot(nodes, [p.prediction.speedup for p in points], "o-", label="predicted")
@@ -33,9 +58,4 @@ def sweep_plot(points, path: str, title: str) -> None:
     ax2.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise SpecError(f"plot: {path}: cannot write ({exc.strerror})") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path)

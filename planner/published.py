@@ -16,7 +16,7 @@ import math
 from planner.calibrate import _golden_min, default_csv
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import hardware_flops_per_sequence
-from planner.hybrid import HybridSolver, Search
+from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 
 SC21_SYSTEMS = {("A100-SXM4-80GB", 8): "dgx-a100-80gb"}

@@ -86,3 +86,35 @@ def test_cost_needs_a_price_and_takes_the_flag(run, run_json):
     assert math.isclose(pred["cost_usd"], pred["time_to_train_s"] / 3600
                         * doc["config"]["devices"] * 0.5, rel_tol=1e-12)
     assert math.isclose(doc["objective"]["value"], pred["cost_usd"], rel_tol=1e-9)
+
+
+def test_deadline_and_budget_constraints_agree_with_the_front(tmp_path):
+    kw = dict(**RESNET, critical_batch=4096, target_samples=1.2e8)
+    front = api.solve(**kw, objective="time-to-train", pareto=True).pareto
+    deadline = front[len(front) // 3]["time_to_train_s"] * 1.0001
+    cheapest = api.solve(**kw, objective="cost", deadline_s=deadline)
+    assert cheapest.training["time_to_train_s"] <= deadline
+    # the cheapest plan within the deadline is the cheapest front point within it
+    best = min(p["cost_usd"] for p in front if p["time_to_train_s"] <= deadline)
+    assert math.isclose(cheapest.training["cost_usd"], best, rel_tol=1e-9)
+    budget = front[len(front) // 2]["cost_usd"] * 1.0001
+    fastest = api.solve(**kw, objective="time-to-train", budget_usd=budget)
+    assert fastest.training["cost_usd"] <= budget
+    best = min(p["time_to_train_s"] for p in front if p["cost_usd"] <= budget)
+    assert math.isclose(fastest.training["time_to_train_s"], best, rel_tol=1e-9)
+
+
+def test_an_impossible_deadline_is_infeasible_and_named(run):
+    code, _, err = run("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--nodes-max", "8",
+                       "--global-batch-range", "256:4096", "--critical-batch", "4096",
+                       "--target-samples", "1.2e8", "--deadline", "1")
+    assert code == 1 and "time to train <= 1 s" in err
+
+
+def test_pareto_plot_is_written(tmp_path, run):
+    out = tmp_path / "front.png"
+    code, _, err = run("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--nodes-max", "4",
+                       "--global-batch-range", "256:2048", "--critical-batch", "4096",
+                       "--target-samples", "1.2e8", "--pareto", "--plot", str(out))
+    assert code == 0, err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -11,7 +11,7 @@ from planner import api
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, activation_bytes_per_layer, hardware_flops_per_sequence
 from planner.errors import SpecError
-from planner.hybrid import HybridSolver, Plan, Search, predict
+from planner.search.hybrid import HybridSolver, Plan, Search, predict
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from planner.catalog import load_system
 from planner.errors import InfeasibleError, SpecError
-from planner.hybrid import RECOMPUTE, HybridSolver, Plan, Search, predict
+from planner.search.hybrid import RECOMPUTE, HybridSolver, Plan, Search, predict
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 

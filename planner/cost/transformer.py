@@ -37,7 +37,9 @@ from planner.spec.transformer import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
-ADAM_STATE_BYTES = 12  # fp32 master weights + two moments (ZeRO paper, sec. 3.1)
+# Adam state per parameter: fp32 master weights + two fp32 moments in mixed precision (ZeRO
+# paper, sec. 3.1); in fp32 training the weights are the master copy, leaving the moments
+ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
 # backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
 # input and the incoming gradient and writes one gradient (3 tensors where forward moves 2)
 ELEMENTWISE_BACKWARD = 1.5
@@ -70,7 +72,7 @@ class Hardware:
             nic_bw=system.inter_node_bandwidth_Bps,
             inter_lat=system.inter_node.latency_s,
             memory_bytes=dev.memory_bytes,
-            value_bytes=min(precision.bytes, 2) if precision is not Precision.fp8 else 1,
+            value_bytes=precision.bytes,
         )
 
 
@@ -207,14 +209,15 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
 
     # --- optimizer step: read/write master, moments, gradient; write the 16-bit copy ---
     opt_params = local_params / np.where(zero >= 1, d, 1)
-    optimizer = opt_params * (2 * ADAM_STATE_BYTES + 2 * vb + vb) / hw.mem_bw
+    adam = ADAM_STATE_BYTES[vb < 4]
+    optimizer = opt_params * (2 * adam + 2 * vb + vb) / hw.mem_bw
 
     total = pipeline + dp_exposed + optimizer
 
     # --- memory per device (first stage: most micro-batches in flight) ---
     weights = local_params * vb / np.where(zero >= 3, d, 1)
     grads = local_params * vb / np.where(zero >= 2, d, 1)
-    opt_state = local_params * ADAM_STATE_BYTES / np.where(zero >= 1, d, 1)
+    opt_state = local_params * adam / np.where(zero >= 1, d, 1)
     per_layer_act = np.select(
         [rec == 2, rec == 1],
         [activation_bytes_per_layer(m, hw, t, mb, "full", sp, flash),

@@ -25,6 +25,7 @@ from planner.cost.data_parallel import DataParallelModel
 from planner.cost.symbols import b, g, n
 from planner.errors import InfeasibleError, SpecError
 from planner.prediction import Config, Prediction, predict
+from planner.search.rows import RowModel, cp_solver
 
 DEFAULT_NODES_MAX = 4096
 MAX_POINTS = 3_000_000
@@ -48,6 +49,8 @@ class Training:
     target_steps: float | None = None
     target_samples: float | None = None
     price_per_device_hour: float | None = None
+    deadline_s: float | None = None  # constraint: time to train at most this
+    budget_usd: float | None = None  # constraint: cost to train at most this
 
     @property
     def s_min(self) -> float:
@@ -101,14 +104,27 @@ class Solution:
 
 @dataclass
 class _Built:
-    model: cp_model.CpModel
-    point: cp_model.IntVar  # index into `rows`, minimised
+    rm: RowModel  # CP-SAT over the row index (planner/search/rows.py)
     rows: np.ndarray  # (n, g, b, collective index) per point, sorted by objective
     obj: np.ndarray  # the objective per row (float, from the expressions)
     collectives: list[Collective]
-    gates: dict[str, tuple[cp_model.IntVar, str]]  # name -> (literal, explanation)
     points: int
-    allowed: np.ndarray | None = None  # rows every gate allows
+
+    @property
+    def model(self) -> cp_model.CpModel:
+        return self.rm.model
+
+    @property
+    def point(self) -> cp_model.IntVar:
+        return self.rm.point
+
+    @property
+    def gates(self) -> dict[str, tuple[cp_model.IntVar, str]]:
+        return self.rm.gates
+
+    @property
+    def allowed(self) -> np.ndarray:
+        return self.rm.allowed
 
 
 def _divisors(x: int) -> list[int]:
@@ -150,7 +166,8 @@ class DataParallelSolver:
             if (tr.target_steps is None) == (tr.target_samples is None):
                 raise SpecError("target_steps: give exactly one of --target-steps (S_min) and "
                                 "--target-samples (E_min)")
-            if (p.objective is Objective.cost or p.pareto) and tr.price_per_device_hour is None:
+            wants_price = p.objective is Objective.cost or p.pareto or tr.budget_usd is not None
+            if wants_price and tr.price_per_device_hour is None:
                 raise SpecError("price_per_device_hour: the device has no price; give "
                                 "--price-per-device-hour")
 
@@ -226,26 +243,14 @@ class DataParallelSolver:
         order = np.lexsort(keys)
         rows, obj = rows[order], obj[order]
 
-        # Variables
-        model = cp_model.CpModel()
-        point = model.NewIntVar(0, len(rows) - 1, "point")
+        rm = RowModel(len(rows))
         if nodes_first_within is not None:
-            model.AddLinearExpressionInDomain(point, cp_model.Domain.FromValues(
-                np.flatnonzero(obj <= nodes_first_within).tolist()))
+            rm.restrict(obj <= nodes_first_within)
 
         # Constraints: each family restricts the index to the rows it allows, gated by a literal.
-        gates: dict[str, tuple] = {}
-        allowed_all = np.ones(len(rows), dtype=bool)
+        gate = rm.gate
         N = rows[:, 0] * rows[:, 1]
         Bcol = N * rows[:, 2]
-
-        def gate(name: str, why: str, allowed: np.ndarray):
-            nonlocal allowed_all
-            allowed_all = allowed_all & allowed
-            lit = model.NewBoolVar(name)
-            gates[name] = (lit, why)
-            dom = cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
-            model.AddLinearExpressionInDomain(point, dom).OnlyEnforceIf(lit)
 
         mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
         cap = sysm.device.memory_bytes
@@ -273,9 +278,27 @@ class DataParallelSolver:
             gate(name, f"{name.removesuffix('_max').removesuffix('_min')} {op} {val}{extra}",
                  allowed)
 
-        # Objective
-        model.Minimize(point)
-        return _Built(model, point, rows, obj, cols, gates, len(base), allowed_all)
+        tr = p.training
+        if tr is not None and (tr.deadline_s is not None or tr.budget_usd is not None):
+            ttt, cost = self._train_arrays(rows, cols)
+            if tr.deadline_s is not None:
+                gate("deadline", f"time to train <= {tr.deadline_s:g} s", ttt <= tr.deadline_s)
+            if tr.budget_usd is not None:
+                gate("budget", f"cost to train <= {tr.budget_usd:g} USD", cost <= tr.budget_usd)
+        return _Built(rm, rows, obj, cols, len(base))
+
+    def _train_arrays(self, rows: np.ndarray, cols: list[Collective]):
+        """(time to train, cost) per row: iteration time from the expressions x S(B)."""
+        tr = self.p.training
+        times = np.empty(len(rows))
+        for k, c in enumerate(cols):
+            sel = rows[:, 3] == k
+            fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
+            times[sel] = fn(*(rows[sel][:, i].astype(float) for i in range(3)))
+        N = (rows[:, 0] * rows[:, 1]).astype(float)
+        ttt = times * tr.steps(N * rows[:, 2])
+        price = tr.price_per_device_hour or 0.0
+        return ttt, ttt / 3600 * N * price
 
     def objective_expr(self, c: Collective):
         """What CP-SAT minimises: iteration time, time per sample (1 / throughput), or
@@ -304,15 +327,10 @@ class DataParallelSolver:
     # --- solve -------------------------------------------------------------------------------
 
     def _solver(self) -> cp_model.CpSolver:
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = self.p.time_limit_s
-        solver.parameters.num_workers = self.p.workers
-        solver.parameters.random_seed = 0
-        return solver
+        return cp_solver(self.p.time_limit_s, self.p.workers)
 
     def _run(self, built: _Built, solver: cp_model.CpSolver) -> int:
-        for lit, _ in built.gates.values():
-            built.model.Add(lit == 1)
+        built.rm.enforce_gates()
         return solver.Solve(built.model)
 
     def solve(self) -> Solution:
@@ -399,16 +417,8 @@ class DataParallelSolver:
         time, a row joins the front when it is cheaper than every faster one."""
         tr, rows = self.p.training, built.rows
         ok = np.flatnonzero(built.allowed)
-        times = np.empty(len(ok))
-        for k, c in enumerate(built.collectives):
-            sel = rows[ok, 3] == k
-            fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
-            pts = rows[ok][sel]
-            times[sel] = fn(*(pts[:, i].astype(float) for i in range(3)))
-        N = (rows[ok, 0] * rows[ok, 1]).astype(float)
-        B = N * rows[ok, 2]
-        ttt = times * tr.steps(B)
-        cost = ttt / 3600 * N * tr.price_per_device_hour
+        ttt, cost = self._train_arrays(rows[ok], built.collectives)
+        B = rows[ok, 0] * rows[ok, 1] * rows[ok, 2]
         order = np.lexsort((cost, ttt))
         c = cost[order]
         before = np.concatenate([[math.inf], np.minimum.accumulate(c)[:-1]])

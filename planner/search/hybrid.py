@@ -1,11 +1,10 @@
 """Hybrid (tensor x pipeline x data) parallel plans for transformers: one configuration's
 prediction, and the exact search over all of them.
 
-The search follows the data-parallel solver's design: every structurally valid configuration is
-a row, priced by `cost.transformer.iteration` in one vectorised pass and sorted by the
-objective; CP-SAT's variable is the row index, so minimising it minimises the objective
-exactly. Memory and the device budget are gated constraints, so an infeasible problem is
-explained by the names of the constraints that conflict.
+The search uses the row-index CP-SAT model of `search/rows.py`, as the data-parallel search
+does. Every structurally valid configuration is a row, priced by `cost.transformer.iteration`
+in one vectorised pass and sorted by the objective. Memory is a gated constraint; pins that
+leave no structure are named by `_explain_empty`.
 
 Two choices are pruned by dominance, exactly: with t > 1 sequence parallelism moves the same
 bytes as plain tensor parallelism and stores less, and 1F1B runs as fast as GPipe with fewer
@@ -27,6 +26,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost.transformer import RECOMPUTE, SCHEDULES, Hardware, hardware_flops_per_sequence, iteration
 from planner.errors import InfeasibleError, SpecError
+from planner.search.rows import RowModel, cp_solver
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
@@ -287,38 +287,23 @@ class HybridSolver:
         obj, mem = obj[order], r["memory"][order]
         cap = self.hw.memory_bytes
 
-        model = cp_model.CpModel()
-        point = model.NewIntVar(0, len(obj) - 1, "row")
-        gates = {}
-
-        def gate(name, why, allowed):
-            lit = model.NewBoolVar(name)
-            gates[name] = (lit, why)
-            model.AddLinearExpressionInDomain(
-                point, cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
-            ).OnlyEnforceIf(lit)
-
         # The device budget and the pins already bound the rows (`_structures`); memory is the
         # one constraint left for CP-SAT, gated so that an empty model names it.
-        smallest = float(mem.min())
-        gate("memory", f"memory: the smallest plan within the devices and pins needs "
-             f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
-             f"{cap / 2**30:.3g} GiB", mem <= cap)
-        model.Minimize(point)
+        rm = RowModel(len(obj))
+        rm.gate("memory", f"memory: the smallest plan within the devices and pins needs "
+                f"{float(mem.min()) / 2**30:.3g} GiB per device; '{self.system.device.name}' "
+                f"has {cap / 2**30:.3g} GiB", mem <= cap)
         build = time.perf_counter() - t0
 
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = self.q.time_limit_s
-        solver.parameters.num_workers = 1
-        for lit, _ in gates.values():
-            model.Add(lit == 1)
-        status = solver.Solve(model)
+        solver = cp_solver(self.q.time_limit_s)
+        rm.enforce_gates()
+        status = solver.Solve(rm.model)
         if status == cp_model.INFEASIBLE:
-            raise InfeasibleError(f"infeasible: {gates['memory'][1]}", ("memory",))
+            raise InfeasibleError(f"infeasible: {rm.gates['memory'][1]}", ("memory",))
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise InfeasibleError(f"no configuration found within --time-limit "
                                   f"{self.q.time_limit_s:g} s")
-        i = solver.Value(point)
+        i = solver.Value(rm.point)
         bound = float(obj[max(0, min(int(solver.BestObjectiveBound()), len(obj) - 1))])
         k = int(order[i])
         plan = self._plan(np.concatenate([st[k // len(ch)], ch[k % len(ch)]]))

@@ -1,0 +1,48 @@
+"""The CP-SAT model both searches share: one variable, the index of a row in a table sorted
+by the objective, so minimising the index minimises the objective exactly (no objective value
+is rounded into an integer; the index is far inside int64).
+
+Each user-facing constraint family restricts the index to the rows it allows and is enforced
+by a named literal ("gate"): an infeasible model can be solved again with the gates as
+assumptions, and the names CP-SAT blames explain the conflict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+
+class RowModel:
+    def __init__(self, rows: int):
+        self.model = cp_model.CpModel()
+        self.point = self.model.NewIntVar(0, rows - 1, "row")
+        self.gates: dict[str, tuple[cp_model.IntVar, str]] = {}  # name -> (literal, why)
+        self.allowed = np.ones(rows, dtype=bool)  # rows every gate allows
+        self.model.Minimize(self.point)
+
+    def restrict(self, allowed: np.ndarray) -> None:
+        """An unconditional restriction of the index (not a user constraint)."""
+        self.model.AddLinearExpressionInDomain(
+            self.point, cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist()))
+
+    def gate(self, name: str, why: str, allowed: np.ndarray) -> None:
+        lit = self.model.NewBoolVar(name)
+        self.gates[name] = (lit, why)
+        self.allowed &= allowed
+        self.model.AddLinearExpressionInDomain(
+            self.point, cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
+        ).OnlyEnforceIf(lit)
+
+    def enforce_gates(self) -> None:
+        for lit, _ in self.gates.values():
+            self.model.Add(lit == 1)
+
+
+def cp_solver(time_limit_s: float, workers: int = 1) -> cp_model.CpSolver:
+    """A deterministic solver: fixed seed, `workers` threads (one by default)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = 0
+    return solver
