@@ -150,28 +150,63 @@ def derive(model: str, hardware: str, **kwargs):
 class SweepPoint:
     config: Config
     prediction: Prediction
+    bandwidth_GBps: float  # per NIC, as swept (or the spec's)
+    training: dict | None = None  # steps and time_to_train_s with a critical batch
 
 
-def sweep(model: str, hardware: str, *, nodes: list[int], global_batch: int | None = None,
-          local_batch: int | None = None, collective: str = "ring", overlap: bool = True,
-          precision: str | None = None, optimizer: str = "momentum",
-          servers: int = 1) -> tuple[list[SweepPoint], list[int]]:
-    """Evaluate each node count (full nodes). Returns (points, skipped node counts whose
-    devices do not divide the global batch)."""
+def with_inter_node_bandwidth(system, gbps: float):
+    """The system with another per-NIC network bandwidth (a `sweep --bandwidth` point)."""
+    import dataclasses
+
+    if not (0 < gbps <= 1e6):
+        raise SpecError(f"bandwidth: must be in (0, 1e6] GB/s, got {gbps}")
+    link = system.inter_node.model_copy(update={"bandwidth_GBps": gbps})
+    return dataclasses.replace(system, inter_node=link)
+
+
+def sweep(model: str, hardware: str, *, nodes: list[int],
+          global_batch: int | list[int] | None = None, local_batch: int | None = None,
+          bandwidths_GBps: list[float] | None = None, collective: str = "ring",
+          overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
+          servers: int = 1, critical_batch: float | None = None,
+          target_steps: float | None = None,
+          target_samples: float | None = None) -> tuple[list[SweepPoint], list[int]]:
+    """Evaluate every (bandwidth, nodes, global batch) combination (full nodes). Returns
+    (points, skipped node counts whose devices divide none of the global batches). With
+    `critical_batch` and a target each point carries its steps and time to train."""
     if (global_batch is None) == (local_batch is None):
         raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                         "--local-batch (weak scaling)")
-    dp = build(model, hardware, precision, optimizer, servers=servers)
-    g = dp.system.devices_per_node
+    training = None
+    if critical_batch is not None:
+        training = Training(critical_batch, target_steps, target_samples)
+        if (target_steps is None) == (target_samples is None):
+            raise SpecError("target_steps: give exactly one of --target-steps and "
+                            "--target-samples with --critical-batch")
+    base = build(model, hardware, precision, optimizer, servers=servers)
+    g = base.system.devices_per_node
     col = _enum(Collective, collective, "collective")
+    batches = global_batch if isinstance(global_batch, list) else [global_batch]
     points, skipped = [], []
-    for n_val in nodes:
-        batch = global_batch if global_batch is not None else local_batch * n_val * g
-        if batch % (n_val * g):
-            skipped.append(n_val)
-            continue
-        cfg = Config(n_val, g, batch, col, overlap)
-        points.append(SweepPoint(cfg, predict(dp, cfg)))
+    for bw in bandwidths_GBps or [base.system.inter_node.bandwidth_GBps]:
+        dp = base if bandwidths_GBps is None else DataParallelModel(
+            base.cnn, with_inter_node_bandwidth(base.system, bw), base.options)
+        for n_val in nodes:
+            fitted = False
+            for gb in batches:
+                batch = gb if gb is not None else local_batch * n_val * g
+                if batch % (n_val * g):
+                    continue
+                fitted = True
+                cfg = Config(n_val, g, batch, col, overlap)
+                pred = predict(dp, cfg)
+                train = None
+                if training is not None:
+                    steps = training.steps(batch)
+                    train = {"steps": steps, "time_to_train_s": steps * pred.iteration_time_s}
+                points.append(SweepPoint(cfg, pred, bw, train))
+            if not fitted and n_val not in skipped:
+                skipped.append(n_val)
     return points, skipped
 
 

@@ -107,6 +107,19 @@ def batch_range(value: str | None) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+def float_list(value: str | None, key: str) -> list[float] | None:
+    """'6.25,12.5,25': positive finite numbers."""
+    if value is None:
+        return None
+    try:
+        out = [float(x) for x in value.split(",")]
+    except ValueError:
+        out = []
+    if not out or not all(0 < x < float("inf") for x in out):
+        raise SpecError(f"{key}: expected positive numbers like '6.25,12.5,25', got {value!r}")
+    return out
+
+
 def int_list(value: str | None, key: str) -> list[int] | None:
     """'1,2,4' or 'A:B' (every integer) or 'A:B:x2' (doubling)."""
     if value is None:
@@ -590,14 +603,26 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
 @click.option("--nodes", "nodes_spec", default=None,
               help="Node counts: '1,2,4', 'A:B' or 'A:B:x2' [default: 1:N:x2 up to one sample "
                    "per device, at most 4096].")
-@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Strong scaling.")
+@click.option("--global-batch", "batch_spec", default=None,
+              help="Strong scaling: one global batch or a list ('256,512', 'A:B:x2').")
 @click.option("--local-batch", type=click.IntRange(1, 2**30), help="Weak scaling.")
+@click.option("--bandwidth", "bandwidth_spec", default=None,
+              help="Network bandwidth per NIC in GB/s to sweep ('6.25,12.5,25') [default: the "
+                   "spec's].")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
+@click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+              help="Add steps and time to train per point (McCandlish et al. 2018).")
+@click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
+              help="S_min (with --critical-batch).")
+@click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
+              help="E_min (with --critical-batch).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Write a plot of speed-up and time breakdown (.png or .svg).")
+              help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
-          global_batch, local_batch, collective, plot_path):
-    """Predictions across a range of node counts (full nodes).
+          batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
+          target_samples, plot_path):
+    """Predictions over node counts, global batches and network bandwidths (every
+    combination; full nodes).
 
     \b
     Examples:
@@ -608,16 +633,25 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     from planner.report import sweep_doc, sweep_text
 
     _require(model, hardware)
+    batches = int_list(batch_spec, "global_batch")
+    bandwidths = float_list(bandwidth_spec, "bandwidth")
     nodes = int_list(nodes_spec, "nodes")
     if nodes is None:
-        top = 4096 if global_batch is None else max(1, global_batch)
+        top = 4096 if batches is None else max(1, max(batches))
         nodes = int_list(f"1:{min(top, 4096)}:x2", "nodes")
+    global_batch = batches[0] if batches and len(batches) == 1 else batches
     points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
-                                local_batch=local_batch, collective=collective, overlap=overlap,
-                                precision=precision, optimizer=optimizer, servers=servers)
+                                local_batch=local_batch, bandwidths_GBps=bandwidths,
+                                collective=collective, overlap=overlap, precision=precision,
+                                optimizer=optimizer, servers=servers,
+                                critical_batch=critical_batch, target_steps=target_steps,
+                                target_samples=target_samples)
     if not points:
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
-                              f"divides the global batch {global_batch} into whole local batches")
+                              f"divides the global batch {batch_spec} into whole local batches")
+    if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
+        raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
+                        "one bandwidth")
     if plot_path:
         from planner.plot import sweep_plot
 

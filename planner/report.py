@@ -239,20 +239,29 @@ def derive_text(formulas, fmt: str) -> str:
 
 
 def sweep_doc(points, skipped) -> dict:
-    return {"points": [{**p.config.to_json(), **p.prediction.to_json()} for p in points],
+    return {"points": [{**p.config.to_json(), "bandwidth_GBps": p.bandwidth_GBps,
+                        **p.prediction.to_json(), **(p.training or {})} for p in points],
             "skipped_nodes": skipped}
 
 
 def sweep_text(points, skipped) -> str:
-    rows = [[p.config.nodes, p.config.devices, p.config.local_batch,
-             si(p.prediction.iteration_time_s, "s"), si(p.prediction.compute_time_s, "s"),
-             si(p.prediction.communication_time_s, "s"),
-             si(p.prediction.exposed_communication_time_s, "s"),
-             f"{p.prediction.throughput_samples_per_s:,.0f}", f"{p.prediction.speedup:.2f}",
-             f"{p.prediction.efficiency:.1%}", "yes" if p.prediction.fits_memory else "NO"]
-            for p in points]
-    text = table(["nodes", "devices", "local", "iteration", "compute", "comm", "exposed",
-                  "samples/s", "speed-up", "eff.", "fits"], rows)
+    show_bw = len({p.bandwidth_GBps for p in points}) > 1
+    show_train = any(p.training for p in points)
+    rows = []
+    for p in points:
+        pred = p.prediction
+        row = [p.config.nodes, p.config.devices, p.config.global_batch, p.config.local_batch]
+        row += [f"{p.bandwidth_GBps:g}"] if show_bw else []
+        row += [si(pred.iteration_time_s, "s"), si(pred.compute_time_s, "s"),
+                si(pred.communication_time_s, "s"), si(pred.exposed_communication_time_s, "s"),
+                f"{pred.throughput_samples_per_s:,.0f}", f"{pred.speedup:.2f}",
+                f"{pred.efficiency:.1%}"]
+        row += [si(p.training["time_to_train_s"], "s")] if show_train else []
+        rows.append(row + ["yes" if pred.fits_memory else "NO"])
+    head = ["nodes", "devices", "batch", "local"] + (["GB/s"] if show_bw else [])
+    head += ["iteration", "compute", "comm", "exposed", "samples/s", "speed-up", "eff."]
+    head += (["to train"] if show_train else []) + ["fits"]
+    text = table(head, rows)
     if skipped:
         text += f"\n(skipped node counts that do not divide the batch: {skipped})"
     return text

@@ -118,3 +118,28 @@ def test_pareto_plot_is_written(tmp_path, run):
                        "--target-samples", "1.2e8", "--pareto", "--plot", str(out))
     assert code == 0, err
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_over_batch_and_bandwidth(run_json):
+    doc = run_json("sweep", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "2,8",
+                   "--global-batch", "256,1024", "--bandwidth", "1,6.25,25",
+                   "--critical-batch", "512", "--target-steps", "1000")
+    pts = doc["points"]
+    assert len(pts) == 2 * 2 * 3
+    for p in pts:
+        assert math.isclose(p["steps"], 1000 * (1 + 512 / p["global_batch"]), rel_tol=1e-12)
+        assert math.isclose(p["time_to_train_s"], p["steps"] * p["iteration_time_s"],
+                            rel_tol=1e-12)
+    # more bandwidth never predicts slower, at every (nodes, batch)
+    for n in (2, 8):
+        for b in (256, 1024):
+            times = [p["iteration_time_s"] for p in sorted(
+                (p for p in pts if p["nodes"] == n and p["global_batch"] == b),
+                key=lambda p: p["bandwidth_GBps"])]
+            assert times == sorted(times, reverse=True)
+    # 1 GB/s on 8 nodes is communication bound: slower than the spec's FDR
+    slow = next(p for p in pts if p["nodes"] == 8 and p["global_batch"] == 1024
+                and p["bandwidth_GBps"] == 1)
+    fast = next(p for p in pts if p["nodes"] == 8 and p["global_batch"] == 1024
+                and p["bandwidth_GBps"] == 6.25)
+    assert slow["iteration_time_s"] > 1.5 * fast["iteration_time_s"]
