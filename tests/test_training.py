@@ -143,3 +143,13 @@ def test_sweep_over_batch_and_bandwidth(run_json):
     fast = next(p for p in pts if p["nodes"] == 8 and p["global_batch"] == 1024
                 and p["bandwidth_GBps"] == 6.25)
     assert slow["iteration_time_s"] > 1.5 * fast["iteration_time_s"]
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path, run, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    code, _, err = run("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+                       "--nodes", "1,2", "--plot", str(tmp_path / "s.png"))
+    assert code == 2 and "pip install 'planner[plot]'" in err
+    assert len(err.strip().splitlines()) == 1
