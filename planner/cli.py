@@ -523,6 +523,9 @@ def limit_options(f):
                      help="Parallel efficiency the bandwidth requirement is computed for."),
         click.option("--at-nodes", type=click.FloatRange(1, 2**20),
                      help="Node count for efficiency and bandwidth [default: max useful nodes]."),
+        click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+                     help="B_noise: also derive the global batch minimising time to train on "
+                          "--at-nodes nodes [default: the optimal node count]."),
     ]
     for opt in reversed(opts):
         f = opt(f)

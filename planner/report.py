@@ -196,6 +196,11 @@ def limits_text(s: dict) -> str:
     eff = s["efficiency_at_nodes"]
     bw = s["required_bandwidth_GBps"]
     cb = s["comm_bound_from_nodes"]
+    ttt = s.get("time_to_train")
+    extra = [] if ttt is None else [
+        (f"time-to-train batch at {ttt['nodes']:.4g} nodes",
+         f"{ttt['global_batch']:.4g} (local {ttt['local_batch']:.3g}; B_noise "
+         f"{ttt['critical_batch']:g}; {si(ttt['time_per_min_step_s'], 's')} per S_min step)")]
     return key_values([
         ("optimal nodes", f"{s['optimal_nodes']:.4g}  ({s['optimal_nodes_reason']})"),
         ("max speed-up", f"{s['max_speedup']:.4g} x over one device"),
@@ -209,6 +214,7 @@ def limits_text(s: dict) -> str:
         (f"bandwidth for {s['target_efficiency']:.0%} efficiency",
          "unreachable at any bandwidth" if bw is None
          else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
+        *extra,
     ])
 
 

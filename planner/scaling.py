@@ -104,6 +104,7 @@ class Limits:
     local_efficiency: float = DEFAULT_LOCAL_EFFICIENCY
     target_efficiency: float = DEFAULT_TARGET_EFFICIENCY
     at_nodes: float | None = None
+    critical_batch: float | None = None  # B_noise (McCandlish et al. 2018): time-to-train limits
     _cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -369,6 +370,66 @@ class Limits:
                                f"{n_at:g} nodes")
         return None
 
+    # --- time to train (McCandlish et al. 2018) ----------------------------------------------
+
+    def time_per_min_step(self, n: float, B: float) -> float:
+        """Time to train over S_min: (1 + B_noise / B) T_iter(n, B), from the full model."""
+        b = B / (self.g * n)
+        t = float(self.dp.numeric("iteration", self.collective, self.overlap)(n, self.g, b))
+        return (1 + self.critical_batch / B) * t
+
+    @functools.cached_property
+    def _ttt_stationary(self) -> list[sp.Expr]:
+        """Closed forms of d/dB [(1 + B_noise / B) T(B)] = 0 at fixed n, per smooth branch of T
+        (T affine in B on each roofline piece: B* = sqrt(B_noise (T - B T') / T'))."""
+        bn = sp.Symbol("B_noise", positive=True)
+        comm = _relax(self.comm)
+        branches = [self.compute_expr() + comm]
+        if self.overlap:
+            branches = [self.compute_expr() + comm - S.h0 - S.h1 * S.B / (S.g * S.n),
+                        self.compute_expr()]
+        roots = []
+        for t in branches:
+            ttt = (1 + bn / S.B) * t
+            roots += [r.subs(bn, self.critical_batch) for r in sp.solve(sp.diff(ttt, S.B), S.B)]
+        return roots
+
+    def _b_max(self) -> float:
+        """The largest local batch that fits in device memory (doubling, then bisection)."""
+        mem = self.dp.numeric("memory")
+        cap = self.dp.system.device.memory_bytes
+        if float(mem(1, 1, 1.0)) > cap:
+            return 1.0
+        lo, hi = 1.0, 2.0
+        while float(mem(1, 1, hi)) <= cap and hi < 2**40:
+            lo, hi = hi, hi * 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if float(mem(1, 1, mid)) <= cap else (lo, mid)
+        return lo
+
+    @functools.cached_property
+    def time_to_train_batch(self) -> tuple[float, float]:
+        """(B*, n): the global batch minimising time to train on n nodes (`at_nodes`, default
+        the optimal node count), among the closed-form stationary points of each piece and the
+        piece ends, within one sample per device and device memory."""
+        n = float(self.at_nodes) if self.at_nodes is not None else float(self.optimum[0])
+        gn = self.g * n
+        b_hi = self._b_max()
+        edges = {1.0, b_hi}
+        for p in self.compute_pieces + (self.hide_pieces or []):
+            edges |= {x for x in (p.b_lo, p.b_hi) if 1 < x < b_hi}
+        edges = sorted(edges)
+        cands = [e * gn for e in edges]
+        for lo, hi in zip(edges, edges[1:], strict=False):
+            vals = {**self.piece_values(math.sqrt(lo * hi)), S.n: n}
+            for root in self._ttt_stationary:
+                x = _real_root_in(root, vals, lo * gn, hi * gn)
+                if x is not None:
+                    cands.append(x)
+        best = min(cands, key=lambda B: self.time_per_min_step(n, B))
+        return best, n
+
     def summary(self) -> dict:
         n_opt, f_opt = self.optimum
         bw = self.required_bandwidth()
@@ -391,4 +452,13 @@ class Limits:
             "devices_per_node": self.g,
             "collective": self.collective.value,
             "overlap": self.overlap,
+            **self._ttt_summary(),
         }
+
+    def _ttt_summary(self) -> dict:
+        if self.critical_batch is None:
+            return {}
+        B, n = self.time_to_train_batch
+        return {"time_to_train": {"critical_batch": self.critical_batch, "nodes": n,
+                                  "global_batch": B, "local_batch": B / (self.g * n),
+                                  "time_per_min_step_s": self.time_per_min_step(n, B)}}

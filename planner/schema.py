@@ -95,6 +95,8 @@ def _limits() -> dict:
         "target_efficiency": NUM, "local_efficiency": NUM, "single_device_time_s": NUM,
         "iteration_time_at_optimum_s": NUM, "global_batch": INT, "devices_per_node": INT,
         "collective": STR, "overlap": BOOL,
+        "time_to_train": obj({"critical_batch": NUM, "nodes": NUM, "global_batch": NUM,
+                              "local_batch": NUM, "time_per_min_step_s": NUM}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
         "required_bandwidth_GBps", "efficiency_at_nodes"])
 

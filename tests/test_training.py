@@ -153,3 +153,24 @@ def test_plot_without_matplotlib_is_a_clear_error(tmp_path, run, monkeypatch):
                        "--nodes", "1,2", "--plot", str(tmp_path / "s.png"))
     assert code == 2 and "pip install 'planner[plot]'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("model", "hw", "kw"), [
+    ("resnet50", "dgx-a100-80gb", dict(global_batch=4096, at_nodes=8)),
+    ("alexnet", "k80-fdr", dict(global_batch=1024, overlap=False)),
+    ("alexnet", "k80-fdr", dict(global_batch=1024, collective="tree", at_nodes=16)),
+    ("vgg16", "dgx-a100-80gb", dict(global_batch=2048, at_nodes=4)),
+])
+def test_time_to_train_batch_closed_form_beats_a_dense_numeric_search(model, hw, kw):
+    import numpy as np
+
+    lim = api.limits(model, hw, critical_batch=3000.0, **kw)
+    B, n = lim.time_to_train_batch
+    best = lim.time_per_min_step(n, B)
+    gn = lim.g * n
+    grid = np.geomspace(gn, gn * lim._b_max(), 4000)
+    numeric = min(lim.time_per_min_step(n, x) for x in grid)
+    assert best <= numeric * (1 + 1e-9)          # nothing on the grid is better
+    assert best >= numeric * (1 - 2e-3)          # and the grid gets close to it
+    doc = lim.summary()["time_to_train"]
+    assert doc["global_batch"] == B and doc["nodes"] == n
