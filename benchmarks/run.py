@@ -1,5 +1,5 @@
 """Benchmarks: solve time by node budget, cold `planner solve` vs a bare import, calibration error,
-and the transformer ones (`benchmarks/transformers.py`: SC21 accuracy, hybrid solve time).
+and the transformer ones (`benchmarks/transformer_runs.py`: SC21 accuracy, hybrid solve time).
 
     python benchmarks/run.py
 """
@@ -48,12 +48,12 @@ def calibration():
 
 
 if __name__ == "__main__":
-    import transformers
+    import transformer_runs
 
     solve_times()
     cold_start()
     calibration()
     print()
-    transformers.sc21_table()
-    transformers.bert_table()
-    transformers.solve_times()
+    transformer_runs.sc21_table()
+    transformer_runs.bert_table()
+    transformer_runs.solve_times()

@@ -117,7 +117,7 @@ def _parse(i: int, rec: dict) -> Run | Skipped:
     skip = functools.partial(Skipped, i, label)
     if rec["model"].startswith(("GPT", "BERT")):
         return skip("transformer row: predicted by planner.published "
-                    "(python benchmarks/transformers.py)")
+                    "(python benchmarks/transformer_runs.py)")
     if rec["metric"] not in THROUGHPUT_METRICS:
         return skip(f"metric {rec['metric']!r} is not a throughput")
     model = _model_name(rec["model"])

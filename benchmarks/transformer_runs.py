@@ -1,7 +1,7 @@
 """Transformer benchmarks: SC21 Table 1 accuracy (pinned solves) and hybrid solve time by GPU
 budget (gpt3-175b, global batch 1536, dgx-a100-80gb).
 
-    python benchmarks/transformers.py
+    python benchmarks/transformer_runs.py
 """
 
 from __future__ import annotations
