@@ -98,6 +98,22 @@ def _reject_transformer_flags(kw: dict) -> None:
                             "only")
 
 
+def training_options(f):
+    """Statistical efficiency (McCandlish et al. 2018): the critical batch and the target."""
+    opts = [
+        click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+                     help="B_noise: steps to the target S(B) = S_min (1 + B_noise / B)."),
+        click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
+                     help="S_min: steps to the target at a very large batch."),
+        click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
+                     help="E_min: samples to the target at a very small batch "
+                          "(S_min = E_min / B_noise)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def batch_range(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
@@ -391,12 +407,7 @@ def _evaluate_jsonl(path: str) -> None:
               default="throughput", show_default=True,
               help="time-to-train / cost: with --critical-batch (CNNs); token-budget: time to "
                    "train on --tokens tokens (transformers).")
-@click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
-              help="B_noise of McCandlish et al. 2018: steps S(B) = S_min (1 + B_noise / B).")
-@click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
-              help="S_min: steps to the target at a very large batch.")
-@click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
-              help="E_min: samples to the target at a very small batch (S_min = E_min / B_noise).")
+@training_options
 @click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
               help="USD per device-hour [default: the device spec's price].")
 @click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True, max=1e12),
@@ -613,12 +624,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
               help="Network bandwidth per NIC in GB/s to sweep ('6.25,12.5,25') [default: the "
                    "spec's].")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
-@click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
-              help="Add steps and time to train per point (McCandlish et al. 2018).")
-@click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
-              help="S_min (with --critical-batch).")
-@click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
-              help="E_min (with --critical-batch).")
+@training_options
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
