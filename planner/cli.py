@@ -36,6 +36,13 @@ def _emit(doc: dict, fmt: str, text: str, arch: dict | None = None) -> None:
         click.echo(text)
 
 
+def _with_options(f, opts: list):
+    """Apply click options so that they show in the order listed."""
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def spec_options(f=None, *, formats=FORMATS):
     """--model / --hardware and the training options every prediction needs."""
     if f is None:
@@ -54,9 +61,7 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    return _with_options(f, opts)
 
 
 TRANSFORMER_KEYS = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute",
@@ -86,9 +91,7 @@ def transformer_options(f):
         click.option("--seq-len", "seq_len", type=click.IntRange(1, 10_000_000),
                      help="Train at this sequence length [default: the model's seq_len]."),
     ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    return _with_options(f, opts)
 
 
 def _reject_transformer_flags(kw: dict) -> None:
@@ -109,9 +112,7 @@ def training_options(f):
                      help="E_min: samples to the target at a very small batch "
                           "(S_min = E_min / B_noise)."),
     ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    return _with_options(f, opts)
 
 
 def batch_range(value: str | None) -> tuple[int, int] | None:
@@ -538,9 +539,7 @@ def limit_options(f):
                      help="B_noise: also derive the global batch minimising time to train on "
                           "--at-nodes nodes [default: the optimal node count]."),
     ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    return _with_options(f, opts)
 
 
 @cli.command()
