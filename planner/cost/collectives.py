@@ -49,6 +49,9 @@ def reduce_scatter(p, m, alpha, beta, calls=1):
 
 
 all_gather = reduce_scatter  # same cost, the data flow reversed (Thakur et al. 2005, sec. 4.2)
+# Pairwise-exchange all-to-all: p-1 steps, each sending m/p of the rank's m bytes (Thakur et al.
+# 2005, sec. 4.5); the same alpha-beta cost as reduce-scatter.
+all_to_all = reduce_scatter
 
 
 def hierarchical_allreduce(g, n, m, alpha_intra, beta_intra, alpha_inter, beta_inter, calls=1):

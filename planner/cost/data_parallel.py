@@ -105,8 +105,8 @@ class DataParallelModel:
 
     # --- communication -------------------------------------------------------------------------
 
-    def flat(self, collective: Collective, p, m, link: LinkParams) -> sp.Expr:
-        a, bw, k = link.alpha, link.beta, self.calls
+    def flat(self, collective: Collective, p, m, link: LinkParams, calls=None) -> sp.Expr:
+        a, bw, k = link.alpha, link.beta, self.calls if calls is None else calls
         if collective is Collective.ring:
             return coll.ring_allreduce(p, m, a, bw, k)
         if collective is Collective.halving_doubling:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
+import sympy as sp
 from ortools.sat.python import cp_model
 
 from planner.cost.collectives import Collective
@@ -300,20 +301,32 @@ class DataParallelSolver:
         price = tr.price_per_device_hour or 0.0
         return ttt, ttt / 3600 * N * price
 
+    def objective_factor(self, devices, batch):
+        """objective = iteration time x this factor, at fixed devices N and global batch B:
+        1 (iteration time), 1 / B (time per sample = 1 / throughput), N / T_1(B) (devices x
+        time over one device's time: 1 / efficiency), S(B) (time to train) or S(B) N price
+        (cost). Every objective is increasing in the iteration time at a fixed (N, B), which
+        is what lets the layer-split searches minimise the iteration time per point."""
+        obj = self.p.objective
+        if obj in (Objective.time_to_train, Objective.cost):
+            steps = self.p.training.steps(batch)
+            if obj is Objective.cost:
+                return steps * devices * self.p.training.price_per_device_hour / 3600
+            return steps
+        if obj is Objective.iteration_time:
+            return sp.Integer(1)
+        if obj is Objective.throughput:
+            return 1 / batch
+        return devices / self.m.single_device_time().subs(b, batch)
+
     def objective_expr(self, c: Collective):
-        """What CP-SAT minimises: iteration time, time per sample (1 / throughput), or
-        devices x time over the single-device time at the same global batch (1 / efficiency)."""
-        t = self.m.iteration_time(c, self.p.overlap)
-        if self.p.objective in (Objective.time_to_train, Objective.cost):
-            train = t * self.p.training.steps(n * g * b)
-            if self.p.objective is Objective.cost:
-                return train * n * g * self.p.training.price_per_device_hour / 3600
-            return train
-        if self.p.objective is Objective.iteration_time:
-            return t
-        if self.p.objective is Objective.throughput:
-            return t / (n * g * b)
-        return n * g * t / self.m.single_device_time().subs(b, n * g * b)
+        """What CP-SAT minimises: the iteration time times `objective_factor`."""
+        return self.m.iteration_time(c, self.p.overlap) * self.objective_factor(n * g, n * g * b)
+
+    def factor_values(self, devices: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        fn = self.m.numeric_expr(self.objective_factor(n * g, n * g * b))
+        dev = np.asarray(devices, dtype=float)
+        return np.broadcast_to(fn(np.ones_like(dev), dev, np.asarray(batch) / dev), dev.shape)
 
     def _objective_values(self, c: Collective, pts: np.ndarray) -> np.ndarray:
         fn = self.m.numeric_expr(self.objective_expr(c))

@@ -19,6 +19,7 @@ class RowModel:
         self.point = self.model.NewIntVar(0, rows - 1, "row")
         self.gates: dict[str, tuple[cp_model.IntVar, str]] = {}  # name -> (literal, why)
         self.allowed = np.ones(rows, dtype=bool)  # rows every gate allows
+        self.masks: dict[str, np.ndarray] = {}  # gate name -> rows it allows
         self.model.Minimize(self.point)
 
     def restrict(self, allowed: np.ndarray) -> None:
@@ -29,6 +30,7 @@ class RowModel:
     def gate(self, name: str, why: str, allowed: np.ndarray) -> None:
         lit = self.model.NewBoolVar(name)
         self.gates[name] = (lit, why)
+        self.masks[name] = allowed
         self.allowed &= allowed
         self.model.AddLinearExpressionInDomain(
             self.point, cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())

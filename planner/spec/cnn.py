@@ -40,7 +40,8 @@ class Layer:
     macs: int
     forward_flops: int
     input_elements: int
-    block: str  # the top-level entry this layer belongs to (pipeline cuts go between blocks)
+    block: str  # the top-level entry (and repeat) this layer belongs to
+    unit: int  # index of that entry instance: pipeline cuts and hybrid modes go between units
 
     @property
     def activation_elements(self) -> int:
@@ -165,6 +166,7 @@ class _Builder:
         self.layers: list[Layer] = []
         self.counters: dict[str, int] = {}
         self.block = ""
+        self.unit = -1
 
     def fail(self, path: str, message: str) -> SpecError:
         return SpecError(f"{self.where}: {path}: {message}")
@@ -190,6 +192,7 @@ class _Builder:
             raise self.fail("input", f"sizes must be positive, got {list(shape)}")
         for i, entry in enumerate(self.spec.layers):
             self.block = _entry_label(entry, i)
+            self.unit += 1
             shape = self.sequence([entry], shape, f"layers[{i}]", {}, "", 0)
         return tuple(self.layers)
 
@@ -238,6 +241,8 @@ class _Builder:
                 raise self.fail(f"{path}.{key}", f"must be a mapping, got {short(entry[key])}")
         label = entry.get("name") or name
         for r in range(repeat):
+            if not scope and repeat > 1:  # each repeat of a top-level block is its own unit
+                self.block, self.unit = f"{label}.{r + 1}", self.unit + (r > 0)
             values = dict(entry.get("args", {}))
             if r > 0:
                 values.update(entry.get("then", {}))
@@ -344,7 +349,8 @@ class _Builder:
     def add(self, name, kind, out, params, macs, flops, elems_in):
         if len(self.layers) >= self.MAX_LAYERS:
             raise self.fail("layers", f"more than {self.MAX_LAYERS} layers after expansion")
-        self.layers.append(Layer(name, kind, tuple(out), params, macs, flops, elems_in, self.block))
+        self.layers.append(Layer(name, kind, tuple(out), params, macs, flops, elems_in, self.block,
+                                 self.unit))
         return tuple(out)
 
 

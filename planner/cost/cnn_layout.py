@@ -1,0 +1,112 @@
+"""What per-layer model parallelism and pipeline stages of a CNN share: the units layers are
+grouped into, the roofline of one layer at any share of its work, and the gradient allreduce
+among the replicas of a weight shard.
+
+A unit is one top-level entry of the model file (a layer, or one repeat of a block such as an
+inception module or a bottleneck). Branches live inside units, so cutting between units never
+cuts a branch: pipeline stages and hybrid modes change only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.collectives import Collective, hierarchical_allreduce
+from planner.cost.data_parallel import DataParallelModel, LinkParams
+from planner.spec.cnn import CNN
+
+
+@dataclass(frozen=True)
+class Group:
+    """Consecutive layers (indices into `cnn.layers`) that move together."""
+
+    name: str
+    layers: tuple[int, ...]
+
+
+def units(cnn: CNN) -> list[Group]:
+    out: list[Group] = []
+    for i, layer in enumerate(cnn.layers):
+        if out and cnn.layers[out[-1].layers[0]].unit == layer.unit:
+            out[-1] = Group(out[-1].name, (*out[-1].layers, i))
+        else:
+            out.append(Group(layer.block, (i,)))
+    return out
+
+
+def segments(cnn: CNN) -> list[Group]:
+    """Hybrid decision groups: a unit with weights and the weightless units after it (pooling,
+    activations, dropout follow the mode of the layer before them). Weightless units before
+    the first weighted one join it."""
+    out: list[Group] = []
+    pending: tuple[int, ...] = ()
+    for u in units(cnn):
+        weighted = any(cnn.layers[i].params for i in u.layers)
+        if weighted or not out:
+            if weighted:
+                out.append(Group(u.name, (*pending, *u.layers)))
+                pending = ()
+            else:
+                pending = (*pending, *u.layers)
+        else:
+            out[-1] = Group(out[-1].name, (*out[-1].layers, *u.layers))
+    if pending:  # a network without weights: one group
+        out.append(Group(cnn.layers[pending[0]].block, pending))
+    return out
+
+
+@dataclass(frozen=True)
+class LayerArrays:
+    """Per-layer counts as arrays (per sample, in elements; params; backward FLOP factor)."""
+
+    flops: np.ndarray
+    params: np.ndarray
+    inputs: np.ndarray
+    outputs: np.ndarray
+    bwd_factor: np.ndarray  # backward FLOPs / forward FLOPs (SC21 sec. 3.1; 1 for the first)
+    stored: np.ndarray  # activation elements kept for backward (flatten is a view)
+    costed: np.ndarray  # layers the roofline prices (any FLOPs or weights)
+
+    @classmethod
+    def of(cls, cnn: CNN) -> LayerArrays:
+        first = next((i for i, l in enumerate(cnn.layers) if l.params), None)
+        arr = lambda f: np.array([f(l) for l in cnn.layers], dtype=float)  # noqa: E731
+        factor = arr(lambda l: 2.0 if l.params else 1.0)
+        if first is not None:
+            factor[first] = 1.0
+        return cls(arr(lambda l: l.forward_flops), arr(lambda l: l.params),
+                   arr(lambda l: l.input_elements), arr(lambda l: l.activation_elements), factor,
+                   arr(lambda l: 0 if l.type == "flatten" else l.activation_elements),
+                   arr(lambda l: bool(l.forward_flops or l.params)).astype(bool))
+
+
+def roofline(flops, bytes_, flop_rate: float, byte_rate: float):
+    """max(FLOPs / achieved FLOP/s, bytes / achieved memory B/s) (Williams et al. 2009), the
+    same per-layer rule as `cost/roofline.py`."""
+    return np.maximum(np.asarray(flops) / flop_rate, np.asarray(bytes_) / byte_rate)
+
+
+def link(dp: DataParallelModel, across_nodes: bool) -> LinkParams:
+    return dp.flat_inter if across_nodes else dp.intra
+
+
+def allreduce_terms(dp: DataParallelModel, collective: Collective, replicas: int,
+                    per_node: int) -> tuple[float, float]:
+    """(seconds per call, seconds per byte) of allreducing a gradient over `replicas` devices,
+    `per_node` of them in each node. Every collective of `cost/collectives.py` is affine in the
+    number of calls and the message size, so time = calls x first + bytes x second; with all
+    replicas being every device this is exactly `DataParallelModel.t_comm`."""
+    if replicas <= 1:
+        return 0.0, 0.0
+    nodes = max(1, replicas // per_node)
+
+    def cost(m: float, calls: float) -> float:
+        if collective is Collective.hierarchical:
+            intra, inter = dp.intra, dp.hier_inter
+            return float(hierarchical_allreduce(per_node, nodes, m, intra.alpha, intra.beta,
+                                                inter.alpha, inter.beta / per_node, calls))
+        return float(dp.flat(collective, replicas, m, link(dp, nodes > 1), calls))
+
+    return cost(0.0, 1.0), cost(1.0, 0.0)

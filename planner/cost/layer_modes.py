@@ -1,0 +1,188 @@
+"""Per-layer data or model parallelism for a CNN (Krizhevsky, "One weird trick for parallelizing
+convolutional neural networks", arXiv 1404.5997, 2014), priced for one (nodes n, devices per
+node g, local batch b, collective) as arrays over (segment, mode).
+
+Modes, per segment (`cnn_layout.segments`):
+- data (degree 1): weights replicated, each device runs its own b samples, gradients are
+  allreduced over all N = n g devices, exactly as `cost/data_parallel.py`;
+- model k: output channels / neurons are split over a group of k devices that run the group's
+  k b samples together (Krizhevsky 2014, sec. 3). Each weighted layer all-gathers its input
+  (k b samples, all features) forward and reduce-scatters its input gradient backward; leaving
+  model k for anything else re-partitions the segment's output by samples with an all-to-all
+  each way. The 1/k weight shard is allreduced over the N/k groups.
+FLOPs per device are the same in both modes; what model parallelism changes is the weight bytes
+a device streams (W/k instead of W: the memory-bound FC layers at small b speed up), the
+gradient volume (W/k over N/k replicas) and the activation traffic it adds.
+
+iteration = sum_segments (compute + activation collectives) + all-to-all exits + optimizer
+            + max(0, gradient allreduce - backward left after the first bucket)
+with the same bucketed overlap rule as data parallelism. Every term is linear in the one-hot
+mode choice except the per-call latency (ceil(bytes / bucket) calls per replica group) and the
+overlap max: the search models those two exactly with integer and max variables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import collectives as coll
+from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, link, roofline, segments
+from planner.cost.collectives import Collective
+from planner.cost.data_parallel import DataParallelModel
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One assignment of modes, evaluated (seconds, bytes)."""
+
+    iteration_time_s: float
+    compute_time_s: float
+    activation_comm_s: float  # gathers, reduce-scatters, all-to-all exits (never hidden)
+    gradient_comm_s: float
+    exposed_gradient_comm_s: float
+    optimizer_time_s: float
+    memory_bytes: float
+    memory_breakdown: dict
+    layers: list[dict]  # {name, mode, degree, compute_time_s, communication_time_s}
+
+
+class LayerModes:
+    """Cost tables of every (segment, degree) for one point. `degrees[0]` is 1 (data)."""
+
+    def __init__(self, dp: DataParallelModel, n: int, g: int, b: int, collective: Collective,
+                 overlap: bool):
+        self.dp, self.n, self.g, self.b = dp, n, g, b
+        self.collective, self.overlap = collective, overlap
+        cnn, dev, prec = dp.cnn, dp.system.device, dp.options.precision
+        self.segments: list[Group] = segments(cnn)
+        self.arrays = a = LayerArrays.of(cnn)
+        N = n * g
+        weighted = [[i for i in s.layers if a.params[i] > 0] for s in self.segments]
+        widest = min(cnn.layers[i].output_shape[0] for w in weighted for i in w) if any(weighted) \
+            else 1
+        # Groups of k tile the nodes: k divides g (inside a node) or g divides k (whole nodes).
+        self.degrees = [1] + [k for k in range(2, N + 1)
+                              if N % k == 0 and (g % k == 0 or k % g == 0) and k <= widest]
+        S, K = len(self.segments), len(self.degrees)
+        d = prec.bytes
+        rates = (dev.efficiency.compute * dev.peak_flops(prec),
+                 dev.efficiency.memory * dev.memory_bandwidth_Bps)
+        first_weighted = next((i for i in range(len(cnn.layers)) if a.params[i] > 0), -1)
+        hide_layers = {w.layer for w in dp.roofline["T_hide"].works}
+        self.hides = np.array([cnn.layers[i].name in hide_layers for i in range(len(cnn.layers))])
+        state_bytes = dp.options.optimizer.state_bytes_per_param
+        master = 4 if d < 4 else 0
+
+        # Per layer x degree: the shard of the layer a device holds. Weighted layers split
+        # their output channels (ceil: the largest shard sets the pace), weightless ones their
+        # elements evenly.
+        L = len(cnn.layers)
+        ks = np.array(self.degrees, dtype=float)
+        out_ch = np.array([l.output_shape[0] for l in cnn.layers], dtype=float)
+        share = np.where(a.params[:, None] > 0,
+                         np.ceil(out_ch[:, None] / ks[None, :]) / out_ch[:, None],
+                         1.0 / ks[None, :])  # (L, K)
+        samples = ks[None, :] * b  # samples a device's group runs
+        gathered = np.where(a.params[:, None] > 0, samples, b)  # weighted layers see all inputs
+        work = share * samples  # fraction of the layer's per-sample work, times samples
+        fwd = roofline(a.flops[:, None] * work,
+                       d * (a.params[:, None] * share + a.inputs[:, None] * gathered
+                            + a.outputs[:, None] * work), *rates)
+        bwd = roofline(a.bwd_factor[:, None] * a.flops[:, None] * work,
+                       d * (2 * a.params[:, None] * share + 2 * a.inputs[:, None] * gathered
+                            + a.outputs[:, None] * work), *rates)
+        fwd, bwd = fwd * a.costed[:, None], bwd * a.costed[:, None]
+
+        # Activation collectives of weighted layers in model k: gather inputs forward,
+        # reduce-scatter input gradients backward (none for the first weighted layer).
+        act = np.zeros((L, K))
+        exit_ = np.zeros((S, K))
+        for j, k in enumerate(self.degrees[1:], start=1):
+            lk = link(dp, k > g)
+            m = k * b * a.inputs * d
+            gather = np.array([float(coll.all_gather(k, x, lk.alpha, lk.beta)) for x in m])
+            scatter = np.array([float(coll.reduce_scatter(k, x, lk.alpha, lk.beta)) for x in m])
+            scatter[first_weighted] = 0.0
+            act[:, j] = np.where(a.params > 0, gather + scatter, 0.0)
+            for s, seg in enumerate(self.segments):
+                last = seg.layers[-1]
+                per_device = share[last, j] * k * b * a.outputs[last] * d
+                exit_[s, j] = 2 * float(coll.all_to_all(k, per_device, lk.alpha, lk.beta))
+
+        # Gradient allreduce over the N/k replicas of each shard.
+        self.latency = np.zeros(K)
+        self.per_byte = np.zeros(K)
+        for j, k in enumerate(self.degrees):
+            per_node = g // k if k <= g else 1
+            self.latency[j], self.per_byte[j] = allreduce_terms(dp, collective, N // k, per_node)
+
+        seg_sum = lambda x: np.array([x[list(s.layers)].sum(axis=0) for s in self.segments])  # noqa: E731
+        self.layer_fwd, self.layer_bwd, self.layer_act, self.share = fwd, bwd, act, share
+        self.compute = seg_sum(fwd + bwd)  # (S, K)
+        self.act = seg_sum(act)
+        self.exit = exit_
+        self.hide = seg_sum(bwd * self.hides[:, None])
+        shard_params = seg_sum(a.params[:, None] * share)
+        self.grad_bytes = np.ceil(shard_params * d)  # whole bytes (the search counts buckets)
+        self.optimizer = shard_params * (d + 2 * (4 + state_bytes)) / rates[1]
+        self.memory_parts = {
+            "weights": shard_params * (d + master),
+            "gradients": shard_params * d,
+            "optimizer": shard_params * state_bytes,
+            "activations": d * seg_sum(a.stored[:, None] * work
+                                       + np.where(ks[None, :] > 1, a.inputs[:, None] * gathered
+                                                  * (a.params[:, None] > 0), 0.0)),
+        }
+        self.memory = sum(self.memory_parts.values())
+        self.memory_fixed = d * b * math.prod(cnn.input_shape)  # the input images
+        self.bucket = dp.options.bucket_bytes
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.segments), len(self.degrees)
+
+    def calls(self, bytes_: float) -> int:
+        return max(1, math.ceil(bytes_ / self.bucket)) if bytes_ > 0 else 0
+
+    def evaluate(self, assign: list[int] | tuple[int, ...]) -> Breakdown:
+        """The iteration of one assignment (degree index per segment), in float."""
+        rows = np.arange(len(self.segments))
+        sel = np.asarray(assign)
+        leaving = np.append(sel[1:] != sel[:-1], True) & (sel > 0)
+        exits = self.exit[rows, sel] * leaving
+        grad_bytes = np.bincount(sel, weights=self.grad_bytes[rows, sel], minlength=len(self.degrees))
+        calls = np.array([self.calls(x) for x in grad_bytes])
+        grad = float((calls * self.latency).sum() + (grad_bytes * self.per_byte).sum())
+        hide = float(self.hide[rows, sel].sum())
+        exposed = max(0.0, grad - hide) if self.overlap else grad
+        compute = float(self.compute[rows, sel].sum())
+        act = float(self.act[rows, sel].sum() + exits.sum())
+        opt = float(self.optimizer[rows, sel].sum())
+        mem = {k: float(v[rows, sel].sum()) for k, v in self.memory_parts.items()}
+        mem["activations"] += self.memory_fixed
+        # Per layer: compute, and communication with the segment's exit on its last layer and
+        # its gradient share (bandwidth plus latency in proportion to bytes).
+        layers = []
+        for s, seg in enumerate(self.segments):
+            j = int(sel[s])
+            k = self.degrees[j]
+            per_call = self.latency[j] * calls[j] / grad_bytes[j] if grad_bytes[j] else 0.0
+            for i in seg.layers:
+                l_bytes = self.arrays.params[i] * self.share[i, j] * self.dp.options.precision.bytes
+                comm = self.layer_act[i, j] + l_bytes * (self.per_byte[j] + per_call)
+                if i == seg.layers[-1]:
+                    comm += exits[s]
+                layers.append({"name": self.dp.cnn.layers[i].name,
+                               "mode": "data" if k == 1 else "model", "degree": k,
+                               "compute_time_s": float(self.layer_fwd[i, j] + self.layer_bwd[i, j]),
+                               "communication_time_s": float(comm)})
+        return Breakdown(compute + act + opt + exposed, compute, act, grad, exposed, opt,
+                         sum(mem.values()), mem, layers)
+
+    def lower_bound(self) -> float:
+        """No assignment is faster: each segment at its cheapest compute + activation traffic,
+        all gradient traffic hidden, the cheapest optimizer step."""
+        return float((self.compute + self.act).min(axis=1).sum() + self.optimizer.min(axis=1).sum())

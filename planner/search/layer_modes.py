@@ -1,0 +1,83 @@
+"""CP-SAT over per-segment modes (data, or model parallel over k devices) for one point, in the
+order of the OR-Tools samples: variables, constraints, objective, solve, values.
+
+Times are integer nanoseconds and memory whole bytes (CP-SAT is integral); the plan it returns
+is then priced in float by `LayerModes.evaluate`, which is what the user sees. The rounding
+moves any objective by at most half a nanosecond per term.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.cost.layer_modes import LayerModes
+from planner.search.rows import cp_solver
+
+NS = 1e9
+
+
+def _ns(x: float) -> int:
+    return int(round(x * NS))
+
+
+def best_modes(lm: LayerModes, capacity_bytes: float, time_limit_s: float,
+               workers: int = 1) -> tuple[list[int], bool] | None:
+    """(degree index per segment, proven optimal) minimising the iteration time with the
+    memory per device within `capacity_bytes`; None when no assignment fits."""
+    S, K = lm.shape
+    model = cp_model.CpModel()
+    # Variables: x[s][j] = segment s runs at degree index j.
+    x = [[model.NewBoolVar(f"x_{s}_{j}") for j in range(K)] for s in range(S)]
+    for s in range(S):
+        model.AddExactlyOne(x[s])
+    # Leaving model k (to another mode, or at the end of the network) costs the all-to-all.
+    z = {}
+    for s in range(S):
+        for j in range(1, K):
+            z[s, j] = model.NewBoolVar(f"exit_{s}_{j}")
+            nxt = x[s + 1][j] if s + 1 < S else 0
+            model.Add(z[s, j] >= x[s][j] - nxt)
+    # Gradient allreduce per replica group: ceil(bytes / bucket) calls, at least one if used.
+    grad_terms = []
+    for j in range(K):
+        if lm.latency[j] == 0 and lm.per_byte[j] == 0:
+            continue
+        used = [(x[s][j], int(lm.grad_bytes[s, j])) for s in range(S) if lm.grad_bytes[s, j] > 0]
+        if not used:
+            continue
+        total = sum(b for _, b in used)
+        calls = model.NewIntVar(0, lm.calls(total), f"calls_{j}")
+        model.Add(calls * int(lm.bucket) >= sum(v * b for v, b in used))
+        for v, _ in used:
+            model.Add(calls >= v)
+        grad_terms.append(calls * _ns(lm.latency[j]))
+        grad_terms += [v * _ns(b * lm.per_byte[j]) for v, b in used]
+    lin = lambda table: sum(x[s][j] * _ns(table[s, j]) for s in range(S) for j in range(K))  # noqa: E731
+    horizon = _ns(lm.compute.max(axis=1).sum() + lm.act.max(axis=1).sum()
+                  + lm.exit.max(axis=1).sum() + lm.optimizer.max(axis=1).sum()) + 1
+    grad_hi = sum(_ns(lm.latency[j]) * lm.calls(lm.grad_bytes[:, j].sum())
+                  + _ns(lm.grad_bytes[:, j].sum() * lm.per_byte[j]) for j in range(K)) + 1
+    grad = model.NewIntVar(0, grad_hi, "gradient_comm")
+    model.Add(grad == sum(grad_terms))
+    exposed = model.NewIntVar(0, grad_hi, "exposed_gradient_comm")
+    if lm.overlap:
+        model.Add(exposed >= grad - lin(lm.hide))  # max(0, comm - hidden) with exposed >= 0
+    else:
+        model.Add(exposed == grad)
+    # Constraint: memory per device.
+    room = int(capacity_bytes - lm.memory_fixed)
+    model.Add(sum(x[s][j] * int(np.ceil(lm.memory[s, j])) for s in range(S) for j in range(K))
+              <= room)
+    # Objective: the iteration time.
+    iteration = model.NewIntVar(0, horizon + grad_hi, "iteration_ns")
+    model.Add(iteration == lin(lm.compute + lm.act + lm.optimizer)
+              + sum(z[s, j] * _ns(lm.exit[s, j]) for s in range(S) for j in range(1, K))
+              + exposed)
+    model.Minimize(iteration)
+    solver = cp_solver(time_limit_s, workers)
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    assign = [next(j for j in range(K) if solver.Value(x[s][j])) for s in range(S)]
+    return assign, status == cp_model.OPTIMAL
