@@ -19,6 +19,7 @@ from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.prediction import Config, Prediction, predict
 from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Solution, Training
+from planner.search.strategy import SplitSearch, Strategy
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
@@ -100,8 +101,11 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           objective: str = "throughput", critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           price_per_device_hour: float | None = None, deadline_s: float | None = None,
-          budget_usd: float | None = None, **problem) -> Solution:
-    """Keys of `problem` are the fields of `planner.search.data_parallel.Problem`. With
+          budget_usd: float | None = None, strategy: str = "data", **problem):
+    """Keys of `problem` are the fields of `planner.search.data_parallel.Problem`.
+    `strategy` is data (a `Solution`), hybrid (per-layer data/model modes), pipeline (stages)
+    or auto (the best of the three); hybrid and pipeline give a
+    `planner.search.strategy.SplitSolution`. With
     `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples` (E_min),
     the solution carries steps and time to train (McCandlish et al. 2018); the price per
     device-hour defaults to the device spec's."""
@@ -120,7 +124,10 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
                        training=training, **problem)
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
-    return DataParallelSolver(dp, prob).solve()
+    strat = _enum(Strategy, strategy, "strategy")
+    if strat is Strategy.data:
+        return DataParallelSolver(dp, prob).solve()
+    return SplitSearch(dp, prob).solve(strat)
 
 
 def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",

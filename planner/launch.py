@@ -24,6 +24,12 @@ def normalise(config: dict) -> dict:
                 "gradient_accumulation": config["gradient_accumulation"],
                 "interleave": config["interleave"], "recompute": config["recompute"],
                 "sequence_parallel": config["sequence_parallel"], "zero": config["zero"]}
+    if "stages" in config:  # CNN pipeline plan
+        return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
+                "pp": config["stages"], "dp": config["replicas"],
+                "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
+                "gradient_accumulation": config["micro_batches"], "interleave": 1,
+                "recompute": "none", "sequence_parallel": False, "zero": 0}
     return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
             "pp": 1, "dp": devices, "micro_batch": config["local_batch"],
             "global_batch": config["global_batch"], "gradient_accumulation": 1, "interleave": 1,

@@ -115,7 +115,12 @@ def evaluation_text(cfg, pred) -> str:
 
 
 def solution_doc(sol) -> dict:
+    from planner.search.strategy import SplitSolution
+
+    if isinstance(sol, SplitSolution):
+        return split_doc(sol)
     return {
+        "strategy": "data",
         "status": sol.status,
         "config": sol.config.to_json(),
         "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
@@ -130,6 +135,10 @@ def solution_doc(sol) -> dict:
 
 
 def solution_text(sol) -> str:
+    from planner.search.strategy import SplitSolution
+
+    if isinstance(sol, SplitSolution):
+        return split_text(sol)
     out = [f"status: {sol.status} (CP-SAT, {sol.points:,} configurations, "
            f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.config, sol.prediction)]
     if sol.training:
@@ -150,6 +159,59 @@ def solution_text(sol) -> str:
         out.append("runners-up:\n" + table(
             ["nodes", "dev/node", "batch", "collective", "iteration", "samples/s", "eff."], rows))
     return "\n\n".join(out)
+
+
+def split_doc(sol) -> dict:
+    """A hybrid or pipeline CNN plan (`planner.search.strategy.SplitSolution`)."""
+    return {"strategy": sol.strategy, "status": sol.status, "config": sol.config,
+            "plan": sol.plan, "prediction": {**sol.prediction, **(sol.training or {})},
+            "objective": sol.objective, "data_parallel": sol.data_parallel,
+            "search": sol.search}
+
+
+def split_text(sol) -> str:
+    c, p = sol.config, sol.prediction
+    head = (f"status: {sol.status} ({sol.strategy}; {sol.search['candidates']:,} points, "
+            f"{sol.search['inner_solves']} solved by CP-SAT, the rest pruned by bound)")
+    where = (f"{c['nodes']} nodes x {c['devices_per_node']} devices = {c['devices']} devices, "
+             f"global batch {c['global_batch']}, {c['collective']}")
+    if "layers" in sol.plan:
+        where += f", local batch {c['local_batch']}"
+        rows = [[l["name"], l["mode"], l["degree"], si(l["compute_time_s"], "s"),
+                 si(l["communication_time_s"], "s")]
+                for l in sol.plan["layers"] if l["compute_time_s"] or l["communication_time_s"]]
+        plan = "layers:\n" + table(["layer", "mode", "degree", "compute", "communication"], rows)
+    else:
+        where += (f", {c['stages']} stages x {c['replicas']} replicas, {c['micro_batches']} "
+                  f"micro-batches of {c['micro_batch']}")
+        rows = [[j, f"{s['layers'][0]} .. {s['layers'][-1]}", len(s["layers"]), s["devices"],
+                 si(s["time_s"], "s"), si(s["memory_bytes"], "B")]
+                for j, s in enumerate(sol.plan["stages"])]
+        plan = "stages:\n" + table(["stage", "layers", "count", "devices", "time/micro-batch",
+                                      "memory"], rows)
+    pairs = [("config", where), ("iteration time", si(p["iteration_time_s"], "s")),
+             ("throughput", f"{p['throughput_samples_per_s']:,.1f} samples/s"),
+             ("compute", si(p["compute_time_s"], "s")),
+             ("communication", f"{si(p['communication_time_s'], 's')} "
+                               f"({si(p['exposed_communication_time_s'], 's')} exposed)"),
+             ("memory/device", f"{si(p['memory_bytes_per_device'], 'B')} of "
+                               f"{si(p['memory_capacity_bytes'], 'B')}"),
+             ("speed-up", f"{p['speedup']:.2f} x (efficiency {p['efficiency']:.1%})")]
+    if "bubble_fraction" in p:
+        pairs.insert(2, ("pipeline bubble", f"{p['bubble_fraction']:.1%}"))
+    if sol.training:
+        pairs.append(("time to train", f"{si(sol.training['time_to_train_s'], 's')} "
+                                       f"({sol.training['steps']:,.0f} steps)"))
+    base = sol.data_parallel
+    if base is not None:
+        bc = base["config"]
+        pairs.append(("best data parallel", f"{si(base['iteration_time_s'], 's')} on "
+                                            f"{bc['devices']} devices (objective "
+                                            f"{sol.objective['value'] / base['objective_value']:.3f}"
+                                            " x of it here)"))
+    else:
+        pairs.append(("best data parallel", "none fits in memory"))
+    return "\n\n".join([head, key_values(pairs), plan])
 
 
 def transformer_doc(m) -> dict:

@@ -58,6 +58,23 @@ PARETO = {"type": "array", "items": obj({"config": DP_CONFIG, "time_to_train_s":
                                          "cost_usd": NUM, "steps": NUM})}
 
 
+SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
+                    "local_batch": INT, "stages": INT, "replicas": INT, "micro_batch": INT,
+                    "micro_batches": INT, "collective": STR, "overlap": BOOL},
+                   required=["nodes", "devices_per_node", "devices", "global_batch",
+                             "collective", "overlap"])
+SPLIT_PREDICTION = {**DP_PREDICTION, "properties": {
+    **DP_PREDICTION["properties"], "activation_communication_time_s": NUM,
+    "bubble_fraction": NUM, "stage_time_s": NUM, "p2p_time_s": NUM}}
+LAYER_PLAN = obj({"name": STR, "mode": {"enum": ["data", "model"]}, "degree": INT,
+                  "compute_time_s": NUM, "communication_time_s": NUM})
+STAGE_PLAN = obj({"layers": {"type": "array", "items": STR}, "devices": INT, "time_s": NUM,
+                  "memory_bytes": NUM, "memory_breakdown": obj({k: NUM for k in (
+                      "weights", "gradients", "optimizer", "activations")})})
+SPLIT_PLAN = {"oneOf": [obj({"layers": {"type": "array", "items": LAYER_PLAN}}),
+                        obj({"stages": {"type": "array", "items": STAGE_PLAN, "minItems": 2}})]}
+
+
 def _evaluate() -> dict:
     spec = {"model": STR, "hardware": STR, "line": INT}
     dp = _envelope("evaluate", {**spec, "config": DP_CONFIG, "prediction": DP_PREDICTION},
@@ -72,7 +89,7 @@ def _solve() -> dict:
     spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
             "objective": OBJECTIVE}
     dp = _envelope("solve", {
-        **spec, "config": DP_CONFIG, "prediction": DP_PREDICTION, "pareto": PARETO,
+        **spec, "strategy": {"const": "data"}, "config": DP_CONFIG, "prediction": DP_PREDICTION, "pareto": PARETO,
         "solve_time_s": NUM, "build_time_s": NUM,
         "search": obj({"points": INT, "branches": INT, "gap": NUM}),
         "alternatives": {"type": "array", "items": obj({"config": DP_CONFIG,
@@ -82,7 +99,14 @@ def _solve() -> dict:
         **spec, "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION,
         "search": obj({"rows": INT, "build_time_s": NUM, "solve_time_s": NUM, "gap": NUM}),
     }, ["status", "config", "prediction", "objective", "search"])
-    return {"oneOf": [dp, hybrid]}
+    split = _envelope("solve", {
+        **spec, "strategy": {"enum": ["hybrid", "pipeline"]}, "config": SPLIT_CONFIG,
+        "plan": SPLIT_PLAN, "prediction": SPLIT_PREDICTION,
+        "data_parallel": {"oneOf": [{"type": "null"}, obj({
+            "config": DP_CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
+        "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
+    }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
+    return {"oneOf": [dp, hybrid, split]}
 
 
 def _limits() -> dict:

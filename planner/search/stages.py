@@ -28,7 +28,7 @@ def best_cut(st: Stages, capacity_bytes: float, time_limit_s: float,
              workers: int = 1) -> tuple[list[int], bool] | None:
     """(stage index per unit, proven optimal), or None when no cut fits in memory."""
     U, p = len(st.units), st.p
-    if U < p:
+    if p > U:
         return None
     model = cp_model.CpModel()
     # Variables: q[j] = first unit after stage j (q[-1] = 0 and q[p-1] = U are fixed).
