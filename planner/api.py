@@ -18,7 +18,7 @@ from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, 
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.prediction import Config, Prediction, predict
-from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Solution, Training
+from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Training
 from planner.search.strategy import SplitSearch, Strategy
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision

@@ -89,7 +89,8 @@ def _solve() -> dict:
     spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
             "objective": OBJECTIVE}
     dp = _envelope("solve", {
-        **spec, "strategy": {"const": "data"}, "config": DP_CONFIG, "prediction": DP_PREDICTION, "pareto": PARETO,
+        **spec, "strategy": {"const": "data"}, "config": DP_CONFIG, "prediction": DP_PREDICTION,
+        "pareto": PARETO,
         "solve_time_s": NUM, "build_time_s": NUM,
         "search": obj({"points": INT, "branches": INT, "gap": NUM}),
         "alternatives": {"type": "array", "items": obj({"config": DP_CONFIG,
