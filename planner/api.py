@@ -101,10 +101,12 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           objective: str = "throughput", critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           price_per_device_hour: float | None = None, deadline_s: float | None = None,
-          budget_usd: float | None = None, strategy: str = "data", **problem):
+          budget_usd: float | None = None, strategy: str = "data",
+          stages: int | None = None, **problem):
     """Keys of `problem` are the fields of `planner.search.data_parallel.Problem`.
     `strategy` is data (a `Solution`), hybrid (per-layer data/model modes), pipeline (stages)
-    or auto (the best of the three); hybrid and pipeline give a
+    or auto (the best of the three); `stages` pins the pipeline depth. Hybrid and pipeline
+    give a
     `planner.search.strategy.SplitSolution`. With
     `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples` (E_min),
     the solution carries steps and time to train (McCandlish et al. 2018); the price per
@@ -125,9 +127,9 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
     strat = _enum(Strategy, strategy, "strategy")
-    if strat is Strategy.data:
+    if strat is Strategy.data and stages is None:
         return DataParallelSolver(dp, prob).solve()
-    return SplitSearch(dp, prob).solve(strat)
+    return SplitSearch(dp, prob, stages).solve(strat)
 
 
 def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",

@@ -422,6 +422,8 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--strategy", type=click.Choice(["data", "hybrid", "pipeline", "auto"]),
               default=None, help="CNNs: data parallel [default], per-layer data/model modes "
                                  "(hybrid), pipeline stages, or the best of them (auto).")
+@click.option("--stages", type=click.IntRange(2, 100_000),
+              help="With --strategy pipeline: pin the number of stages.")
 @click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%).")
@@ -435,7 +437,7 @@ def _evaluate_jsonl(path: str) -> None:
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
-          strategy, **problem):
+          strategy, stages, **problem):
     """Search nodes, devices per node, batch and collective for the proven-optimal
     data-parallel plan (CP-SAT).
 
@@ -457,7 +459,7 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     if plot_path and not pareto:
         raise SpecError("plot: --plot on solve draws the --pareto front; add --pareto")
     if api.is_transformer(model):
-        if strategy is not None:
+        if strategy is not None or stages is not None:
             raise SpecError("strategy: --strategy applies to CNN models (transformers search "
                             "tp x pp x dp with the hybrid flags)")
         given = [k for k, v in training.items() if v is not None] + (["pareto"] if pareto else [])
@@ -483,7 +485,7 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         raise SpecError("global_batch: give either --global-batch or a batch range")
     sol = api.solve(model, hardware, precision=precision, optimizer=optimizer, servers=servers,
                     collective=collective, objective=objective, overlap=overlap,
-                    pareto=pareto, **training, strategy=strategy or "data",
+                    pareto=pareto, **training, strategy=strategy or "data", stages=stages,
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     if plot_path:

@@ -61,8 +61,8 @@ def _divisors(x: int) -> list[int]:
 
 
 class SplitSearch:
-    def __init__(self, model: DataParallelModel, problem: Problem):
-        self.m, self.p = model, problem
+    def __init__(self, model: DataParallelModel, problem: Problem, stages: int | None = None):
+        self.m, self.p, self.stages = model, problem, stages
         self.dp_solver = DataParallelSolver(model, problem)
         unsupported = [k for k, v in (("fewest_nodes_within", problem.fewest_nodes_within),
                                       ("top", problem.top or None), ("pareto", problem.pareto or None))
@@ -212,7 +212,7 @@ class SplitSearch:
             n, g, b_, c = (int(x) for x in rows[i, :4])
             N, B = n * g, n * g * b_
             for p in _divisors(N):
-                if not 2 <= p <= n_units:
+                if not 2 <= p <= n_units or self.stages not in (None, p):
                     continue
                 per_copy = B // (N // p)
                 for mu in _divisors(per_copy):
@@ -223,10 +223,10 @@ class SplitSearch:
                     cands.append(((m + p - 1) * slowest * float(factor[i]),
                                   (n, g, B, c, p, mu, float(factor[i]))))
         if not cands:
-            raise InfeasibleError("infeasible: pipeline: no device count here splits into 2 or "
-                                  f"more stages (the network has {n_units} units to cut "
-                                  "between) with the global batch in whole micro-batches",
-                                  ("pipeline",))
+            want = f"{self.stages}" if self.stages else "2 or more"
+            raise InfeasibleError(f"infeasible: pipeline: no device count here splits into {want} "
+                                  f"stages (the network has {n_units} units to cut between) "
+                                  "with the global batch in whole micro-batches", ("pipeline",))
         incumbent = float("inf")
 
         def build(key):
@@ -307,6 +307,9 @@ class SplitSearch:
     # --- entry -----------------------------------------------------------------------------------
 
     def solve(self, strategy: Strategy) -> SplitSolution | Solution:
+        if self.stages is not None and strategy is not Strategy.pipeline:
+            raise SpecError("stages: --stages pins the pipeline depth; use it with --strategy "
+                            "pipeline")
         dp_sol = self._data_parallel()
         if strategy is Strategy.data:
             return dp_sol if dp_sol is not None else self.dp_solver.solve()
