@@ -180,10 +180,12 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
           overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
           servers: int = 1, critical_batch: float | None = None,
           target_steps: float | None = None,
-          target_samples: float | None = None) -> tuple[list[SweepPoint], list[int]]:
+          target_samples: float | None = None,
+          on_point=None) -> tuple[list[SweepPoint], list[int]]:
     """Evaluate every (bandwidth, nodes, global batch) combination (full nodes). Returns
     (points, skipped node counts whose devices divide none of the global batches). With
-    `critical_batch` and a target each point carries its steps and time to train."""
+    `critical_batch` and a target each point carries its steps and time to train. `on_point`
+    is called once per combination tried (a progress bar's tick)."""
     if (global_batch is None) == (local_batch is None):
         raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                         "--local-batch (weak scaling)")
@@ -204,6 +206,8 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
         for n_val in nodes:
             fitted = False
             for gb in batches:
+                if on_point is not None:
+                    on_point()
                 batch = gb if gb is not None else local_batch * n_val * g
                 if batch % (n_val * g):
                     continue

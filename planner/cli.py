@@ -6,6 +6,7 @@ name, malformed or invalid spec, bad flag); 3 an internal error (a bug: please r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -656,12 +657,18 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
         top = 4096 if batches is None else max(1, max(batches))
         nodes = int_list(f"1:{min(top, 4096)}:x2", "nodes")
     global_batch = batches[0] if batches and len(batches) == 1 else batches
-    points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
-                                local_batch=local_batch, bandwidths_GBps=bandwidths,
-                                collective=collective, overlap=overlap, precision=precision,
-                                optimizer=optimizer, servers=servers,
-                                critical_batch=critical_batch, target_steps=target_steps,
-                                target_samples=target_samples)
+    total = len(nodes) * len(batches or [None]) * len(bandwidths or [None])
+    # A bar only when stderr is a terminal: pipes and files get nothing at all.
+    bar_or_none = (click.progressbar(length=total, label="sweep", file=sys.stderr)
+                   if sys.stderr.isatty() else contextlib.nullcontext())
+    with bar_or_none as bar:
+        points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
+                                    local_batch=local_batch, bandwidths_GBps=bandwidths,
+                                    collective=collective, overlap=overlap, precision=precision,
+                                    optimizer=optimizer, servers=servers,
+                                    critical_batch=critical_batch, target_steps=target_steps,
+                                    target_samples=target_samples,
+                                    on_point=bar and (lambda: bar.update(1)))
     if not points:
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
                               f"divides the global batch {batch_spec} into whole local batches")
@@ -715,7 +722,8 @@ def calibrate(csv_path, check, fmt):
 
 
 @cli.command()
-@click.argument("command", required=False, type=click.Choice(["evaluate", "solve", "limits"]))
+@click.argument("command", required=False,
+                type=click.Choice(["evaluate", "solve", "limits", "sweep", "derive", "show"]))
 def schema(command):
     """Print the JSON Schema of the JSON output of COMMAND (all of them without one).
 

@@ -126,9 +126,68 @@ def _limits() -> dict:
         "required_bandwidth_GBps", "efficiency_at_nodes"])
 
 
+def _sweep() -> dict:
+    point = obj({**DP_CONFIG["properties"], **DP_PREDICTION["properties"],
+                 "bandwidth_GBps": NUM},
+                required=[*DP_CONFIG["required"], "bandwidth_GBps", "iteration_time_s",
+                          "throughput_samples_per_s", "speedup", "efficiency"])
+    return _envelope("sweep", {"model": STR, "hardware": STR,
+                               "points": {"type": "array", "items": point},
+                               "skipped_nodes": {"type": "array", "items": INT}},
+                     ["points", "skipped_nodes"])
+
+
+def _derive() -> dict:
+    symbol = obj({"value": NUM, "unit": STR, "description": STR})
+    formula = obj({"name": STR, "description": STR, "unit": STR, "expression": STR,
+                   "latex": STR, "python": STR, "value": {"type": ["number", "null"]},
+                   "note": STR, "symbols": {"type": "object", "additionalProperties": symbol}})
+    return _envelope("derive", {"model": STR, "hardware": STR,
+                                "formulas": {"type": "array", "items": formula}}, ["formulas"])
+
+
+def _show() -> dict:
+    # Hardware specs are dumped as written (their YAML keys, with units), so nested spec
+    # objects are open; the top-level keys of each kind are fixed.
+    spec = {"type": "object"}
+    layer = obj({"name": STR, "type": STR, "block": STR, "output_shape": {
+        "type": "array", "items": INT}, "params": INT, "forward_flops_per_sample": INT,
+        "activation_elements_per_sample": INT})
+    fractions = obj({"flops_fraction": NUM, "params_fraction": NUM})
+    cnn = _envelope("show", {
+        "name": STR, "description": STR, "input_shape": {"type": "array", "items": INT},
+        "params": INT, "macs_per_sample": INT, "forward_flops_per_sample": INT,
+        "layers": {"type": "array", "items": layer},
+        "share": obj({"conv": fractions, "fc": fractions})}, ["name", "params", "layers"])
+    transformer = _envelope("show", {
+        "name": STR, "kind": {"const": "transformer"}, "description": STR,
+        **{k: INT for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len",
+                            "vocab", "experts", "top_k", "params", "layer_params",
+                            "embedding_params", "model_flops_per_sequence")},
+        "ffn_kind": STR}, ["name", "kind", "params"])
+    system = _envelope("show", {
+        "kind": {"const": "system"}, "name": STR, "description": STR, "devices_per_node": INT,
+        "nics_per_node": INT, "device": spec, "intra_node": spec, "inter_node": spec},
+        ["kind", "name", "device", "intra_node", "inter_node"])
+    device = _envelope("show", {
+        "kind": {"const": "device"}, "name": STR, "description": STR,
+        "peak_tflops": {"type": "object", "additionalProperties": NUM}, "memory_GiB": NUM,
+        "memory_bandwidth_GBps": NUM, "efficiency": spec,
+        "price_per_hour_usd": {"type": ["number", "null"]}, "default_precision": STR,
+        "sources": {"type": "object", "additionalProperties": STR}},
+        ["kind", "name", "peak_tflops", "memory_GiB"])
+    link = _envelope("show", {
+        "kind": {"const": "link"}, "name": STR, "description": STR, "bandwidth_GBps": NUM,
+        "latency_us": NUM, "efficiency": NUM,
+        "sources": {"type": "object", "additionalProperties": STR}},
+        ["kind", "name", "bandwidth_GBps", "latency_us"])
+    return {"oneOf": [cnn, transformer, system, device, link]}
+
+
 def schemas() -> dict:
     """{command: JSON Schema}."""
-    out = {"evaluate": _evaluate(), "solve": _solve(), "limits": _limits()}
+    out = {"evaluate": _evaluate(), "solve": _solve(), "limits": _limits(), "sweep": _sweep(),
+           "derive": _derive(), "show": _show()}
     for name, sch in out.items():
         sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         sch["title"] = f"planner {name} --format json"

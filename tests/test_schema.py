@@ -17,6 +17,16 @@ CASES = [
     ("solve", ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
                "--global-batch", "64")),
     ("limits", ("limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")),
+    ("sweep", ("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024", "--nodes",
+               "1:8:x2", "--critical-batch", "4096", "--target-steps", "1000")),
+    ("derive", ("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")),
+    ("show", ("show", "model", "resnet50")),
+    ("show", ("show", "model", "llama3-8b")),
+    ("show", ("show", "hardware", "dgx-a100-80gb")),
+    ("show", ("show", "hardware", "a100-sxm4-80gb")),
+    ("show", ("show", "hardware", "fdr-ib")),
+    ("solve", ("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+               "--nodes-max", "8", "--strategy", "auto")),
 ]
 
 
@@ -48,3 +58,23 @@ def test_an_unknown_key_or_a_wrong_type_is_rejected(run_json, schemas):
     extra = {**doc, "prediction": {**doc["prediction"], "surprise": 1}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(extra, schemas["solve"])
+
+
+def test_sweep_progress_bar_only_on_a_terminal(run, monkeypatch):
+    import io
+    import sys
+
+    args = ("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024", "--nodes",
+            "1:64:x2", "--format", "json")
+    code, out, err = run(*args)
+    assert code == 0 and err == "" and json.loads(out)["points"]
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    code, out, _ = run(*args)
+    assert code == 0 and json.loads(out)["points"]
+    assert "sweep" in term.getvalue() and "100%" in term.getvalue()
