@@ -108,10 +108,11 @@ class SplitSearch:
 
     # --- branch and bound ------------------------------------------------------------------------
 
-    def _branch_and_bound(self, candidates, incumbent: float, build, bound, inner):
-        """candidates: (lower bound on the objective, key) pairs. build(key) -> priced point;
-        bound(point) -> a tighter lower bound on its iteration time; inner(point) -> (plan,
-        iteration time, optimal) or None. Returns the best (objective, key, point, plan)."""
+    def _branch_and_bound(self, candidates, incumbent: float, build, solve_point):
+        """candidates: (lower bound on the objective, key) pairs. build(key) -> a priced point
+        (`LayerModes` or `Stages`: `lower_bound()`, `evaluate(plan)`); solve_point(point,
+        capacity, time limit, workers) -> (plan, optimal) or None (CP-SAT). Returns the best
+        (objective, key, point, plan), whether that is proven, and counts."""
         heap = list(candidates)
         heapq.heapify(heap)
         best = None
@@ -125,13 +126,14 @@ class SplitSearch:
                 break
             point = build(key)
             factor = key[-1]
-            if bound(point) * factor >= incumbent * (1 - 1e-12):
+            if point.lower_bound() * factor >= incumbent * (1 - 1e-12):
                 continue
             solves += 1
-            got = inner(point)
+            got = solve_point(point, self.capacity, self.p.time_limit_s, self.p.workers)
             if got is None:
                 continue
-            plan, t_iter, optimal = got
+            plan, optimal = got
+            t_iter = point.evaluate(plan).iteration_time_s
             proven &= optimal
             obj = t_iter * factor
             if obj < incumbent and self._within_limits(t_iter, key[0] * key[1], self._batch(key)):
@@ -172,15 +174,7 @@ class SplitSearch:
             n, g, b_, c, _ = key
             return LayerModes(self.m, n, g, b_, self.collectives[c], self.p.overlap)
 
-        def inner(lm: LayerModes):
-            got = best_modes(lm, self.capacity, self.p.time_limit_s, self.p.workers)
-            if got is None:
-                return None
-            assign, optimal = got
-            return assign, lm.evaluate(assign).iteration_time_s, optimal
-
-        best, proven, stats = self._branch_and_bound(cands, incumbent, build,
-                                                     LayerModes.lower_bound, inner)
+        best, proven, stats = self._branch_and_bound(cands, incumbent, build, best_modes)
         if best is None:
             return None
         _, key, lm, assign = best
@@ -233,15 +227,7 @@ class SplitSearch:
             n, g, B, c, p, mu, _ = key
             return Stages(self.m, n, g, p, mu, B // (n * g // p) // mu, self.collectives[c])
 
-        def inner(st: Stages):
-            got = best_cut(st, self.capacity, self.p.time_limit_s, self.p.workers)
-            if got is None:
-                return None
-            cut, optimal = got
-            return cut, st.evaluate(cut).iteration_time_s, optimal
-
-        best, proven, stats = self._branch_and_bound(cands, incumbent, build, Stages.lower_bound,
-                                                     inner)
+        best, proven, stats = self._branch_and_bound(cands, incumbent, build, best_cut)
         if best is None:
             return None
         _, key, st, cut = best
