@@ -265,3 +265,9 @@ def test_schema_accepts_split_outputs(run_json):
         bad["plan"]["surprise"] = 1
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schemas()["solve"])
+
+
+def test_memory_infeasible_names_the_memory_needed(run):
+    code, _, err = run("solve", "-m", "vgg16", "-H", "k80-fdr", "--global-batch", "4096",
+                       "--devices", "1", "--strategy", "hybrid")
+    assert code == 1 and "memory" in err and "4096" in err and len(err.strip().splitlines()) == 1

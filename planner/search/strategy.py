@@ -85,6 +85,7 @@ class SplitSearch:
         if not mask.any():
             raise self.dp_solver._explain()
         rows = built.rows[mask]
+        self.smallest_local_batch = int(rows[:, 2].min())
         N = rows[:, 0] * rows[:, 1]
         factor = self.dp_solver.factor_values(N, N * rows[:, 2])
         self.collectives = built.collectives
@@ -310,12 +311,15 @@ class SplitSearch:
             if best_split is None or dp_sol.objective["value"] <= best_split.objective["value"]:
                 return dp_sol
         if not found:
-            need = self.m.numeric("memory")(1, 1, 1.0)
+            if dp_sol is not None:
+                raise InfeasibleError(f"infeasible: {strategy.value}: no plan meets the "
+                                      "constraints", (strategy.value,))
+            b_min = getattr(self, "smallest_local_batch", 1)
+            need = float(self.m.numeric("memory")(1, 1, float(b_min))) / 2**30
             raise InfeasibleError(
                 f"infeasible: memory: no {strategy.value} plan fits in the "
                 f"{self.capacity / 2**30:.3g} GiB of '{self.m.system.device.name}' (pure data "
-                f"parallelism needs {float(need) / 2**30:.3g} GiB at local batch 1)"
-                if dp_sol is None else
-                f"infeasible: {strategy.value}: no plan meets the constraints", ("memory",))
+                f"parallelism needs {need:.3g} GiB at the smallest local batch allowed, "
+                f"{b_min})", ("memory",))
         return min(found, key=lambda f: f.objective["value"])
 
