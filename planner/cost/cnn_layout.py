@@ -88,6 +88,26 @@ def roofline(flops, bytes_, flop_rate: float, byte_rate: float):
     return np.maximum(np.asarray(flops) / flop_rate, np.asarray(bytes_) / byte_rate)
 
 
+def rates(dp: DataParallelModel) -> tuple[float, float]:
+    """(achieved FLOP/s, achieved memory B/s) of the device at the model's precision."""
+    dev, prec = dp.system.device, dp.options.precision
+    return (dev.efficiency.compute * dev.peak_flops(prec),
+            dev.efficiency.memory * dev.memory_bandwidth_Bps)
+
+
+def data_layer_times(dp: DataParallelModel, a: LayerArrays, batch) -> np.ndarray:
+    """Forward + backward roofline of every layer on `batch` samples with all its weights (data
+    mode; the per-layer terms of `DataParallelModel.compute_sum`). `batch` broadcasts: an
+    array of shape (P, 1) gives (P, layers)."""
+    d = dp.options.precision.bytes
+    r = rates(dp)
+    x = np.asarray(batch, dtype=float)
+    fwd = roofline(a.flops * x, d * (a.params + (a.inputs + a.outputs) * x), *r)
+    bwd = roofline(a.bwd_factor * a.flops * x, d * (2 * a.params + (2 * a.inputs + a.outputs) * x),
+                   *r)
+    return (fwd + bwd) * a.costed
+
+
 def link(dp: DataParallelModel, across_nodes: bool) -> LinkParams:
     return dp.flat_inter if across_nodes else dp.intra
 

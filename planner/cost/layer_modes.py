@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import cnn_layout
 from planner.cost import collectives as coll
 from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, link, roofline, segments
 from planner.cost.collectives import Collective
@@ -56,7 +57,7 @@ class LayerModes:
                  overlap: bool):
         self.dp, self.n, self.g, self.b = dp, n, g, b
         self.collective, self.overlap = collective, overlap
-        cnn, dev, prec = dp.cnn, dp.system.device, dp.options.precision
+        cnn, prec = dp.cnn, dp.options.precision
         self.segments: list[Group] = segments(cnn)
         self.arrays = a = LayerArrays.of(cnn)
         N = n * g
@@ -68,8 +69,7 @@ class LayerModes:
                               if N % k == 0 and (g % k == 0 or k % g == 0) and k <= widest]
         S, K = len(self.segments), len(self.degrees)
         d = prec.bytes
-        rates = (dev.efficiency.compute * dev.peak_flops(prec),
-                 dev.efficiency.memory * dev.memory_bandwidth_Bps)
+        rates = cnn_layout.rates(dp)
         first_weighted = next((i for i in range(len(cnn.layers)) if a.params[i] > 0), -1)
         hide_layers = {w.layer for w in dp.roofline["T_hide"].works}
         self.hides = np.array([cnn.layers[i].name in hide_layers for i in range(len(cnn.layers))])

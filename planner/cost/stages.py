@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, link, roofline, units
+from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, data_layer_times, link, rates, units
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
 
@@ -47,7 +47,7 @@ class Stages:
                  micro_batches: int, collective: Collective):
         self.dp, self.n, self.g, self.p = dp, n, g, p
         self.mu, self.m = micro_batch, micro_batches
-        cnn, dev, prec = dp.cnn, dp.system.device, dp.options.precision
+        cnn, prec = dp.cnn, dp.options.precision
         N = n * g
         if N % p:
             raise ValueError(f"{p} stages do not divide {N} devices")
@@ -55,12 +55,8 @@ class Stages:
         self.units: list[Group] = units(cnn)
         a = LayerArrays.of(cnn)
         d, mu = prec.bytes, micro_batch
-        rates = (dev.efficiency.compute * dev.peak_flops(prec),
-                 dev.efficiency.memory * dev.memory_bandwidth_Bps)
-        fwd = roofline(a.flops * mu, d * (a.params + (a.inputs + a.outputs) * mu), *rates)
-        bwd = roofline(a.bwd_factor * a.flops * mu,
-                       d * (2 * a.params + (2 * a.inputs + a.outputs) * mu), *rates)
-        per_layer = (fwd + bwd) * a.costed
+        d, mu = prec.bytes, micro_batch
+        per_layer = data_layer_times(dp, a, mu)
         pick = lambda x: np.array([x[list(u.layers)].sum() for u in self.units])  # noqa: E731
         self.time = pick(per_layer)  # per unit, per micro-batch
         # A copy of the pipeline sits inside one node when its stages tile the node.
@@ -78,7 +74,7 @@ class Stages:
         act[0] += d * mu * math.prod(cnn.input_shape)
         self.memory_activation = act  # per micro-batch in flight
         self.grad_bytes = np.ceil(self.params * d)
-        self.optimizer = self.params * (d + 2 * (4 + state)) / rates[1]
+        self.optimizer = self.params * (d + 2 * (4 + state)) / rates(dp)[1]
         per_node = g // p if self.inside_node else 1
         self.latency, self.per_byte = allreduce_terms(dp, collective, self.replicas,
                                                       max(1, min(per_node, self.replicas)))

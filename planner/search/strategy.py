@@ -21,7 +21,7 @@ from enum import Enum
 
 import numpy as np
 
-from planner.cost.cnn_layout import LayerArrays, roofline, units
+from planner.cost.cnn_layout import LayerArrays, data_layer_times, rates, units
 from planner.cost.data_parallel import DataParallelModel
 from planner.cost.layer_modes import LayerModes
 from planner.cost.stages import Stages
@@ -152,18 +152,12 @@ class SplitSearch:
     def hybrid(self, dp_sol: Solution | None) -> SplitSolution | None:
         rows, factor = self._points()
         a = LayerArrays.of(self.m.cnn)
-        dev, prec = self.m.system.device, self.m.options.precision
-        rates = (dev.efficiency.compute * dev.peak_flops(prec),
-                 dev.efficiency.memory * dev.memory_bandwidth_Bps)
         # Lower bound per point: weighted layers at their FLOP time (no mode beats it),
         # weightless ones as in data parallelism, all communication hidden.
-        b = rows[:, 2].astype(float)[:, None]
         weighted = a.params > 0
-        flop_time = ((1 + a.bwd_factor) * a.flops)[weighted].sum() / rates[0]
-        d = prec.bytes
-        rest = (roofline(a.flops * b, d * (a.inputs + a.outputs) * b, *rates)
-                + roofline(a.bwd_factor * a.flops * b, d * (2 * a.inputs + a.outputs) * b, *rates))
-        lb = (flop_time * rows[:, 2] + (rest * (a.costed & ~weighted)).sum(axis=1)) * factor
+        flop_time = ((1 + a.bwd_factor) * a.flops)[weighted].sum() / rates(self.m)[0]
+        rest = data_layer_times(self.m, a, rows[:, 2][:, None])
+        lb = (flop_time * rows[:, 2] + (rest * ~weighted).sum(axis=1)) * factor
         cands = [(float(lb[i]), (*(int(x) for x in rows[i, :4]), float(factor[i])))
                  for i in range(len(rows))]
         incumbent = dp_sol.objective["value"] if dp_sol else float("inf")
@@ -247,14 +241,7 @@ class SplitSearch:
                               dp_sol, stats)
 
     def _largest_unit(self, mu: int) -> float:
-        a = LayerArrays.of(self.m.cnn)
-        dev, prec = self.m.system.device, self.m.options.precision
-        rates = (dev.efficiency.compute * dev.peak_flops(prec),
-                 dev.efficiency.memory * dev.memory_bandwidth_Bps)
-        d = prec.bytes
-        t = (roofline(a.flops * mu, d * (a.params + (a.inputs + a.outputs) * mu), *rates)
-             + roofline(a.bwd_factor * a.flops * mu,
-                        d * (2 * a.params + (2 * a.inputs + a.outputs) * mu), *rates)) * a.costed
+        t = data_layer_times(self.m, LayerArrays.of(self.m.cnn), mu)
         return max(float(t[list(u.layers)].sum()) for u in units(self.m.cnn))
 
     # --- results ---------------------------------------------------------------------------------
