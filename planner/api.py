@@ -18,8 +18,9 @@ from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, 
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
 from planner.prediction import Config, Prediction, predict
-from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Training
+from planner.search.data_parallel import DataParallelSolver, Objective, Problem
 from planner.search.strategy import SplitSearch, Strategy
+from planner.search.training import Training
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
@@ -96,6 +97,21 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
     return Evaluation(cfg, predict(dp, cfg))
 
 
+def training_of(device_price: float | None, critical_batch: float | None,
+                target_steps: float | None, target_samples: float | None,
+                price_per_device_hour: float | None, deadline_s: float | None,
+                budget_usd: float | None) -> Training | None:
+    """The statistical-efficiency inputs as a `Training` (None without a critical batch); the
+    price defaults to the device spec's."""
+    if critical_batch is None:
+        if any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
+            raise SpecError("critical_batch: --target-steps / --target-samples / --deadline / "
+                            "--budget need --critical-batch")
+        return None
+    return Training(critical_batch, target_steps, target_samples,
+                    price_per_device_hour or device_price, deadline_s, budget_usd)
+
+
 def solve(model: str, hardware: str, *, precision: str | None = None,
           optimizer: str = "momentum", servers: int = 1, collective: str | None = None,
           objective: str = "throughput", critical_batch: float | None = None,
@@ -113,14 +129,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     device-hour defaults to the device spec's."""
     dp = build(model, hardware, precision, optimizer, servers=servers)
     cols = (_enum(Collective, collective, "collective"),) if collective else tuple(Collective)
-    training = None
-    if critical_batch is not None:
-        price = price_per_device_hour or dp.system.device.price_per_hour_usd
-        training = Training(critical_batch, target_steps, target_samples, price, deadline_s,
-                            budget_usd)
-    elif any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
-        raise SpecError("critical_batch: --target-steps / --target-samples / --deadline / "
-                        "--budget need --critical-batch")
+    training = training_of(dp.system.device.price_per_hour_usd, critical_batch, target_steps,
+                           target_samples, price_per_device_hour, deadline_s, budget_usd)
     try:
         prob = Problem(collectives=cols, objective=_enum(Objective, objective, "objective"),
                        training=training, **problem)
@@ -287,14 +297,26 @@ def evaluate_transformer(model: str, hardware: str, *, global_batch: int,
 
 
 def solve_transformer(model: str, hardware: str, *, precision: str | None = None,
-                      time_limit_s: float = 10.0, seq_len: int | None = None, **search):
+                      time_limit_s: float = 10.0, seq_len: int | None = None,
+                      critical_batch: float | None = None, target_steps: float | None = None,
+                      target_samples: float | None = None, target_tokens: float | None = None,
+                      price_per_device_hour: float | None = None, deadline_s: float | None = None,
+                      budget_usd: float | None = None, **search):
     """The proven-optimal hybrid plan (a `planner.search.hybrid.HybridSolution`). Keys of `search`
-    are the fields of `planner.search.hybrid.Search`; any subset of the choices may be pinned."""
+    are the fields of `planner.search.hybrid.Search`; any subset of the choices may be pinned.
+    Time to train and cost take the same inputs as `solve`, and `target_tokens` (E_min in
+    tokens: E_min in sequences = tokens / sequence length) in place of `target_samples`."""
     from planner.search.hybrid import HybridSolver, Search
 
     m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
+    if target_tokens is not None:
+        if target_samples is not None:
+            raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
+        target_samples = target_tokens / m.seq_len
+    training = training_of(system.device.price_per_hour_usd, critical_batch, target_steps,
+                           target_samples, price_per_device_hour, deadline_s, budget_usd)
     try:
-        q = Search(time_limit_s=time_limit_s, **search)
+        q = Search(time_limit_s=time_limit_s, training=training, **search)
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
     return HybridSolver(m, system, prec, q).solve()

@@ -112,6 +112,9 @@ def training_options(f):
         click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
                      help="E_min: samples to the target at a very small batch "
                           "(S_min = E_min / B_noise)."),
+        click.option("--target-tokens", type=click.FloatRange(min=0, min_open=True, max=1e21),
+                     help="E_min in tokens (transformers: target samples = tokens / sequence "
+                          "length)."),
     ]
     return _with_options(f, opts)
 
@@ -437,7 +440,7 @@ def _evaluate_jsonl(path: str) -> None:
               help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
-          target_samples, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
+          target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
           strategy, stages, **problem):
     """Search nodes, devices per node, batch and collective for the proven-optimal
     data-parallel plan (CP-SAT).
@@ -459,23 +462,6 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                 "deadline_s": deadline_s, "budget_usd": budget_usd}
     if plot_path and not pareto:
         raise SpecError("plot: --plot on solve draws the --pareto front; add --pareto")
-    if api.is_transformer(model):
-        if strategy is not None or stages is not None:
-            raise SpecError("strategy: --strategy applies to CNN models (transformers search "
-                            "tp x pp x dp with the hybrid flags)")
-        given = [k for k, v in training.items() if v is not None] + (["pareto"] if pareto else [])
-        given = [k.removesuffix("_s").removesuffix("_usd") for k in given]
-        if given or objective in ("time-to-train", "cost"):
-            key = given[0] if given else "objective"
-            raise SpecError(f"{key}: time-to-train, cost and --pareto cover CNN models so far "
-                            "(transformers: --objective token-budget --tokens N)")
-        _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
-                           hybrid, problem)
-        return
-    _reject_transformer_flags(hybrid)
-    if token_budget is not None or objective == "token-budget":
-        raise SpecError("token_budget: --tokens and --objective token-budget apply to "
-                        "transformer models only")
     rng = batch_range(global_batch_range)
     if global_batch_max is not None:
         if rng is not None:
@@ -484,45 +470,64 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
+    if api.is_transformer(model):
+        if strategy is not None or stages is not None:
+            raise SpecError("strategy: --strategy applies to CNN models (transformers search "
+                            "tp x pp x dp with the hybrid flags)")
+        _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
+                           hybrid, problem, {**training, "target_tokens": target_tokens},
+                           rng, pareto, plot_path)
+        return
+    _reject_transformer_flags(hybrid)
+    if token_budget is not None or objective == "token-budget":
+        raise SpecError("token_budget: --tokens and --objective token-budget apply to "
+                        "transformer models only")
+    if target_tokens is not None:
+        raise SpecError("target_tokens: --target-tokens applies to transformer models (CNNs: "
+                        "--target-samples)")
     sol = api.solve(model, hardware, precision=precision, optimizer=optimizer, servers=servers,
                     collective=collective, objective=objective, overlap=overlap,
                     pareto=pareto, **training, strategy=strategy or "data", stages=stages,
                     global_batch_range=rng, **problem)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     if plot_path:
-        from planner.plot import pareto_plot
-
-        pareto_plot(sol.pareto, plot_path, f"{model} on {hardware}: time to train vs cost")
+        _pareto_plot(sol.pareto, plot_path, model, hardware)
     _emit(doc, fmt, solution_text(sol))
 
 
+def _pareto_plot(front: list[dict], path: str, model: str, hardware: str) -> None:
+    from planner.plot import pareto_plot
+
+    pareto_plot(front, path, f"{model} on {hardware}: time to train vs cost")
+
+
 def _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
-                       hybrid, problem):
+                       hybrid, problem, training, batch_range_, pareto, plot_path):
     from planner import api
-    from planner.report import hybrid_doc, hybrid_text
+    from planner.report import hybrid_solution_doc, hybrid_solution_text
 
     unsupported = [k for k in ("nodes_max", "devices_per_node", "local_batch", "local_batch_min",
                                "fewest_nodes_within") if problem.get(k) is not None]
     if unsupported or problem.get("top"):
         key = unsupported[0] if unsupported else "top"
         raise SpecError(f"{key}: --{key.replace('_', '-')} applies to CNN models only")
-    if problem.get("global_batch") is None:
-        raise SpecError("global_batch: --global-batch is required for transformer models")
-    devices_max = problem.get("devices_max")
+    if problem.get("global_batch") is None and batch_range_ is None:
+        raise SpecError("global_batch: give --global-batch or --global-batch-range for "
+                        "transformer models")
     if problem.get("nodes") is not None:
         problem["devices"] = problem["nodes"] * api.load_system(hardware).devices_per_node
     sol = api.solve_transformer(
         model, hardware, precision=precision, time_limit_s=problem["time_limit_s"],
-        global_batch=problem["global_batch"], devices=problem.get("devices"),
-        devices_max=devices_max, overlap=overlap, objective=objective,
-        token_budget=token_budget, **hybrid)
+        global_batch=problem["global_batch"], global_batch_range=batch_range_,
+        devices=problem.get("devices"), devices_max=problem.get("devices_max"),
+        overlap=overlap, objective=objective, token_budget=token_budget, pareto=pareto,
+        **training, **hybrid)
     g = api.load_system(hardware).devices_per_node
-    body = {"model": model, "hardware": hardware, "status": sol.status,
-            "objective": sol.objective, **hybrid_doc(sol.plan, sol.prediction, g),
-            "search": {"rows": sol.rows, "build_time_s": sol.build_time_s,
-                       "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
-    text = f"status: {sol.status}\n" + hybrid_text(sol.plan, sol.prediction, g)
-    _emit(render.document("solve", body), fmt, text, _arch(model, hybrid.get("seq_len")))
+    body = {"model": model, "hardware": hardware, **hybrid_solution_doc(sol, g)}
+    if plot_path:
+        _pareto_plot(sol.pareto, plot_path, model, hardware)
+    _emit(render.document("solve", body), fmt, hybrid_solution_text(sol, g),
+          _arch(model, hybrid.get("seq_len")))
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------
@@ -637,7 +642,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
-          target_samples, plot_path):
+          target_samples, target_tokens, plot_path):
     """Predictions over node counts, global batches and network bandwidths (every
     combination; full nodes).
 
@@ -650,6 +655,8 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     from planner.report import sweep_doc, sweep_text
 
     _require(model, hardware)
+    if target_tokens is not None:
+        raise SpecError("target_tokens: sweep covers CNN models; give --target-samples")
     batches = int_list(batch_spec, "global_batch")
     bandwidths = float_list(bandwidth_spec, "bandwidth")
     nodes = int_list(nodes_spec, "nodes")

@@ -56,6 +56,14 @@ def si(value: float, unit: str = "") -> str:
     return f"{value:.3g} {unit}".strip()
 
 
+def duration(seconds: float) -> str:
+    """A wall-clock span in the unit people plan in: 42.1 s, 17.8 min, 5.2 h, 7.86 days."""
+    for limit, factor, unit in ((120, 1, "s"), (7200, 60, "min"), (172800, 3600, "h")):
+        if abs(seconds) < limit:
+            return f"{seconds / factor:.3g} {unit}"
+    return f"{seconds / 86400:.3g} days"
+
+
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.render import key_values, si, table
+from planner.render import duration, key_values, si, table
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Link, System
 
@@ -134,6 +134,27 @@ def solution_doc(sol) -> dict:
     }
 
 
+def _training_text(training: dict | None, pareto: list[dict] | None) -> list[str]:
+    """Time to train of the chosen plan and the Pareto front, as text blocks."""
+    out = []
+    if training:
+        cost = f", {training['cost_usd']:,.2f} USD" if "cost_usd" in training else ""
+        out.append(key_values([("time to train", f"{duration(training['time_to_train_s'])} "
+                                                 f"({training['steps']:,.0f} steps{cost})")]))
+    if pareto:
+        hybrid = "tp" in pareto[0]["config"]
+        rows = [[p["config"]["nodes"], p["config"]["devices"]]
+                + ([f"{p['config']['tp']}x{p['config']['pp']}x{p['config']['dp']}"]
+                   if hybrid else [])
+                + [p["config"]["global_batch"], duration(p["time_to_train_s"]),
+                   f"{p['cost_usd']:,.2f}"] for p in pareto]
+        head = ["nodes", "devices"] + (["tp x pp x dp"] if hybrid else []) + [
+            "batch", "time to train", "cost USD"]
+        shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * len(head)] + rows[-5:]
+        out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(head, shown))
+    return out
+
+
 def solution_text(sol) -> str:
     from planner.search.strategy import SplitSolution
 
@@ -141,17 +162,7 @@ def solution_text(sol) -> str:
         return split_text(sol)
     out = [f"status: {sol.status} (CP-SAT, {sol.points:,} configurations, "
            f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.config, sol.prediction)]
-    if sol.training:
-        tr = sol.training
-        cost = f", {tr['cost_usd']:,.2f} USD" if "cost_usd" in tr else ""
-        out.append(key_values([("time to train", f"{si(tr['time_to_train_s'], 's')} "
-                                                 f"({tr['steps']:,.0f} steps{cost})")]))
-    if sol.pareto:
-        rows = [[p["config"]["nodes"], p["config"]["devices"], p["config"]["global_batch"],
-                 si(p["time_to_train_s"], "s"), f"{p['cost_usd']:,.2f}"] for p in sol.pareto]
-        shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * 5] + rows[-5:]
-        out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(
-            ["nodes", "devices", "batch", "time to train", "cost USD"], shown))
+    out += _training_text(sol.training, sol.pareto)
     if sol.alternatives:
         rows = [[c.nodes, c.devices_per_node, c.global_batch, c.collective.value,
                  si(p.iteration_time_s, "s"), f"{p.throughput_samples_per_s:,.0f}",
@@ -200,7 +211,7 @@ def split_text(sol) -> str:
     if "bubble_fraction" in p:
         pairs.insert(2, ("pipeline bubble", f"{p['bubble_fraction']:.1%}"))
     if sol.training:
-        pairs.append(("time to train", f"{si(sol.training['time_to_train_s'], 's')} "
+        pairs.append(("time to train", f"{duration(sol.training['time_to_train_s'])} "
                                        f"({sol.training['steps']:,.0f} steps)"))
     base = sol.data_parallel
     if base is not None:
@@ -225,6 +236,21 @@ def transformer_doc(m) -> dict:
 
 def hybrid_doc(plan, pred: dict, g: int) -> dict:
     return {"config": plan.to_json(g), "prediction": pred}
+
+
+def hybrid_solution_doc(sol, g: int) -> dict:
+    """The solve document of a transformer search (training keys join the prediction)."""
+    return {"status": sol.status, "objective": sol.objective, "config": sol.plan.to_json(g),
+            "prediction": {**sol.prediction, **(sol.training or {})},
+            **({"pareto": sol.pareto} if sol.pareto is not None else {}),
+            "search": {"rows": sol.rows, "build_time_s": sol.build_time_s,
+                       "solve_time_s": sol.solve_time_s, "gap": sol.gap}}
+
+
+def hybrid_solution_text(sol, g: int) -> str:
+    return "\n".join([f"status: {sol.status} (CP-SAT, {sol.rows:,} configurations, "
+                      f"{si(sol.solve_time_s, 's')})", hybrid_text(sol.plan, sol.prediction, g),
+                      *_training_text(sol.training, sol.pareto)])
 
 
 def hybrid_text(plan, pred: dict, g: int) -> str:

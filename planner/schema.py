@@ -51,11 +51,21 @@ HYBRID_PREDICTION = obj({
                                             "dp_comm_exposed", "optimizer")}),
     "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_in_memory": BOOL,
     "memory_breakdown": obj({k: NUM for k in ("weights", "gradients", "optimizer",
-                                              "activations")})})
+                                              "activations")}),
+    # solve with --critical-batch (time to train)
+    "steps": NUM, "samples": NUM, "tokens": NUM, "time_to_train_s": NUM, "cost_usd": NUM,
+}, required=["iteration_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_iteration",
+             "hardware_flops_per_iteration", "tflops_per_device_model",
+             "tflops_per_device_hardware", "mfu", "hfu", "time_breakdown",
+             "memory_bytes_per_device", "memory_capacity_bytes", "fits_in_memory",
+             "memory_breakdown"])
 OBJECTIVE = obj({"name": STR, "value": NUM, "solver_value": NUM, "unit": STR},
                 required=["name", "value", "unit"])
-PARETO = {"type": "array", "items": obj({"config": DP_CONFIG, "time_to_train_s": NUM,
-                                         "cost_usd": NUM, "steps": NUM})}
+
+
+def pareto(config: dict) -> dict:
+    return {"type": "array", "items": obj({"config": config, "time_to_train_s": NUM,
+                                           "cost_usd": NUM, "steps": NUM})}
 
 
 SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
@@ -90,7 +100,7 @@ def _solve() -> dict:
             "objective": OBJECTIVE}
     dp = _envelope("solve", {
         **spec, "strategy": {"const": "data"}, "config": DP_CONFIG, "prediction": DP_PREDICTION,
-        "pareto": PARETO,
+        "pareto": pareto(DP_CONFIG),
         "solve_time_s": NUM, "build_time_s": NUM,
         "search": obj({"points": INT, "branches": INT, "gap": NUM}),
         "alternatives": {"type": "array", "items": obj({"config": DP_CONFIG,
@@ -98,6 +108,7 @@ def _solve() -> dict:
     }, ["status", "config", "prediction", "objective", "search"])
     hybrid = _envelope("solve", {
         **spec, "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION,
+        "pareto": pareto(HYBRID_CONFIG),
         "search": obj({"rows": INT, "build_time_s": NUM, "solve_time_s": NUM, "gap": NUM}),
     }, ["status", "config", "prediction", "objective", "search"])
     split = _envelope("solve", {

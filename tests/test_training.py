@@ -174,3 +174,64 @@ def test_time_to_train_batch_closed_form_beats_a_dense_numeric_search(model, hw,
     assert best >= numeric * (1 - 2e-3)          # and the grid gets close to it
     doc = lim.summary()["time_to_train"]
     assert doc["global_batch"] == B and doc["nodes"] == n
+
+
+# --- transformers: the hybrid search over a batch range --------------------------------------
+
+GPT2 = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "64",
+        "--global-batch-range", "64:4096")
+GPT2_TRAIN = ("--critical-batch", "512", "--target-tokens", "1e10")
+
+
+def test_transformer_time_to_train_picks_a_smaller_batch_than_throughput(run_json):
+    fast = run_json(*GPT2)
+    ttt = run_json(*GPT2, *GPT2_TRAIN, "--objective", "time-to-train")
+    assert fast["config"]["global_batch"] == 4096  # throughput: the largest batch offered
+    b = ttt["config"]["global_batch"]
+    assert b < fast["config"]["global_batch"]
+    # --target-tokens sets E_min in tokens: S_min = tokens / seq_len / B_noise (gpt2: 1024)
+    pred = ttt["prediction"]
+    steps = 1e10 / 1024 / 512 * (1 + 512 / b)
+    assert math.isclose(pred["steps"], steps, rel_tol=1e-12)
+    assert math.isclose(pred["tokens"], pred["samples"] * 1024, rel_tol=1e-12)
+    assert math.isclose(pred["time_to_train_s"], steps * pred["iteration_time_s"], rel_tol=1e-12)
+    assert math.isclose(ttt["objective"]["value"], pred["time_to_train_s"], rel_tol=1e-12)
+    # the plan is what `evaluate` predicts for it
+    c = ttt["config"]
+    ev = api.evaluate_transformer("gpt2", "dgx-a100-80gb", global_batch=b, devices=c["devices"],
+                                  tp=c["tp"], pp=c["pp"], micro_batch=c["micro_batch"],
+                                  interleave=c["interleave"], recompute=c["recompute"],
+                                  sequence_parallel=c["sequence_parallel"], zero=c["zero"])
+    assert ev.prediction["iteration_time_s"] == pred["iteration_time_s"]
+
+
+def test_transformer_pareto_front_and_launcher_agree(run, run_json):
+    doc = run_json(*GPT2, *GPT2_TRAIN, "--objective", "cost", "--pareto")
+    front = doc["pareto"]
+    assert len(front) >= 2
+    costs = [p["cost_usd"] for p in front]
+    assert all(a > b for a, b in zip(costs, costs[1:], strict=False))  # faster costs more
+    assert math.isclose(doc["objective"]["value"], min(costs), rel_tol=1e-12)
+    code, out, _ = run(*GPT2, *GPT2_TRAIN, "--objective", "cost", "--format", "megatron")
+    assert code == 0
+    assert f"--global-batch-size {doc['config']['global_batch']}" in out
+
+
+@pytest.mark.parametrize(("args", "match", "exit_code"), [
+    (("--objective", "time-to-train"), "critical-batch", 2),
+    (("--critical-batch", "512", "--target-tokens", "1e9", "--target-samples", "10"),
+     "target_tokens", 2),
+    (("--objective", "cost", "--critical-batch", "512", "--target-steps", "10",
+      "--price-per-device-hour", "1", "--budget", "1e-9"), "cost to train <= 1e-09 USD", 1),
+    (("--critical-batch", "512", "--target-steps", "10", "--deadline", "1e-6"),
+     "time to train <= 1e-06 s", 1),
+])
+def test_transformer_training_errors(run, args, match, exit_code):
+    code, _, err = run(*GPT2, *args)
+    assert code == exit_code and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_target_tokens_is_for_transformers(run):
+    code, _, err = run("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch",
+                       "1024", "--critical-batch", "4096", "--target-tokens", "1e9")
+    assert code == 2 and "target_tokens" in err

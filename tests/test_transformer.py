@@ -1,6 +1,7 @@
 """Transformers: exact counts against the published formulas, memory against Korthikanti et al.,
 the hybrid solver against brute force, evaluate == solve, and the CLI contract."""
 
+import dataclasses
 import itertools
 import math
 
@@ -11,7 +12,8 @@ from planner import api
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, activation_bytes_per_layer, hardware_flops_per_sequence
 from planner.errors import SpecError
-from planner.search.hybrid import HybridSolver, Plan, Search, predict
+from planner.search.hybrid import HybridSolver, Plan, Search, candidate_batches, predict
+from planner.search.training import Training
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
@@ -83,16 +85,12 @@ def _tiny():
     return "gpt2", "dgx-a100-80gb"
 
 
-def test_solver_equals_brute_force_over_every_plan():
-    """Every structurally valid plan (all recompute, sp, ZeRO and schedule choices, so the
-    dominance pruning is checked too) through `predict`; the solver must find the minimum."""
-    name, hwname = _tiny()
-    m, system = load_model(name), load_system(hwname)
-    B, budget = 32, 16
-    best = math.inf
+def _every_plan(m, system, B: int, budget: int):
+    """Every structurally valid plan that fits in memory, with its prediction (all recompute,
+    sp, ZeRO and schedule choices, so the solver's dominance pruning is checked too)."""
     for t, p, d in itertools.product([1, 2, 3, 4, 6, 12], range(1, 13), [1, 2, 4, 8, 16, 32]):
         n = t * p * d
-        if n > budget or (n > 8 and n % 8):
+        if n > budget or (n > 8 and n % 8) or B % d:
             continue
         for mb in [x for x in range(1, B // d + 1) if (B // d) % x == 0]:
             for v, rec, sp, zero, sched in itertools.product(
@@ -104,10 +102,54 @@ def test_solver_equals_brute_force_over_every_plan():
                 except SpecError:
                     continue
                 if pred["fits_in_memory"]:
-                    best = min(best, pred["iteration_time_s"])
+                    yield plan, pred
+
+
+def test_solver_equals_brute_force_over_every_plan():
+    name, hwname = _tiny()
+    m, system = load_model(name), load_system(hwname)
+    B, budget = 32, 16
+    best = min(pred["iteration_time_s"] for _, pred in _every_plan(m, system, B, budget))
     sol = HybridSolver(m, system, Precision.bf16, Search(global_batch=B, devices_max=budget)).solve()
     assert sol.status == "optimal"
     assert math.isclose(sol.prediction["iteration_time_s"], best, rel_tol=1e-12)
+
+
+def test_time_to_train_over_a_batch_range_equals_brute_force():
+    """The batch range, the time-to-train and cost objectives, the deadline and the Pareto
+    front against every plan at every candidate batch (McCandlish S(B) = S_min (1 + Bn / B))."""
+    name, hwname = _tiny()
+    m, system = load_model(name), load_system(hwname)
+    budget, price = 16, 2.0
+    tr = Training(critical_batch=40, target_steps=1000, price_per_device_hour=price)
+    assert candidate_batches(16, 48) == [16, 24, 32, 48]
+    every = [(plan, pred["iteration_time_s"] * tr.steps(plan.global_batch))
+             for B in (16, 24, 32, 48) for plan, pred in _every_plan(m, system, B, budget)]
+    cost = [(plan, ttt * plan.devices * price / 3600) for plan, ttt in every]
+    for objective, table in (("time-to-train", every), ("cost", cost)):
+        q = Search(global_batch_range=(16, 48), devices_max=budget, objective=objective,
+                   training=tr, pareto=True)
+        sol = HybridSolver(m, system, Precision.bf16, q).solve()
+        assert math.isclose(sol.objective["value"], min(v for _, v in table), rel_tol=1e-12)
+        assert sol.training["time_to_train_s"] == pytest.approx(
+            sol.prediction["iteration_time_s"] * tr.steps(sol.plan.global_batch), rel=1e-12)
+    # the front: no plan is both faster and cheaper than a front point, and along it cost
+    # rises as time falls
+    front = sol.pareto
+    pts = [(ttt, ttt * plan.devices * price / 3600) for plan, ttt in every]
+    for f in front:
+        assert not any(t < f["time_to_train_s"] * (1 - 1e-9) and c < f["cost_usd"] * (1 - 1e-9)
+                       for t, c in pts)
+    assert [f["time_to_train_s"] for f in front] == sorted(f["time_to_train_s"] for f in front)
+    assert len(front) > 1
+    assert all(b["cost_usd"] < a["cost_usd"] for a, b in itertools.pairwise(front))
+    # a deadline between the fastest and the cheapest plan: the cheapest plan meeting it
+    deadline = (front[0]["time_to_train_s"] + front[-1]["time_to_train_s"]) / 2
+    q = Search(global_batch_range=(16, 48), devices_max=budget, objective="cost",
+               training=dataclasses.replace(tr, deadline_s=deadline))
+    sol = HybridSolver(m, system, Precision.bf16, q).solve()
+    assert math.isclose(sol.objective["value"], min(c for (t, c) in pts if t <= deadline),
+                        rel_tol=1e-12)
 
 
 def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():
@@ -120,7 +162,7 @@ def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():
                                   sequence_parallel=p.sequence_parallel, zero=p.zero,
                                   schedule=p.schedule)
     assert ev.prediction["iteration_time_s"] == sol.prediction["iteration_time_s"]
-    assert sol.objective["value"] == sol.prediction["iteration_time_s"]
+    assert sol.objective["value"] == sol.prediction["iteration_time_s"] / 1536  # s/sample
     assert sol.prediction["fits_in_memory"] and p.devices <= 4096
     pinned = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
                                    devices_max=4096, tp=4, recompute="full")

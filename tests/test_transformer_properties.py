@@ -63,7 +63,7 @@ def test_solver_equals_brute_force_on_random_transformers(m, B, budget):
         return
     assert sol.status == "optimal"
     assert math.isclose(sol.prediction["iteration_time_s"], best, rel_tol=1e-12)
-    assert sol.prediction["iteration_time_s"] == sol.objective["value"]
+    assert sol.prediction["iteration_time_s"] / B == sol.objective["value"]  # s/sample
 
 
 def _with_links(system, factor):

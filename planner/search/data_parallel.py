@@ -27,6 +27,7 @@ from planner.cost.symbols import b, g, n
 from planner.errors import InfeasibleError, SpecError
 from planner.prediction import Config, Prediction, predict
 from planner.search.rows import RowModel, cp_solver
+from planner.search.training import Training, check_training, pareto_front
 
 DEFAULT_NODES_MAX = 4096
 MAX_POINTS = 3_000_000
@@ -38,29 +39,6 @@ class Objective(str, Enum):
     efficiency = "efficiency"
     time_to_train = "time-to-train"
     cost = "cost"
-
-
-@dataclass(frozen=True)
-class Training:
-    """Statistical efficiency (McCandlish et al. 2018, eq. 2.11 and 2.13): steps to the target
-    S(B) = S_min (1 + B_noise / B), samples E(B) = E_min (1 + B / B_noise), E_min = S_min B_noise.
-    Give the critical batch B_noise and one of S_min (target_steps) or E_min (target_samples)."""
-
-    critical_batch: float
-    target_steps: float | None = None
-    target_samples: float | None = None
-    price_per_device_hour: float | None = None
-    deadline_s: float | None = None  # constraint: time to train at most this
-    budget_usd: float | None = None  # constraint: cost to train at most this
-
-    @property
-    def s_min(self) -> float:
-        if self.target_steps is not None:
-            return self.target_steps
-        return self.target_samples / self.critical_batch
-
-    def steps(self, global_batch):
-        return self.s_min * (1 + self.critical_batch / global_batch)
 
 
 @dataclass(frozen=True)
@@ -156,21 +134,7 @@ class DataParallelSolver:
             raise SpecError("collective: no collective allowed")
         if p.objective is Objective.efficiency and p.global_batch is None:
             raise SpecError("objective: efficiency needs a fixed --global-batch")
-        needs_training = p.objective in (Objective.time_to_train, Objective.cost) or p.pareto
-        if needs_training and p.training is None:
-            raise SpecError("critical_batch: --objective time-to-train / cost and --pareto need "
-                            "--critical-batch and one of --target-steps / --target-samples")
-        tr = p.training
-        if tr is not None:
-            if not (math.isfinite(tr.critical_batch) and tr.critical_batch > 0):
-                raise SpecError(f"critical_batch: must be positive, got {tr.critical_batch}")
-            if (tr.target_steps is None) == (tr.target_samples is None):
-                raise SpecError("target_steps: give exactly one of --target-steps (S_min) and "
-                                "--target-samples (E_min)")
-            wants_price = p.objective is Objective.cost or p.pareto or tr.budget_usd is not None
-            if wants_price and tr.price_per_device_hour is None:
-                raise SpecError("price_per_device_hour: the device has no price; give "
-                                "--price-per-device-hour")
+        check_training(p.training, p.objective.value, p.pareto)
 
     # --- the space ---------------------------------------------------------------------------
 
@@ -415,15 +379,7 @@ class DataParallelSolver:
 
     def _training(self, cfg: Config, iteration_s: float) -> dict | None:
         tr = self.p.training
-        if tr is None:
-            return None
-        steps = tr.steps(cfg.global_batch)
-        out = {"steps": steps, "samples": steps * cfg.global_batch,
-               "time_to_train_s": steps * iteration_s}
-        if tr.price_per_device_hour is not None:
-            out["cost_usd"] = out["time_to_train_s"] / 3600 * cfg.devices * \
-                tr.price_per_device_hour
-        return out
+        return None if tr is None else tr.report(cfg.global_batch, cfg.devices, iteration_s)
 
     def _pareto(self, built: _Built) -> list[dict]:
         """The non-dominated (time-to-train, cost) plans among all feasible rows: sorted by
@@ -432,11 +388,8 @@ class DataParallelSolver:
         ok = np.flatnonzero(built.allowed)
         ttt, cost = self._train_arrays(rows[ok], built.collectives)
         B = rows[ok, 0] * rows[ok, 1] * rows[ok, 2]
-        order = np.lexsort((cost, ttt))
-        c = cost[order]
-        before = np.concatenate([[math.inf], np.minimum.accumulate(c)[:-1]])
         front = []
-        for i in order[c < before * (1 - 1e-12)]:
+        for i in pareto_front(ttt, cost):
             n_, g_, b_, c_ = (int(x) for x in rows[ok[i]])
             cfg = Config(n_, g_, n_ * g_ * b_, built.collectives[c_], self.p.overlap)
             front.append({"config": cfg.to_json(), "time_to_train_s": float(ttt[i]),

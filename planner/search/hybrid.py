@@ -27,11 +27,14 @@ from ortools.sat.python import cp_model
 from planner.cost.transformer import RECOMPUTE, SCHEDULES, Hardware, hardware_flops_per_sequence, iteration
 from planner.errors import InfeasibleError, SpecError
 from planner.search.rows import RowModel, cp_solver
+from planner.search.training import Training, check_training, pareto_front
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
-MAX_ROWS = 5_000_000
-OBJECTIVES = ("throughput", "iteration-time", "token-budget")
+MAX_ROWS = 20_000_000
+OBJECTIVES = ("throughput", "iteration-time", "token-budget", "time-to-train", "cost")
+UNITS = {"throughput": "s/sample", "iteration-time": "s", "token-budget": "s",
+         "time-to-train": "s", "cost": "USD"}
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,11 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan) ->
 
 @dataclass(frozen=True)
 class Search:
-    """What the user pinned or bounded; None means free."""
+    """What the user pinned or bounded; None means free. Give global_batch or
+    global_batch_range (the search then picks among `candidate_batches`)."""
 
-    global_batch: int
+    global_batch: int | None = None
+    global_batch_range: tuple[int, int] | None = None
     devices: int | None = None
     devices_max: int | None = None
     tp: int | None = None
@@ -162,6 +167,8 @@ class Search:
     flash_attention: bool = True
     objective: str = "throughput"
     token_budget: float | None = None
+    training: Training | None = None
+    pareto: bool = False
     time_limit_s: float = 10.0
 
 
@@ -170,9 +177,21 @@ def _divisors(x: int) -> list[int]:
     return sorted(set(small + [x // d for d in small]))
 
 
-def _structures(m: Transformer, g: int, q: Search) -> np.ndarray:
-    """(t, p, v, d, mb) rows that satisfy divisibility and the pins (device budget is a gate)."""
-    B = q.global_batch
+def candidate_batches(lo: int, hi: int) -> list[int]:
+    """The global batches a batch range offers: its ends and every 2^k and 3 x 2^k between
+    (1024, 1536, 2048, ...: the batches transformer runs use, a grid no coarser than 1.5x).
+    Each one is searched exactly; every integer would multiply the rows by the range width."""
+    out = {lo, hi}
+    k = 1
+    while k <= hi:
+        out.update(x for x in (k, 3 * k) if lo <= x <= hi)
+        k *= 2
+    return sorted(out)
+
+
+def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
+    """(t, p, v, d, mb) rows at global batch B that satisfy divisibility and the pins (the
+    device budget is a gate)."""
     cap = q.devices or q.devices_max or 1 << 20
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
     ps = [p for p in range(1, m.layers + 1) if q.pp in (None, p)]
@@ -216,111 +235,177 @@ class HybridSolution:
     build_time_s: float
     solve_time_s: float
     gap: float
+    training: dict | None = None  # steps, samples, tokens, time_to_train_s, cost_usd
+    pareto: list[dict] | None = None  # non-dominated (time-to-train, cost) plans
 
 
 class HybridSolver:
     def __init__(self, m: Transformer, system: System, precision: Precision, q: Search):
-        if q.global_batch < 1:
-            raise SpecError(f"global_batch: must be a positive integer, got {q.global_batch}")
+        if (q.global_batch is None) == (q.global_batch_range is None):
+            raise SpecError("global_batch: give --global-batch or --global-batch-range for "
+                            "transformer models")
+        lo, hi = q.global_batch_range or (q.global_batch, q.global_batch)
+        if not 1 <= lo <= hi:
+            raise SpecError(f"global_batch: need a positive batch (range A:B with A <= B), got "
+                            f"{lo}:{hi}" if q.global_batch_range else
+                            f"global_batch: must be a positive integer, got {q.global_batch}")
         if q.objective not in OBJECTIVES:
             raise SpecError(f"objective: {q.objective!r} is not one of {', '.join(OBJECTIVES)} "
                             "for transformer models")
         if q.objective == "token-budget" and not q.token_budget:
             raise SpecError("token_budget: --objective token-budget needs --tokens")
+        check_training(q.training, q.objective, q.pareto)
         self.m, self.system, self.precision, self.q = m, system, precision, q
         self.hw = Hardware.of(system, precision)
+        self.batches = candidate_batches(lo, hi)
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray, dict]:
-        """(structures S x 5, choices C x 4, priced terms as S x C arrays): the structural
-        terms are computed once per structure and broadcast over the choices."""
-        st = _structures(self.m, self.hw.g, self.q)
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The plans that fit in memory: (rows R x 10: t, p, v, d, mb, B, recompute, sp, zero,
+        gpipe; iteration time; memory). Priced one global batch at a time, with the structural
+        terms computed once per structure and broadcast over the choices; memory is the one
+        constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(_choices(self.q), dtype=np.int64)
-        if len(st) * len(ch) > MAX_ROWS:
-            raise SpecError(f"the search space has {len(st) * len(ch):,} rows (limit "
-                            f"{MAX_ROWS:,}); pin --tp or --pp, or lower --devices-max")
-        if len(st) == 0:
-            raise self._explain_empty()
-        t, p, v, d, mb = (col[:, None] for col in st.T)
         rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
-        cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "acc": self.q.global_batch // (d * mb),
-               "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
-               "overlap": self.q.overlap, "flash": self.q.flash_attention}
-        shape = (len(st), len(ch))
-        priced = {k: np.broadcast_to(val, shape).ravel()
-                  for k, val in iteration(self.m, self.hw, cfg).items() if k in ("time", "memory")}
-        return st, ch, priced
+        cap, smallest, priced = self.hw.memory_bytes, math.inf, 0
+        rows, times, mems = [], [], []
+        for B in self.batches:
+            st = _structures(self.m, self.hw.g, self.q, B)
+            priced += len(st) * len(ch)
+            if priced > MAX_ROWS:
+                raise SpecError(f"the search space has over {MAX_ROWS:,} rows; pin --tp or "
+                                "--pp, narrow the batch range or lower --devices-max")
+            if len(st) == 0:
+                continue
+            t, p, v, d, mb = (col[:, None] for col in st.T)
+            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "acc": B // (d * mb),
+                   "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
+                   "overlap": self.q.overlap, "flash": self.q.flash_attention}
+            r = iteration(self.m, self.hw, cfg)
+            shape = (len(st), len(ch))
+            time_s, mem = (np.broadcast_to(r[k], shape) for k in ("time", "memory"))
+            smallest = min(smallest, float(mem.min()))
+            si, ci = np.nonzero(mem <= cap)
+            rows.append(np.column_stack([st[si], np.full(len(si), B), ch[ci]]))
+            times.append(time_s[si, ci])
+            mems.append(mem[si, ci])
+        if priced == 0:
+            raise self._explain_empty()
+        if not any(len(x) for x in rows):
+            raise InfeasibleError(
+                f"infeasible: memory: the smallest plan within the devices and pins needs "
+                f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
+                f"{cap / 2**30:.3g} GiB", ("memory",))
+        return np.concatenate(rows), np.concatenate(times), np.concatenate(mems)
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
         pins = [k for k in ("devices", "tp", "pp", "dp", "micro_batch", "interleave")
                 if getattr(self.q, k) is not None]
+        batch = (f"global_batch = {self.q.global_batch}" if self.q.global_batch else
+                 f"the global batches {', '.join(map(str, self.batches))}")
         for size in range(1, len(pins) + 1):
             for combo in itertools.combinations(pins, size):
                 free = dataclasses.replace(self.q, **{k: None for k in combo})
-                if len(_structures(self.m, self.hw.g, free)):
+                if any(len(_structures(self.m, self.hw.g, free, B)) for B in self.batches):
                     what = ", ".join(f"{k} = {getattr(self.q, k)}" for k in combo)
                     return InfeasibleError(
-                        f"infeasible: these pins conflict with global_batch = "
-                        f"{self.q.global_batch}, {self.m.layers} layers, {self.m.heads} heads "
-                        f"and the device budget: {what}", combo)
+                        f"infeasible: these pins conflict with {batch}, {self.m.layers} "
+                        f"layers, {self.m.heads} heads and the device budget: {what}", combo)
         return InfeasibleError(
             f"infeasible: no tp x pp x dp split of at most "
-            f"{self.q.devices or self.q.devices_max} devices divides global_batch = "
-            f"{self.q.global_batch} (whole nodes of {self.hw.g} beyond one node)",
-            ("global_batch",))
+            f"{self.q.devices or self.q.devices_max} devices divides {batch} (whole nodes of "
+            f"{self.hw.g} beyond one node)", ("global_batch",))
 
-    def _objective(self, time_s: np.ndarray) -> np.ndarray:
-        if self.q.objective == "token-budget":
-            tokens = self.q.global_batch * self.m.seq_len
-            return time_s * self.q.token_budget / tokens
-        return time_s  # the global batch is fixed: throughput and iteration time coincide
+    def _objective(self, time_s: np.ndarray, devices: np.ndarray, B: np.ndarray) -> np.ndarray:
+        """What the rows are ranked by; each is the iteration time x a factor of (devices, B)."""
+        q = self.q
+        if q.objective == "token-budget":
+            return time_s * q.token_budget / (B * self.m.seq_len)
+        if q.objective == "throughput":
+            return time_s / B  # seconds per sample: 1 / throughput
+        if q.objective in ("time-to-train", "cost"):
+            return self._train(time_s, devices, B)[0 if q.objective == "time-to-train" else 1]
+        return time_s
+
+    def _train(self, time_s, devices, B) -> tuple[np.ndarray, np.ndarray]:
+        """(time to train, cost to train) per row (McCandlish et al. 2018: S(B) steps)."""
+        tr = self.q.training
+        ttt = time_s * tr.steps(B.astype(float))
+        return ttt, ttt / 3600 * devices * (tr.price_per_device_hour or 0.0)
 
     def solve(self) -> HybridSolution:
         t0 = time.perf_counter()
-        st, ch, r = self._rows()
-        obj = self._objective(r["time"])
+        rows, time_s, _ = self._rows()
+        devices, B = rows[:, 0] * rows[:, 1] * rows[:, 3], rows[:, 5]
+        obj = self._objective(time_s, devices, B)
         if not np.all(np.isfinite(obj)):
             raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
         # sorted by objective, ties by fewer devices, then by generation order (deterministic)
-        devices = np.repeat(st[:, 0] * st[:, 1] * st[:, 3], len(ch))
         order = np.lexsort((np.arange(len(obj)), devices, obj))
-        obj, mem = obj[order], r["memory"][order]
-        cap = self.hw.memory_bytes
+        rows, obj, time_s, devices, B = rows[order], obj[order], time_s[order], devices[order], \
+            B[order]
 
-        # The device budget and the pins already bound the rows (`_structures`); memory is the
-        # one constraint left for CP-SAT, gated so that an empty model names it.
+        # The device budget and the pins bound the rows (`_structures`), memory drops rows
+        # (`_rows`); the deadline and budget are gated, so an empty model names the conflict.
         rm = RowModel(len(obj))
-        rm.gate("memory", f"memory: the smallest plan within the devices and pins needs "
-                f"{float(mem.min()) / 2**30:.3g} GiB per device; '{self.system.device.name}' "
-                f"has {cap / 2**30:.3g} GiB", mem <= cap)
+        tr = self.q.training
+        if tr is not None and (tr.deadline_s is not None or tr.budget_usd is not None):
+            ttt, cost = self._train(time_s, devices, B)
+            if tr.deadline_s is not None:
+                rm.gate("deadline", f"time to train <= {tr.deadline_s:g} s (the fastest plan "
+                        f"that fits takes {ttt.min():.4g} s)", ttt <= tr.deadline_s)
+            if tr.budget_usd is not None:
+                rm.gate("budget", f"cost to train <= {tr.budget_usd:g} USD (the cheapest plan "
+                        f"that fits costs {cost.min():.4g} USD)", cost <= tr.budget_usd)
         build = time.perf_counter() - t0
 
         solver = cp_solver(self.q.time_limit_s)
         rm.enforce_gates()
         status = solver.Solve(rm.model)
         if status == cp_model.INFEASIBLE:
-            raise InfeasibleError(f"infeasible: {rm.gates['memory'][1]}", ("memory",))
+            core = rm.conflict()
+            why = "; ".join(rm.gates[k][1] for k in core)
+            raise InfeasibleError(f"infeasible: {why}" if len(core) == 1 else
+                                  f"infeasible: these constraints conflict: {why}", core)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise InfeasibleError(f"no configuration found within --time-limit "
                                   f"{self.q.time_limit_s:g} s")
         i = solver.Value(rm.point)
         bound = float(obj[max(0, min(int(solver.BestObjectiveBound()), len(obj) - 1))])
-        k = int(order[i])
-        plan = self._plan(np.concatenate([st[k // len(ch)], ch[k % len(ch)]]))
+        plan = self._plan(rows[i])
         pred = predict(self.m, self.system, self.precision, plan)
         return HybridSolution(
             status="optimal" if status == cp_model.OPTIMAL else "feasible",
             plan=plan, prediction=pred,
             objective={"name": self.q.objective, "value": float(obj[i]),
-                       "unit": "s" if self.q.objective != "throughput" else "s/iteration"},
+                       "unit": UNITS[self.q.objective]},
             rows=len(obj), build_time_s=build, solve_time_s=solver.WallTime(),
-            gap=abs(float(obj[i]) - bound) / float(obj[i]))
+            gap=abs(float(obj[i]) - bound) / float(obj[i]),
+            training=self._report(plan, pred["iteration_time_s"]),
+            pareto=self._pareto(rows, rm.allowed, time_s, devices, B) if self.q.pareto else None)
+
+    def _report(self, plan: Plan, iteration_s: float) -> dict | None:
+        tr = self.q.training
+        if tr is None:
+            return None
+        out = tr.report(plan.global_batch, plan.devices, iteration_s)
+        return {**out, "tokens": out["samples"] * self.m.seq_len}
+
+    def _pareto(self, rows, allowed, time_s, devices, B) -> list[dict]:
+        """The non-dominated (time-to-train, cost) plans among the rows every gate allows."""
+        ok = np.flatnonzero(allowed)
+        ttt, cost = self._train(time_s[ok], devices[ok], B[ok])
+        front = []
+        for j in pareto_front(ttt, cost):
+            plan = self._plan(rows[ok[j]])
+            front.append({"config": plan.to_json(self.hw.g), "time_to_train_s": float(ttt[j]),
+                          "cost_usd": float(cost[j]),
+                          "steps": float(self.q.training.steps(plan.global_batch))})
+        return front
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, rec, sp, zero, gpipe = (int(x) for x in row)
-        sp = sp and t > 1
-        return Plan(tp=t, pp=p, dp=d, micro_batch=mb, global_batch=self.q.global_batch,
-                    interleave=v, recompute=RECOMPUTE[rec], sequence_parallel=bool(sp),
-                    zero=zero, schedule=SCHEDULES[gpipe], overlap=self.q.overlap,
+        t, p, v, d, mb, B, rec, sp, zero, gpipe = (int(x) for x in row)
+        return Plan(tp=t, pp=p, dp=d, micro_batch=mb, global_batch=B, interleave=v,
+                    recompute=RECOMPUTE[rec], sequence_parallel=bool(sp and t > 1), zero=zero,
+                    schedule=SCHEDULES[gpipe], overlap=self.q.overlap,
                     flash_attention=self.q.flash_attention)
-

@@ -9,6 +9,8 @@ assumptions, and the names CP-SAT blames explain the conflict.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from ortools.sat.python import cp_model
 
@@ -35,6 +37,16 @@ class RowModel:
         self.model.AddLinearExpressionInDomain(
             self.point, cp_model.Domain.FromValues(np.flatnonzero(allowed).tolist())
         ).OnlyEnforceIf(lit)
+
+    def conflict(self) -> tuple[str, ...]:
+        """The smallest set of gates that no row satisfies together (exact: each gate is a
+        mask over the rows, so a set conflicts when the AND of its masks is empty)."""
+        names = list(self.masks)
+        for size in range(1, len(names) + 1):
+            for combo in itertools.combinations(names, size):
+                if not np.logical_and.reduce([self.masks[k] for k in combo]).any():
+                    return combo
+        return ()
 
     def enforce_gates(self) -> None:
         for lit, _ in self.gates.values():

@@ -1,0 +1,77 @@
+"""Statistical efficiency and the price of training, shared by the CNN and transformer searches.
+
+McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", eq. 2.11 and 2.13):
+steps to a target loss S(B) = S_min (1 + B_noise / B) and samples E(B) = E_min (1 + B / B_noise),
+with E_min = S_min B_noise. Time to train is S(B) x the iteration time; cost to train is that
+time x devices x the price per device-hour.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Training:
+    """Give the critical batch B_noise and one of S_min (target_steps) or E_min
+    (target_samples, in samples: sequences for a transformer)."""
+
+    critical_batch: float
+    target_steps: float | None = None
+    target_samples: float | None = None
+    price_per_device_hour: float | None = None
+    deadline_s: float | None = None  # constraint: time to train at most this
+    budget_usd: float | None = None  # constraint: cost to train at most this
+
+    @property
+    def s_min(self) -> float:
+        if self.target_steps is not None:
+            return self.target_steps
+        return self.target_samples / self.critical_batch
+
+    def steps(self, global_batch):
+        return self.s_min * (1 + self.critical_batch / global_batch)
+
+    def check(self, *, wants_price: bool) -> None:
+        """One-line errors for inconsistent inputs (exit code 2)."""
+        if not (math.isfinite(self.critical_batch) and self.critical_batch > 0):
+            raise SpecError(f"critical_batch: must be positive, got {self.critical_batch}")
+        if (self.target_steps is None) == (self.target_samples is None):
+            raise SpecError("target_steps: give exactly one of --target-steps (S_min) and "
+                            "--target-samples / --target-tokens (E_min)")
+        if (wants_price or self.budget_usd is not None) and self.price_per_device_hour is None:
+            raise SpecError("price_per_device_hour: the device has no price; give "
+                            "--price-per-device-hour")
+
+    def report(self, global_batch: int, devices: int, iteration_s: float) -> dict:
+        """steps, samples, time_to_train_s (and cost_usd with a price) of one plan."""
+        steps = self.steps(global_batch)
+        out = {"steps": steps, "samples": steps * global_batch,
+               "time_to_train_s": steps * iteration_s}
+        if self.price_per_device_hour is not None:
+            out["cost_usd"] = out["time_to_train_s"] / 3600 * devices * self.price_per_device_hour
+        return out
+
+
+def check_training(training: Training | None, objective: str, pareto: bool) -> None:
+    """The objectives and outputs that need a Training have one, and it is consistent."""
+    needs = objective in ("time-to-train", "cost") or pareto
+    if needs and training is None:
+        raise SpecError("critical_batch: --objective time-to-train / cost and --pareto need "
+                        "--critical-batch and one of --target-steps / --target-samples")
+    if training is not None:
+        training.check(wants_price=objective == "cost" or pareto)
+
+
+def pareto_front(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Indices of the non-dominated (time, cost) points, fastest first: sorted by time (ties by
+    cost), a point joins the front when it is cheaper than every faster one."""
+    order = np.lexsort((cost, time_s))
+    c = cost[order]
+    before = np.concatenate([[math.inf], np.minimum.accumulate(c)[:-1]])
+    return order[c < before * (1 - 1e-12)]
