@@ -550,8 +550,12 @@ def limit_options(f):
         click.option("--at-nodes", type=click.FloatRange(1, 2**20),
                      help="Node count for efficiency and bandwidth [default: max useful nodes]."),
         click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
-                     help="B_noise: also derive the global batch minimising time to train on "
-                          "--at-nodes nodes [default: the optimal node count]."),
+                     help="B_noise: also derive the node count and global batch minimising "
+                          "time to train (or the batch alone at --at-nodes)."),
+        click.option("--nodes-max", type=click.IntRange(1, 2**20), default=4096,
+                     show_default=True,
+                     help="With --critical-batch: node counts the time-to-train optimum "
+                          "searches."),
     ]
     return _with_options(f, opts)
 

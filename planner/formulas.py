@@ -17,7 +17,7 @@ from planner.errors import SpecError
 from planner.scaling import Limits
 
 FORMULAS = ("iteration_time", "speedup", "efficiency", "memory", "optimal_nodes",
-            "max_speedup", "required_bandwidth")
+            "max_speedup", "required_bandwidth", "time_to_train_batch")
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,11 @@ def derive(lim: Limits) -> list[Derived]:
     if bw is not None:
         out.append(Derived("required_bandwidth", "bandwidth for the target efficiency", "B/s",
                            bw.expression, bw.values, bw.note))
+    if lim.critical_batch is not None:
+        f = lim.time_to_train_formula()
+        out.append(Derived("time_to_train_batch", "global batch minimising the time to train "
+                           "(1 + B_noise / B) T(n, B) at n nodes", "samples", f.expression,
+                           f.values, f.note))
     return [_only_free(d) for d in out]
 
 

@@ -286,9 +286,12 @@ def limits_text(s: dict) -> str:
     cb = s["comm_bound_from_nodes"]
     ttt = s.get("time_to_train")
     extra = [] if ttt is None else [
-        (f"time-to-train batch at {ttt['nodes']:.4g} nodes",
-         f"{ttt['global_batch']:.4g} (local {ttt['local_batch']:.3g}; B_noise "
-         f"{ttt['critical_batch']:g}; {si(ttt['time_per_min_step_s'], 's')} per S_min step)")]
+        ("time-to-train optimum" if ttt["nodes_chosen"] else
+         f"time-to-train batch at {ttt['nodes']:.4g} nodes",
+         (f"{ttt['nodes']:.0f} nodes (of 1..{ttt['nodes_max']}), " if ttt["nodes_chosen"]
+          else "") + f"global batch {ttt['global_batch']:.4g} (local "
+         f"{ttt['local_batch']:.3g}; B_noise {ttt['critical_batch']:g}; "
+         f"{si(ttt['time_per_min_step_s'], 's')} per S_min step; {ttt['reason']})")]
     return key_values([
         ("optimal nodes", f"{s['optimal_nodes']:.4g}  ({s['optimal_nodes_reason']})"),
         ("max speed-up", f"{s['max_speedup']:.4g} x over one device"),

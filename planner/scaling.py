@@ -26,11 +26,13 @@ from planner.cost import collectives as coll
 from planner.cost import symbols as S
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
+from planner.cost.numeric import compile_expr
 from planner.cost.piecewise import piece_at
 from planner.errors import SpecError
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate
 DEFAULT_TARGET_EFFICIENCY = 0.8
+DEFAULT_NODES_MAX = 4096  # as the solver's default space
 
 
 def comm_expr(dp: DataParallelModel, collective: Collective) -> sp.Expr:
@@ -105,6 +107,7 @@ class Limits:
     target_efficiency: float = DEFAULT_TARGET_EFFICIENCY
     at_nodes: float | None = None
     critical_batch: float | None = None  # B_noise (McCandlish et al. 2018): time-to-train limits
+    nodes_max: int = DEFAULT_NODES_MAX  # the joint time-to-train optimum's node range
     _cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -371,28 +374,44 @@ class Limits:
         return None
 
     # --- time to train (McCandlish et al. 2018) ----------------------------------------------
+    #
+    # Time to train over S_min is F(n, B) = (1 + B_noise / B) T(n, B). On one roofline piece T is
+    # affine in B at a fixed n, so dF/dB = 0 has closed forms B*(n) (one per smooth branch of
+    # the overlap max), and the kink where overlap stops hiding the communication is one more
+    # closed form. The batch at a node count is the best of those and the piece ends; the joint
+    # optimum is the best node count, every integer up to `nodes_max`, each at its best batch.
 
-    def time_per_min_step(self, n: float, B: float) -> float:
-        """Time to train over S_min: (1 + B_noise / B) T_iter(n, B), from the full model."""
-        b = B / (self.g * n)
-        t = float(self.dp.numeric("iteration", self.collective, self.overlap)(n, self.g, b))
-        return (1 + self.critical_batch / B) * t
+    def time_per_min_step(self, n, B):
+        """F(n, B) from the full model (arrays broadcast)."""
+        b = np.asarray(B, dtype=float) / (self.g * np.asarray(n, dtype=float))
+        t = self.dp.numeric("iteration", self.collective, self.overlap)(n, self.g, b)
+        return (1 + self.critical_batch / np.asarray(B, dtype=float)) * t
 
     @functools.cached_property
-    def _ttt_stationary(self) -> list[sp.Expr]:
-        """Closed forms of d/dB [(1 + B_noise / B) T(B)] = 0 at fixed n, per smooth branch of T
-        (T affine in B on each roofline piece: B* = sqrt(B_noise (T - B T') / T'))."""
-        bn = sp.Symbol("B_noise", positive=True)
+    def ttt_batch_exprs(self) -> list[tuple[str, sp.Expr]]:
+        """Closed forms of B in the aggregate symbols and B_noise: the stationary points of F
+        in B on each smooth branch, and the overlap kink (communication just hidden)."""
         comm = _relax(self.comm)
-        branches = [self.compute_expr() + comm]
+        hidden = S.h0 + S.h1 * S.B / (S.g * S.n)
+        branches = [("no overlap", self.compute_expr() + comm)]
         if self.overlap:
-            branches = [self.compute_expr() + comm - S.h0 - S.h1 * S.B / (S.g * S.n),
-                        self.compute_expr()]
-        roots = []
-        for t in branches:
-            ttt = (1 + bn / S.B) * t
-            roots += [r.subs(bn, self.critical_batch) for r in sp.solve(sp.diff(ttt, S.B), S.B)]
-        return roots
+            branches = [("communication exposed", self.compute_expr() + comm - hidden),
+                        ("communication hidden", self.compute_expr())]
+        out = []
+        for label, t in branches:
+            f = (1 + S.B_noise / S.B) * t
+            out += [(f"stationary point of the time to train, {label}", r)
+                    for r in sp.solve(sp.diff(f, S.B), S.B)]
+        if self.overlap:
+            out += [("communication just hidden by the backward pass", r)
+                    for r in sp.solve(comm - hidden, S.B)]
+        return out
+
+    @functools.cached_property
+    def _ttt_batch_fns(self) -> list:
+        args = sorted(set().union(*(e.free_symbols for _, e in self.ttt_batch_exprs)) | {S.n},
+                      key=lambda x: x.name)
+        return [(args, compile_expr(e, args)) for _, e in self.ttt_batch_exprs]
 
     def _b_max(self) -> float:
         """The largest local batch that fits in device memory (doubling, then bisection)."""
@@ -408,27 +427,61 @@ class Limits:
             lo, hi = (mid, hi) if float(mem(1, 1, mid)) <= cap else (lo, mid)
         return lo
 
-    @functools.cached_property
-    def time_to_train_batch(self) -> tuple[float, float]:
-        """(B*, n): the global batch minimising time to train on n nodes (`at_nodes`, default
-        the optimal node count), among the closed-form stationary points of each piece and the
-        piece ends, within one sample per device and device memory."""
-        n = float(self.at_nodes) if self.at_nodes is not None else float(self.optimum[0])
-        gn = self.g * n
+    def _pieces_in_b(self) -> list[tuple[float, float]]:
+        """Local-batch intervals within [1, memory limit] on which one roofline piece holds."""
         b_hi = self._b_max()
         edges = {1.0, b_hi}
         for p in self.compute_pieces + (self.hide_pieces or []):
             edges |= {x for x in (p.b_lo, p.b_hi) if 1 < x < b_hi}
         edges = sorted(edges)
-        cands = [e * gn for e in edges]
-        for lo, hi in zip(edges, edges[1:], strict=False):
-            vals = {**self.piece_values(math.sqrt(lo * hi)), S.n: n}
-            for root in self._ttt_stationary:
-                x = _real_root_in(root, vals, lo * gn, hi * gn)
-                if x is not None:
-                    cands.append(x)
-        best = min(cands, key=lambda B: self.time_per_min_step(n, B))
-        return best, n
+        return list(zip(edges, edges[1:], strict=False)) or [(edges[0], edges[0])]
+
+    def best_batches(self, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(B*, F(n, B*), which candidate) for each node count in `ns`: the closed forms of
+        `ttt_batch_exprs` evaluated on every piece where they land inside it, and the piece
+        ends, at least one sample per device and within device memory."""
+        ns = np.asarray(ns, dtype=float)
+        gn = self.g * ns
+        cands, labels = [], []
+        for lo, hi in self._pieces_in_b():
+            cands += [lo * gn, hi * gn]
+            labels += [-1, -1]
+            vals = {**self.piece_values(math.sqrt(lo * hi)), S.B_noise: self.critical_batch}
+            for i, (args, fn) in enumerate(self._ttt_batch_fns):
+                x = fn(*(ns if a == S.n else vals[a] for a in args))
+                x = np.where(np.isfinite(x) & (x >= lo * gn) & (x <= hi * gn), x, np.nan)
+                cands.append(x)
+                labels.append(i)
+        C = np.column_stack(cands)
+        F = self.time_per_min_step(ns[:, None], np.where(np.isnan(C), gn[:, None], C))
+        F = np.where(np.isnan(C), np.inf, F)
+        j = np.argmin(F, axis=1)
+        rows = np.arange(len(ns))
+        return C[rows, j], F[rows, j], np.asarray(labels)[j]
+
+    @functools.cached_property
+    def time_to_train_batch(self) -> tuple[float, float]:
+        """(B*, n): the global batch minimising time to train on n = `at_nodes` nodes or, by
+        default, at the joint optimum over every node count up to `nodes_max`."""
+        if self.at_nodes is not None:
+            B, _, _ = self.best_batches(np.array([float(self.at_nodes)]))
+            return float(B[0]), float(self.at_nodes)
+        ns = np.arange(1, self.nodes_max + 1, dtype=float)
+        B, F, _ = self.best_batches(ns)
+        i = int(np.argmin(F))
+        return float(B[i]), float(ns[i])
+
+    def time_to_train_formula(self) -> Formula:
+        """The closed form that gives the time-to-train batch, with its values there."""
+        B, n = self.time_to_train_batch
+        _, _, which = self.best_batches(np.array([n]))
+        vals = {**self.piece_values(B / (self.g * n)), S.n: n, S.B_noise: self.critical_batch}
+        if which[0] < 0:
+            return Formula("time_to_train_batch", sp.Float(B), vals,
+                           "a piece end: one sample per device, device memory or a roofline "
+                           "ridge")
+        note, expr = self.ttt_batch_exprs[int(which[0])]
+        return Formula("time_to_train_batch", expr, vals, note)
 
     def summary(self) -> dict:
         n_opt, f_opt = self.optimum
@@ -459,6 +512,9 @@ class Limits:
         if self.critical_batch is None:
             return {}
         B, n = self.time_to_train_batch
-        return {"time_to_train": {"critical_batch": self.critical_batch, "nodes": n,
-                                  "global_batch": B, "local_batch": B / (self.g * n),
-                                  "time_per_min_step_s": self.time_per_min_step(n, B)}}
+        return {"time_to_train": {
+            "critical_batch": self.critical_batch, "nodes": n, "global_batch": B,
+            "local_batch": B / (self.g * n),
+            "time_per_min_step_s": float(self.time_per_min_step(n, B)),
+            "nodes_chosen": self.at_nodes is None,
+            "nodes_max": self.nodes_max, "reason": self.time_to_train_formula().note}}

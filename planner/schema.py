@@ -132,7 +132,8 @@ def _limits() -> dict:
         "iteration_time_at_optimum_s": NUM, "global_batch": INT, "devices_per_node": INT,
         "collective": STR, "overlap": BOOL,
         "time_to_train": obj({"critical_batch": NUM, "nodes": NUM, "global_batch": NUM,
-                              "local_batch": NUM, "time_per_min_step_s": NUM}),
+                              "local_batch": NUM, "time_per_min_step_s": NUM,
+                              "nodes_chosen": BOOL, "nodes_max": INT, "reason": STR}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
         "required_bandwidth_GBps", "efficiency_at_nodes"])
 

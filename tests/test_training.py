@@ -176,6 +176,55 @@ def test_time_to_train_batch_closed_form_beats_a_dense_numeric_search(model, hw,
     assert doc["global_batch"] == B and doc["nodes"] == n
 
 
+@pytest.mark.parametrize(("model", "hw", "kw"), [
+    ("resnet50", "dgx-a100-80gb", dict(global_batch=4096)),
+    ("alexnet", "k80-fdr", dict(global_batch=1024, overlap=False)),
+    ("alexnet", "k80-fdr", dict(global_batch=1024, collective="tree")),
+    ("googlenet", "k80-fdr", dict(global_batch=1024, collective="hierarchical")),
+])
+def test_joint_time_to_train_optimum_beats_a_dense_numeric_search(model, hw, kw):
+    """(nodes, batch) from the closed forms against every node count up to the cap, each on a
+    dense geometric grid of batches within memory."""
+    import numpy as np
+
+    lim = api.limits(model, hw, critical_batch=3000.0, nodes_max=128, **kw)
+    B, n = lim.time_to_train_batch
+    best = float(lim.time_per_min_step(n, B))
+    ns = np.arange(1, 129, dtype=float)[:, None]
+    grid = lim.g * ns * np.geomspace(1, lim._b_max(), 1500)[None, :]
+    numeric = float(np.min(lim.time_per_min_step(ns, grid)))
+    assert best <= numeric * (1 + 1e-9)
+    assert best >= numeric * (1 - 2e-3)
+    assert n == int(n) and 1 <= n <= 128
+    doc = lim.summary()["time_to_train"]
+    assert doc["nodes_chosen"] and doc["nodes"] == n and doc["global_batch"] == B
+
+
+def test_joint_time_to_train_optimum_bounds_the_solver():
+    """The continuous-batch optimum of `limits` is a lower bound on the solver's integer plans
+    and close to it (two independent routes: closed forms vs CP-SAT over rows)."""
+    lim = api.limits("resnet50", "dgx-a100-80gb", global_batch=4096, critical_batch=4096.0,
+                     nodes_max=32)
+    B, n = lim.time_to_train_batch
+    bound = float(lim.time_per_min_step(n, B))
+    sol = api.solve("resnet50", "dgx-a100-80gb", nodes_max=32, devices_per_node=8,
+                    collective="ring", global_batch_range=(8, 2**17),
+                    objective="time-to-train", critical_batch=4096.0, target_steps=1.0)
+    per_min_step = sol.training["time_to_train_s"]  # S_min = 1
+    assert bound <= per_min_step * (1 + 1e-9)
+    assert per_min_step <= bound * 1.01
+    assert abs(sol.config.nodes - n) <= 0.25 * n
+
+
+def test_derive_gives_the_time_to_train_batch_formula(run_json):
+    doc = run_json("derive", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096",
+                   "--critical-batch", "4096", "--formula", "time_to_train_batch")
+    (f,) = doc["formulas"]
+    lim = api.limits("resnet50", "dgx-a100-80gb", global_batch=4096, critical_batch=4096.0)
+    assert math.isclose(f["value"], lim.time_to_train_batch[0], rel_tol=1e-9)
+    assert "B_noise" in f["symbols"] and "n" in f["symbols"]
+
+
 # --- transformers: the hybrid search over a batch range --------------------------------------
 
 GPT2 = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "64",

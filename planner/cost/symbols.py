@@ -28,6 +28,7 @@ T1 = sp.Symbol("T_1", positive=True)  # single-device iteration time at the glob
 W = sp.Symbol("W", positive=True)  # parameters
 q = sp.Symbol("q", positive=True)  # bytes per parameter (weights, master, gradient, state)
 A = sp.Symbol("A", positive=True)  # activation bytes per sample kept for backward
+B_noise = sp.Symbol("B_noise", positive=True)  # critical batch (McCandlish et al. 2018)
 
 
 @dataclass(frozen=True)
@@ -56,4 +57,6 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     W: Meaning("model parameters", "1"),
     q: Meaning("bytes per parameter: weights, fp32 master, gradient, optimizer state", "B"),
     A: Meaning("activation bytes per sample kept for the backward pass", "B"),
+    B_noise: Meaning("critical batch: steps to the target S(B) = S_min (1 + B_noise / B)",
+                     "samples"),
 }
