@@ -1,5 +1,6 @@
-"""Transformer benchmarks: SC21 Table 1 accuracy (pinned solves) and hybrid solve time by GPU
-budget (gpt3-175b, global batch 1536, dgx-a100-80gb).
+"""Transformer benchmarks: SC21 Table 1 accuracy (pinned solves), hybrid solve time by GPU
+budget (gpt3-175b, global batch 1536, dgx-a100-80gb) and the time-to-train solve over a batch
+range.
 
     python benchmarks/transformer_runs.py
 """
@@ -59,7 +60,23 @@ def solve_times():
               f"MFU {sol.prediction['mfu']:.1%}")
 
 
+def time_to_train():
+    print("\ntime-to-train solve over --global-batch-range 256:8192 (candidates 2^k, 3x2^k), "
+          "B_noise 4096 sequences, 300B tokens, dgx-a100-80gb")
+    print(f"{'model':>10} {'devices_max':>11} {'rows':>10} {'total_s':>8}  plan")
+    for model, budget in (("llama2-7b", 512), ("gpt3-175b", 1024), ("gpt3-175b", 4096)):
+        t = time.perf_counter()
+        sol = api.solve_transformer(model, "dgx-a100-80gb", global_batch_range=(256, 8192),
+                                    devices_max=budget, objective="time-to-train",
+                                    critical_batch=4096, target_tokens=3e11)
+        p, tr = sol.plan, sol.training
+        print(f"{model:>10} {budget:>11} {sol.rows:>10,} {time.perf_counter() - t:>8.2f}  "
+              f"{p.devices} = {p.tp}x{p.pp}(v{p.interleave})x{p.dp}, batch {p.global_batch}, "
+              f"{tr['steps']:,.0f} steps, {tr['time_to_train_s'] / 86400:.1f} days")
+
+
 if __name__ == "__main__":
     sc21_table()
     bert_table()
     solve_times()
+    time_to_train()

@@ -410,8 +410,8 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency",
                                                "time-to-train", "cost", "token-budget"]),
               default="throughput", show_default=True,
-              help="time-to-train / cost: with --critical-batch (CNNs); token-budget: time to "
-                   "train on --tokens tokens (transformers).")
+              help="time-to-train / cost: with --critical-batch and a target; token-budget: "
+                   "time to train on --tokens tokens (transformers).")
 @training_options
 @click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
               help="USD per device-hour [default: the device spec's price].")
@@ -442,8 +442,9 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
           strategy, stages, **problem):
-    """Search nodes, devices per node, batch and collective for the proven-optimal
-    data-parallel plan (CP-SAT).
+    """The proven-optimal plan (CP-SAT): nodes, devices per node, batch and collective for
+    CNNs (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
+    transformers.
 
     \b
     Examples:
@@ -451,6 +452,8 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
       planner solve -m resnet50 -H dgx-a100-80gb --nodes-max 64 --global-batch-range 256:65536
       planner solve -m vgg16 -H k80-fdr --global-batch 1024 --within 0.05 --top 3 --format json
       planner solve -m gpt3-175b -H dgx-a100-80gb --devices-max 4096 --global-batch 1536
+      planner solve -m gpt2 -H dgx-a100-80gb --devices-max 64 --global-batch-range 64:4096
+          --critical-batch 512 --target-tokens 1e10 --objective time-to-train --pareto
     """
     from planner import api
     from planner.report import solution_doc, solution_text
