@@ -10,7 +10,7 @@ stays cheap (SymPy and OR-Tools load only when a command needs them).
 """
 
 API = ("evaluate", "solve", "limits", "derive", "sweep", "evaluate_transformer",
-       "solve_transformer", "load_model", "load_system", "is_transformer")
+       "solve_transformer", "sweep_transformer", "load_model", "load_system", "is_transformer")
 
 __all__ = list(API)
 

@@ -199,12 +199,9 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
     if (global_batch is None) == (local_batch is None):
         raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                         "--local-batch (weak scaling)")
-    training = None
-    if critical_batch is not None:
-        training = Training(critical_batch, target_steps, target_samples)
-        if (target_steps is None) == (target_samples is None):
-            raise SpecError("target_steps: give exactly one of --target-steps and "
-                            "--target-samples with --critical-batch")
+    training = training_of(None, critical_batch, target_steps, target_samples, None, None, None)
+    if training is not None:
+        training.check(wants_price=False)
     base = build(model, hardware, precision, optimizer, servers=servers)
     g = base.system.devices_per_node
     col = _enum(Collective, collective, "collective")
@@ -224,10 +221,8 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
                 fitted = True
                 cfg = Config(n_val, g, batch, col, overlap)
                 pred = predict(dp, cfg)
-                train = None
-                if training is not None:
-                    steps = training.steps(batch)
-                    train = {"steps": steps, "time_to_train_s": steps * pred.iteration_time_s}
+                train = (None if training is None else
+                         training.report(batch, cfg.devices, pred.iteration_time_s))
                 points.append(SweepPoint(cfg, pred, bw, train))
             if not fitted and n_val not in skipped:
                 skipped.append(n_val)
@@ -320,3 +315,54 @@ def solve_transformer(model: str, hardware: str, *, precision: str | None = None
     except TypeError as exc:
         raise SpecError(f"solve: {exc}") from None
     return HybridSolver(m, system, prec, q).solve()
+
+
+@dataclass(frozen=True)
+class TransformerSweepPoint:
+    nodes: int
+    global_batch: int
+    bandwidth_GBps: float
+    solution: object | None  # planner.search.hybrid.HybridSolution; None when infeasible
+    reason: str | None = None  # why no plan exists at this point
+
+
+def sweep_transformer(model: str, hardware: str, *, nodes: list[int],
+                      global_batch: int | list[int], bandwidths_GBps: list[float] | None = None,
+                      precision: str | None = None, seq_len: int | None = None,
+                      critical_batch: float | None = None, target_steps: float | None = None,
+                      target_samples: float | None = None, target_tokens: float | None = None,
+                      time_limit_s: float = 10.0, on_point=None,
+                      **pins) -> list[TransformerSweepPoint]:
+    """The best hybrid plan on every (bandwidth, nodes, global batch) combination, all devices
+    of the nodes used (`pins` are fields of `planner.search.hybrid.Search`: tp, pp, recompute,
+    ...). A point with no plan (memory, or no split of the devices divides the batch) carries
+    the reason instead."""
+    from planner.errors import InfeasibleError
+    from planner.search.hybrid import HybridSolver, Search
+
+    m, base, prec = _transformer_setup(model, hardware, precision, seq_len)
+    if target_tokens is not None:
+        if target_samples is not None:
+            raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
+        target_samples = target_tokens / m.seq_len
+    training = training_of(None, critical_batch, target_steps, target_samples, None, None, None)
+    if training is not None:
+        training.check(wants_price=False)
+    g = base.devices_per_node
+    out = []
+    for bw in bandwidths_GBps or [base.inter_node.bandwidth_GBps]:
+        system = base if bandwidths_GBps is None else with_inter_node_bandwidth(base, bw)
+        for n_val in nodes:
+            for batch in global_batch if isinstance(global_batch, list) else [global_batch]:
+                if on_point is not None:
+                    on_point()
+                q = Search(global_batch=batch, devices=n_val * g, training=training,
+                           time_limit_s=time_limit_s, **pins)
+                try:
+                    sol = HybridSolver(m, system, prec, q).solve()
+                except InfeasibleError as exc:
+                    out.append(TransformerSweepPoint(n_val, batch, bw, None,
+                                                     str(exc).removeprefix("infeasible: ")))
+                    continue
+                out.append(TransformerSweepPoint(n_val, batch, bw, sol))
+    return out

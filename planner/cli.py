@@ -647,23 +647,24 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
 @training_options
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
+@transformer_options
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
-          target_samples, target_tokens, plot_path):
+          target_samples, target_tokens, plot_path, **hybrid):
     """Predictions over node counts, global batches and network bandwidths (every
-    combination; full nodes).
+    combination; full nodes). For transformers each point is the best tp x pp x dp plan on
+    all the devices of those nodes (the hybrid flags pin choices).
 
     \b
     Examples:
       planner sweep -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
       planner sweep -m resnet50 -H dgx-a100-80gb --local-batch 256 --nodes 1:64:x2 --plot s.png
+      planner sweep -m gpt3-175b -H dgx-a100-80gb --global-batch 1536 --nodes 8:1024:x2
     """
     from planner import api
     from planner.report import sweep_doc, sweep_text
 
     _require(model, hardware)
-    if target_tokens is not None:
-        raise SpecError("target_tokens: sweep covers CNN models; give --target-samples")
     batches = int_list(batch_spec, "global_batch")
     bandwidths = float_list(bandwidth_spec, "bandwidth")
     nodes = int_list(nodes_spec, "nodes")
@@ -672,9 +673,32 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
         nodes = int_list(f"1:{min(top, 4096)}:x2", "nodes")
     global_batch = batches[0] if batches and len(batches) == 1 else batches
     total = len(nodes) * len(batches or [None]) * len(bandwidths or [None])
+    if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
+        raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
+                        "one bandwidth")
     # A bar only when stderr is a terminal: pipes and files get nothing at all.
     bar_or_none = (click.progressbar(length=total, label="sweep", file=sys.stderr)
                    if sys.stderr.isatty() else contextlib.nullcontext())
+    if api.is_transformer(model):
+        if local_batch is not None:
+            raise SpecError("local_batch: transformer sweeps take --global-batch (the solver "
+                            "splits it into dp x micro-batch x accumulation)")
+        if batches is None:
+            raise SpecError("global_batch: give --global-batch for a transformer sweep")
+        with bar_or_none as bar:
+            pts = api.sweep_transformer(
+                model, hardware, nodes=nodes, global_batch=global_batch,
+                bandwidths_GBps=bandwidths, precision=precision, overlap=overlap,
+                critical_batch=critical_batch, target_steps=target_steps,
+                target_samples=target_samples, target_tokens=target_tokens,
+                on_point=bar and (lambda: bar.update(1)),
+                **{k: v for k, v in hybrid.items() if v is not None})
+        _transformer_sweep_out(pts, model, hardware, fmt, plot_path, hybrid.get("seq_len"))
+        return
+    _reject_transformer_flags(hybrid)
+    if target_tokens is not None:
+        raise SpecError("target_tokens: --target-tokens applies to transformer models (CNNs: "
+                        "--target-samples)")
     with bar_or_none as bar:
         points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
                                     local_batch=local_batch, bandwidths_GBps=bandwidths,
@@ -686,9 +710,6 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     if not points:
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
                               f"divides the global batch {batch_spec} into whole local batches")
-    if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
-        raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
-                        "one bandwidth")
     if plot_path:
         from planner.plot import sweep_plot
 
@@ -696,6 +717,21 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     doc = render.document("sweep", {"model": model, "hardware": hardware,
                                     **sweep_doc(points, skipped)})
     _emit(doc, fmt, sweep_text(points, skipped))
+
+
+def _transformer_sweep_out(pts, model, hardware, fmt, plot_path, seq_len) -> None:
+    from planner.report import transformer_sweep_doc, transformer_sweep_text
+
+    if not any(p.solution for p in pts):
+        raise InfeasibleError(f"infeasible: no swept point has a plan ({pts[0].reason})")
+    if plot_path:
+        from planner.plot import transformer_sweep_plot
+
+        transformer_sweep_plot([p for p in pts if p.solution], plot_path,
+                               f"{model} on {hardware}")
+    doc = render.document("sweep", {"model": model, "hardware": hardware,
+                                    **transformer_sweep_doc(pts)})
+    _emit(doc, fmt, transformer_sweep_text(pts), _arch(model, seq_len))
 
 
 @cli.command()

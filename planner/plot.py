@@ -59,3 +59,20 @@ def sweep_plot(points, path: str, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     _save(plt, fig, path)
+
+
+def transformer_sweep_plot(points, path: str, title: str) -> None:
+    """Tokens/s against devices (with linear scaling from the smallest point) and MFU."""
+    plt = _pyplot(path)
+    dev = [p.solution.plan.devices for p in points]
+    tok = [p.solution.prediction["tokens_per_s"] for p in points]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(dev, tok, "o-", label="predicted")
+    ax1.plot(dev, [tok[0] * d / dev[0] for d in dev], "k--", lw=0.8, label="linear")
+    ax1.set(xscale="log", yscale="log", xlabel="devices", ylabel="tokens per second")
+    ax1.legend()
+    ax2.plot(dev, [p.solution.prediction["mfu"] for p in points], "o-")
+    ax2.set(xscale="log", xlabel="devices", ylabel="model FLOPs utilisation", ylim=(0, 1))
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(plt, fig, path)

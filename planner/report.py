@@ -364,6 +364,59 @@ def sweep_text(points, skipped) -> str:
     return text
 
 
+def _scaling(pts) -> dict[int, float]:
+    """Tokens/s per device at each point over that of the smallest point with a plan (1.0 =
+    linear scaling from there), keyed by the point's index."""
+    ok = [(i, p.solution) for i, p in enumerate(pts) if p.solution]
+    base = min(ok, key=lambda x: x[1].plan.devices)[1]
+    rate = base.prediction["tokens_per_s"] / base.plan.devices
+    return {i: s.prediction["tokens_per_s"] / s.plan.devices / rate for i, s in ok}
+
+
+def transformer_sweep_doc(pts) -> dict:
+    scaling = _scaling(pts)
+    points, skipped = [], []
+    for i, p in enumerate(pts):
+        if p.solution is None:
+            skipped.append({"nodes": p.nodes, "global_batch": p.global_batch,
+                            "bandwidth_GBps": p.bandwidth_GBps, "reason": p.reason})
+            continue
+        s = p.solution
+        points.append({"nodes": p.nodes, "bandwidth_GBps": p.bandwidth_GBps,
+                       "scaling_efficiency": scaling[i],
+                       "config": s.plan.to_json(s.plan.devices // p.nodes),
+                       "prediction": {**s.prediction, **(s.training or {})}})
+    return {"points": points, "skipped": skipped}
+
+
+def transformer_sweep_text(pts) -> str:
+    scaling = _scaling(pts)
+    show_bw = len({p.bandwidth_GBps for p in pts}) > 1
+    show_train = any(p.solution and p.solution.training for p in pts)
+    rows, skipped = [], []
+    for i, p in enumerate(pts):
+        if p.solution is None:
+            skipped.append(f"  {p.nodes} nodes, batch {p.global_batch}"
+                           + (f", {p.bandwidth_GBps:g} GB/s" if show_bw else "")
+                           + f": {p.reason}")
+            continue
+        plan, pred = p.solution.plan, p.solution.prediction
+        row = [p.nodes, plan.devices, plan.global_batch] + (
+            [f"{p.bandwidth_GBps:g}"] if show_bw else [])
+        row += [f"{plan.tp}x{plan.pp}" + (f"(v{plan.interleave})" if plan.interleave > 1 else "")
+                + f"x{plan.dp}", plan.micro_batch, si(pred["iteration_time_s"], "s"),
+                f"{pred['tokens_per_s']:,.0f}", f"{pred['mfu']:.1%}", f"{scaling[i]:.1%}"]
+        row += [duration(p.solution.training["time_to_train_s"])] if show_train else []
+        rows.append(row)
+    head = ["nodes", "devices", "batch"] + (["GB/s"] if show_bw else []) + [
+        "tp x pp x dp", "micro", "iteration", "tokens/s", "MFU", "scaling"]
+    head += ["to train"] if show_train else []
+    text = table(head, rows)
+    if skipped:
+        text += "\nno plan:\n" + "\n".join(skipped)
+    return text
+
+
 def calibration_doc(results, skipped, fitted: dict, specs: dict, stats: dict) -> dict:
     return {
         "rows": [

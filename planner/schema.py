@@ -143,10 +143,18 @@ def _sweep() -> dict:
                  "bandwidth_GBps": NUM},
                 required=[*DP_CONFIG["required"], "bandwidth_GBps", "iteration_time_s",
                           "throughput_samples_per_s", "speedup", "efficiency"])
-    return _envelope("sweep", {"model": STR, "hardware": STR,
-                               "points": {"type": "array", "items": point},
-                               "skipped_nodes": {"type": "array", "items": INT}},
-                     ["points", "skipped_nodes"])
+    dp = _envelope("sweep", {"model": STR, "hardware": STR,
+                             "points": {"type": "array", "items": point},
+                             "skipped_nodes": {"type": "array", "items": INT}},
+                   ["points", "skipped_nodes"])
+    hybrid_point = obj({"nodes": INT, "bandwidth_GBps": NUM, "scaling_efficiency": NUM,
+                        "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION})
+    skipped = obj({"nodes": INT, "global_batch": INT, "bandwidth_GBps": NUM, "reason": STR})
+    hybrid = _envelope("sweep", {"model": STR, "hardware": STR,
+                                 "points": {"type": "array", "items": hybrid_point},
+                                 "skipped": {"type": "array", "items": skipped}},
+                       ["points", "skipped"])
+    return {"oneOf": [dp, hybrid]}
 
 
 def _derive() -> dict:

@@ -22,6 +22,8 @@ CASES = [
     ("limits", ("limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")),
     ("sweep", ("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024", "--nodes",
                "1:8:x2", "--critical-batch", "4096", "--target-steps", "1000")),
+    ("sweep", ("sweep", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--global-batch", "1536",
+               "--nodes", "4,16", "--critical-batch", "4096", "--target-tokens", "3e11")),
     ("derive", ("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024")),
     ("show", ("show", "model", "resnet50")),
     ("show", ("show", "model", "llama3-8b")),

@@ -284,3 +284,44 @@ def test_target_tokens_is_for_transformers(run):
     code, _, err = run("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch",
                        "1024", "--critical-batch", "4096", "--target-tokens", "1e9")
     assert code == 2 and "target_tokens" in err
+
+
+def test_transformer_sweep_points_are_the_pinned_solves(run, run_json, tmp_path):
+    args = ("sweep", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--global-batch", "1536",
+            "--nodes", "4,16,64", "--critical-batch", "4096", "--target-tokens", "3e11")
+    doc = run_json(*args)
+    (skip,) = doc["skipped"]
+    assert skip["nodes"] == 4 and "memory" in skip["reason"]  # 32 A100s cannot hold 175B
+    assert [p["nodes"] for p in doc["points"]] == [16, 64]
+    assert doc["points"][0]["scaling_efficiency"] == 1.0
+    for p in doc["points"]:
+        sol = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
+                                    devices=p["nodes"] * 8)
+        assert p["config"]["devices"] == p["nodes"] * 8
+        assert p["prediction"]["iteration_time_s"] == sol.prediction["iteration_time_s"]
+        steps = 3e11 / 2048 / 4096 * (1 + 4096 / 1536)
+        assert math.isclose(p["prediction"]["steps"], steps, rel_tol=1e-12)
+    a, b = doc["points"]
+    ratio = (b["prediction"]["tokens_per_s"] / 512) / (a["prediction"]["tokens_per_s"] / 128)
+    assert math.isclose(b["scaling_efficiency"], ratio, rel_tol=1e-12)
+    # pins hold at every point; the plot is written
+    out = tmp_path / "s.svg"
+    code, _, err = run("sweep", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--global-batch",
+                       "1536", "--nodes", "16,64", "--tp", "8", "--plot", str(out))
+    assert code == 0, err
+    assert out.read_text().lstrip().startswith("<?xml")
+    pinned = run_json("sweep", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--global-batch",
+                      "1536", "--nodes", "16,64", "--tp", "8")
+    assert all(p["config"]["tp"] == 8 for p in pinned["points"])
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (("-m", "gpt2", "--local-batch", "8"), "local_batch"),
+    (("-m", "gpt2"), "global_batch"),
+    (("-m", "alexnet", "--global-batch", "256", "--tp", "2"), "tp"),
+    (("-m", "alexnet", "--global-batch", "256", "--critical-batch", "10", "--target-tokens",
+      "1e6"), "target_tokens"),
+])
+def test_sweep_flag_errors(run, args, match):
+    code, _, err = run("sweep", "-H", "dgx-a100-80gb", *args)
+    assert code == 2 and match in err and len(err.strip().splitlines()) == 1
