@@ -190,19 +190,21 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
           overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
           servers: int = 1, critical_batch: float | None = None,
           target_steps: float | None = None,
-          target_samples: float | None = None,
+          target_samples: float | None = None, price_per_device_hour: float | None = None,
           on_point=None) -> tuple[list[SweepPoint], list[int]]:
     """Evaluate every (bandwidth, nodes, global batch) combination (full nodes). Returns
     (points, skipped node counts whose devices divide none of the global batches). With
-    `critical_batch` and a target each point carries its steps and time to train. `on_point`
+    `critical_batch` and a target each point carries its steps, time and cost to train (the
+    price defaults to the device spec's). `on_point`
     is called once per combination tried (a progress bar's tick)."""
     if (global_batch is None) == (local_batch is None):
         raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                         "--local-batch (weak scaling)")
-    training = training_of(None, critical_batch, target_steps, target_samples, None, None, None)
+    base = build(model, hardware, precision, optimizer, servers=servers)
+    training = training_of(base.system.device.price_per_hour_usd, critical_batch, target_steps,
+                           target_samples, price_per_device_hour, None, None)
     if training is not None:
         training.check(wants_price=False)
-    base = build(model, hardware, precision, optimizer, servers=servers)
     g = base.system.devices_per_node
     col = _enum(Collective, collective, "collective")
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
@@ -331,6 +333,7 @@ def sweep_transformer(model: str, hardware: str, *, nodes: list[int],
                       precision: str | None = None, seq_len: int | None = None,
                       critical_batch: float | None = None, target_steps: float | None = None,
                       target_samples: float | None = None, target_tokens: float | None = None,
+                      price_per_device_hour: float | None = None,
                       time_limit_s: float = 10.0, on_point=None,
                       **pins) -> list[TransformerSweepPoint]:
     """The best hybrid plan on every (bandwidth, nodes, global batch) combination, all devices
@@ -345,7 +348,8 @@ def sweep_transformer(model: str, hardware: str, *, nodes: list[int],
         if target_samples is not None:
             raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
         target_samples = target_tokens / m.seq_len
-    training = training_of(None, critical_batch, target_steps, target_samples, None, None, None)
+    training = training_of(base.device.price_per_hour_usd, critical_batch, target_steps,
+                           target_samples, price_per_device_hour, None, None)
     if training is not None:
         training.check(wants_price=False)
     g = base.devices_per_node

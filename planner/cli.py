@@ -645,12 +645,14 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
                    "spec's].")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
 @training_options
+@click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
+              help="USD per device-hour for the cost to train [default: the device spec's].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
 @transformer_options
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
-          target_samples, target_tokens, plot_path, **hybrid):
+          target_samples, target_tokens, price_per_device_hour, plot_path, **hybrid):
     """Predictions over node counts, global batches and network bandwidths (every
     combination; full nodes). For transformers each point is the best tp x pp x dp plan on
     all the devices of those nodes (the hybrid flags pin choices).
@@ -691,6 +693,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                 bandwidths_GBps=bandwidths, precision=precision, overlap=overlap,
                 critical_batch=critical_batch, target_steps=target_steps,
                 target_samples=target_samples, target_tokens=target_tokens,
+                price_per_device_hour=price_per_device_hour,
                 on_point=bar and (lambda: bar.update(1)),
                 **{k: v for k, v in hybrid.items() if v is not None})
         _transformer_sweep_out(pts, model, hardware, fmt, plot_path, hybrid.get("seq_len"))
@@ -706,6 +709,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                                     optimizer=optimizer, servers=servers,
                                     critical_batch=critical_batch, target_steps=target_steps,
                                     target_samples=target_samples,
+                                    price_per_device_hour=price_per_device_hour,
                                     on_point=bar and (lambda: bar.update(1)))
     if not points:
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "

@@ -341,6 +341,11 @@ def sweep_doc(points, skipped) -> dict:
             "skipped_nodes": skipped}
 
 
+def _train_cells(training: dict) -> list[str]:
+    cost = training.get("cost_usd")
+    return [duration(training["time_to_train_s"]), "n/a" if cost is None else f"{cost:,.0f}"]
+
+
 def sweep_text(points, skipped) -> str:
     show_bw = len({p.bandwidth_GBps for p in points}) > 1
     show_train = any(p.training for p in points)
@@ -353,11 +358,11 @@ def sweep_text(points, skipped) -> str:
                 si(pred.communication_time_s, "s"), si(pred.exposed_communication_time_s, "s"),
                 f"{pred.throughput_samples_per_s:,.0f}", f"{pred.speedup:.2f}",
                 f"{pred.efficiency:.1%}"]
-        row += [si(p.training["time_to_train_s"], "s")] if show_train else []
+        row += _train_cells(p.training) if show_train else []
         rows.append(row + ["yes" if pred.fits_memory else "NO"])
     head = ["nodes", "devices", "batch", "local"] + (["GB/s"] if show_bw else [])
     head += ["iteration", "compute", "comm", "exposed", "samples/s", "speed-up", "eff."]
-    head += (["to train"] if show_train else []) + ["fits"]
+    head += (["to train", "cost USD"] if show_train else []) + ["fits"]
     text = table(head, rows)
     if skipped:
         text += f"\n(skipped node counts that do not divide the batch: {skipped})"
@@ -406,11 +411,11 @@ def transformer_sweep_text(pts) -> str:
         row += [f"{plan.tp}x{plan.pp}" + (f"(v{plan.interleave})" if plan.interleave > 1 else "")
                 + f"x{plan.dp}", plan.micro_batch, si(pred["iteration_time_s"], "s"),
                 f"{pred['tokens_per_s']:,.0f}", f"{pred['mfu']:.1%}", f"{scaling[i]:.1%}"]
-        row += [duration(p.solution.training["time_to_train_s"])] if show_train else []
+        row += _train_cells(p.solution.training) if show_train else []
         rows.append(row)
     head = ["nodes", "devices", "batch"] + (["GB/s"] if show_bw else []) + [
         "tp x pp x dp", "micro", "iteration", "tokens/s", "MFU", "scaling"]
-    head += ["to train"] if show_train else []
+    head += ["to train", "cost USD"] if show_train else []
     text = table(head, rows)
     if skipped:
         text += "\nno plan:\n" + "\n".join(skipped)

@@ -325,3 +325,19 @@ def test_transformer_sweep_points_are_the_pinned_solves(run, run_json, tmp_path)
 def test_sweep_flag_errors(run, args, match):
     code, _, err = run("sweep", "-H", "dgx-a100-80gb", *args)
     assert code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_cost_is_time_x_devices_x_price(run_json):
+    base = ("sweep", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096",
+            "--nodes", "1,4", "--critical-batch", "4096", "--target-samples", "1.2e8")
+    for extra, price in (((), 5.12), (("--price-per-device-hour", "2"), 2.0)):
+        for p in run_json(*base, *extra)["points"]:
+            assert math.isclose(p["cost_usd"], p["time_to_train_s"] / 3600 * p["devices"] * price,
+                                rel_tol=1e-12)
+    doc = run_json("sweep", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--global-batch", "1536",
+                   "--nodes", "16", "--critical-batch", "4096", "--target-tokens", "3e11",
+                   "--price-per-device-hour", "1.5")
+    (p,) = doc["points"]
+    pred = p["prediction"]
+    assert math.isclose(pred["cost_usd"], pred["time_to_train_s"] / 3600 * 128 * 1.5,
+                        rel_tol=1e-12)
