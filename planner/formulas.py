@@ -92,6 +92,8 @@ def select(formulas: list[Derived], names: tuple[str, ...]) -> list[Derived]:
     for name in names:
         if name not in FORMULAS:
             raise SpecError(f"formula: unknown name '{name}' (known: {', '.join(FORMULAS)})")
+        if name == "time_to_train_batch" and name not in known:
+            raise SpecError("formula: 'time_to_train_batch' needs --critical-batch")
         if name not in known:
             raise SpecError(f"formula: '{name}' has no solution for this problem")
     return [known[n] for n in names]

@@ -341,3 +341,9 @@ def test_sweep_cost_is_time_x_devices_x_price(run_json):
     pred = p["prediction"]
     assert math.isclose(pred["cost_usd"], pred["time_to_train_s"] / 3600 * 128 * 1.5,
                         rel_tol=1e-12)
+
+
+def test_time_to_train_formula_needs_the_critical_batch(run):
+    code, _, err = run("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                       "--formula", "time_to_train_batch")
+    assert code == 2 and "needs --critical-batch" in err
