@@ -2,9 +2,10 @@
 prediction, and the exact search over all of them.
 
 The search uses the row-index CP-SAT model of `search/rows.py`, as the data-parallel search
-does. Every structurally valid configuration is a row, priced by `cost.transformer.iteration`
-in one vectorised pass and sorted by the objective. Memory is a gated constraint; pins that
-leave no structure are named by `_explain_empty`.
+does. Every structurally valid configuration at each offered global batch is a row, priced by
+`cost.transformer.iteration` (vectorised, one batch at a time) and sorted by the objective.
+Rows over the device memory are dropped while pricing; the deadline and budget are gated
+constraints, and pins that leave no structure are named by `_explain_empty`.
 
 Two choices are pruned by dominance, exactly: with t > 1 sequence parallelism moves the same
 bytes as plain tensor parallelism and stores less, and 1F1B runs as fast as GPipe with fewer
@@ -246,9 +247,9 @@ class HybridSolver:
                             "transformer models")
         lo, hi = q.global_batch_range or (q.global_batch, q.global_batch)
         if not 1 <= lo <= hi:
-            raise SpecError(f"global_batch: need a positive batch (range A:B with A <= B), got "
-                            f"{lo}:{hi}" if q.global_batch_range else
-                            f"global_batch: must be a positive integer, got {q.global_batch}")
+            got = f"{lo}:{hi}" if q.global_batch_range else str(lo)
+            raise SpecError(f"global_batch: need a positive batch (a range A:B with A <= B), "
+                            f"got {got}")
         if q.objective not in OBJECTIVES:
             raise SpecError(f"objective: {q.objective!r} is not one of {', '.join(OBJECTIVES)} "
                             "for transformer models")
@@ -259,15 +260,15 @@ class HybridSolver:
         self.hw = Hardware.of(system, precision)
         self.batches = candidate_batches(lo, hi)
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The plans that fit in memory: (rows R x 10: t, p, v, d, mb, B, recompute, sp, zero,
-        gpipe; iteration time; memory). Priced one global batch at a time, with the structural
+        gpipe; iteration time per row). Priced one global batch at a time, with the structural
         terms computed once per structure and broadcast over the choices; memory is the one
         constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(_choices(self.q), dtype=np.int64)
         rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
         cap, smallest, priced = self.hw.memory_bytes, math.inf, 0
-        rows, times, mems = [], [], []
+        rows, times = [], []
         for B in self.batches:
             st = _structures(self.m, self.hw.g, self.q, B)
             priced += len(st) * len(ch)
@@ -287,7 +288,6 @@ class HybridSolver:
             si, ci = np.nonzero(mem <= cap)
             rows.append(np.column_stack([st[si], np.full(len(si), B), ch[ci]]))
             times.append(time_s[si, ci])
-            mems.append(mem[si, ci])
         if priced == 0:
             raise self._explain_empty()
         if not any(len(x) for x in rows):
@@ -295,7 +295,7 @@ class HybridSolver:
                 f"infeasible: memory: the smallest plan within the devices and pins needs "
                 f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
                 f"{cap / 2**30:.3g} GiB", ("memory",))
-        return np.concatenate(rows), np.concatenate(times), np.concatenate(mems)
+        return np.concatenate(rows), np.concatenate(times)
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
@@ -335,7 +335,7 @@ class HybridSolver:
 
     def solve(self) -> HybridSolution:
         t0 = time.perf_counter()
-        rows, time_s, _ = self._rows()
+        rows, time_s = self._rows()
         devices, B = rows[:, 0] * rows[:, 1] * rows[:, 3], rows[:, 5]
         obj = self._objective(time_s, devices, B)
         if not np.all(np.isfinite(obj)):
