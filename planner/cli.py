@@ -777,7 +777,8 @@ def calibrate(csv_path, check, fmt):
 
 @cli.command()
 @click.argument("command", required=False,
-                type=click.Choice(["evaluate", "solve", "limits", "sweep", "derive", "show"]))
+                type=click.Choice(["evaluate", "solve", "limits", "sweep", "derive", "show", "list",
+                                   "calibrate"]))
 def schema(command):
     """Print the JSON Schema of the JSON output of COMMAND (all of them without one).
 

@@ -204,10 +204,34 @@ def _show() -> dict:
     return {"oneOf": [cnn, transformer, system, device, link]}
 
 
+def _list() -> dict:
+    names = {"type": "array", "items": STR}
+    return {"oneOf": [
+        _envelope("list", {"models": names}, ["models"]),
+        _envelope("list", {"hardware": obj({"systems": names, "devices": names,
+                                            "links": names})}, ["hardware"])]}
+
+
+def _calibrate() -> dict:
+    nullable = {"type": ["number", "null"]}
+    row = obj({"row": INT, "label": STR, "role": {"enum": ["fit", "held-out"]}, "model": STR,
+               "system": STR, "devices": INT, "global_batch": INT, "precision": STR,
+               "measured_samples_per_s": NUM, "predicted_samples_per_s": NUM, "error": NUM,
+               "citation": STR})
+    return _envelope("calibrate", {
+        "rows": {"type": "array", "items": row},
+        "skipped": {"type": "array", "items": obj({"row": INT, "label": STR, "reason": STR})},
+        "efficiency_compute": {"type": "array", "items": obj({"device": STR, "spec": NUM,
+                                                              "fitted": NUM})},
+        "summary": obj({"rows": INT, "fit_rows": INT, "held_out_rows": INT,
+                        "mape_all_pct": NUM, "mape_held_out_pct": nullable}),
+    }, ["rows", "skipped", "efficiency_compute", "summary"])
+
+
 def schemas() -> dict:
     """{command: JSON Schema}."""
     out = {"evaluate": _evaluate(), "solve": _solve(), "limits": _limits(), "sweep": _sweep(),
-           "derive": _derive(), "show": _show()}
+           "derive": _derive(), "show": _show(), "list": _list(), "calibrate": _calibrate()}
     for name, sch in out.items():
         sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         sch["title"] = f"planner {name} --format json"
