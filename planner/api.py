@@ -105,8 +105,8 @@ def training_of(device_price: float | None, critical_batch: float | None,
     price defaults to the device spec's."""
     if critical_batch is None:
         if any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
-            raise SpecError("critical_batch: --target-steps / --target-samples / --deadline / "
-                            "--budget need --critical-batch")
+            raise SpecError("critical_batch: --target-steps / --target-samples / "
+                            "--target-tokens / --deadline / --budget need --critical-batch")
         return None
     return Training(critical_batch, target_steps, target_samples,
                     price_per_device_hour or device_price, deadline_s, budget_usd)
@@ -254,6 +254,16 @@ def _transformer_setup(model: str, hardware: str, precision: str | None,
     return m, system, prec
 
 
+def _samples_of_tokens(m, target_samples: float | None,
+                       target_tokens: float | None) -> float | None:
+    """E_min in sequences from --target-tokens (tokens / sequence length), or as given."""
+    if target_tokens is None:
+        return target_samples
+    if target_samples is not None:
+        raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
+    return target_tokens / m.seq_len
+
+
 @dataclass(frozen=True)
 class HybridEvaluation:
     plan: object  # planner.search.hybrid.Plan
@@ -306,10 +316,7 @@ def solve_transformer(model: str, hardware: str, *, precision: str | None = None
     from planner.search.hybrid import HybridSolver, Search
 
     m, system, prec = _transformer_setup(model, hardware, precision, seq_len)
-    if target_tokens is not None:
-        if target_samples is not None:
-            raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
-        target_samples = target_tokens / m.seq_len
+    target_samples = _samples_of_tokens(m, target_samples, target_tokens)
     training = training_of(system.device.price_per_hour_usd, critical_batch, target_steps,
                            target_samples, price_per_device_hour, deadline_s, budget_usd)
     try:
@@ -344,10 +351,7 @@ def sweep_transformer(model: str, hardware: str, *, nodes: list[int],
     from planner.search.hybrid import HybridSolver, Search
 
     m, base, prec = _transformer_setup(model, hardware, precision, seq_len)
-    if target_tokens is not None:
-        if target_samples is not None:
-            raise SpecError("target_tokens: give --target-tokens or --target-samples, not both")
-        target_samples = target_tokens / m.seq_len
+    target_samples = _samples_of_tokens(m, target_samples, target_tokens)
     training = training_of(base.device.price_per_hour_usd, critical_batch, target_steps,
                            target_samples, price_per_device_hour, None, None)
     if training is not None:

@@ -63,7 +63,8 @@ def check_training(training: Training | None, objective: str, pareto: bool) -> N
     needs = objective in ("time-to-train", "cost") or pareto
     if needs and training is None:
         raise SpecError("critical_batch: --objective time-to-train / cost and --pareto need "
-                        "--critical-batch and one of --target-steps / --target-samples")
+                        "--critical-batch and one of --target-steps / --target-samples / "
+                        "--target-tokens")
     if training is not None:
         training.check(wants_price=objective == "cost" or pareto)
 
