@@ -146,7 +146,7 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
            overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
            servers: int = 1, local_efficiency: float | None = None,
            target_efficiency: float | None = None, at_nodes: float | None = None,
-           critical_batch: float | None = None, nodes_max: int = 4096):
+           critical_batch: float | None = None, nodes_max: int | None = None):
     """The derived limits of strong scaling (a `planner.scaling.Limits`; `.summary()` for a dict)."""
     from planner import scaling as lim
 
@@ -155,7 +155,8 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
         dp, _enum(Collective, collective, "collective"), overlap, global_batch,
         local_efficiency=local_efficiency or lim.DEFAULT_LOCAL_EFFICIENCY,
         target_efficiency=target_efficiency or lim.DEFAULT_TARGET_EFFICIENCY,
-        at_nodes=at_nodes, critical_batch=critical_batch, nodes_max=nodes_max,
+        at_nodes=at_nodes, critical_batch=critical_batch,
+        nodes_max=lim.DEFAULT_NODES_MAX if nodes_max is None else nodes_max,
     )
 
 

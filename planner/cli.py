@@ -555,10 +555,9 @@ def limit_options(f):
         click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
                      help="B_noise: also derive the node count and global batch minimising "
                           "time to train (or the batch alone at --at-nodes)."),
-        click.option("--nodes-max", type=click.IntRange(1, 2**20), default=4096,
-                     show_default=True,
+        click.option("--nodes-max", type=click.IntRange(1, 2**20),
                      help="With --critical-batch: node counts the time-to-train optimum "
-                          "searches."),
+                          "searches [default: the solver's default space, 4096]."),
     ]
     return _with_options(f, opts)
 

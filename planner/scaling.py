@@ -29,10 +29,10 @@ from planner.cost.data_parallel import DataParallelModel
 from planner.cost.numeric import compile_expr
 from planner.cost.piecewise import piece_at
 from planner.errors import SpecError
+from planner.search.data_parallel import DEFAULT_NODES_MAX
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate
 DEFAULT_TARGET_EFFICIENCY = 0.8
-DEFAULT_NODES_MAX = 4096  # as the solver's default space
 
 
 def comm_expr(dp: DataParallelModel, collective: Collective) -> sp.Expr:
@@ -107,12 +107,15 @@ class Limits:
     target_efficiency: float = DEFAULT_TARGET_EFFICIENCY
     at_nodes: float | None = None
     critical_batch: float | None = None  # B_noise (McCandlish et al. 2018): time-to-train limits
-    nodes_max: int = DEFAULT_NODES_MAX  # the joint time-to-train optimum's node range
+    nodes_max: int = DEFAULT_NODES_MAX  # the joint time-to-train optimum's node range (the
+    # solver's default space)
     _cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.global_batch < 1:
             raise SpecError(f"global_batch: must be a positive integer, got {self.global_batch}")
+        if self.nodes_max < 1:
+            raise SpecError(f"nodes_max: must be a positive integer, got {self.nodes_max}")
         for key in ("local_efficiency", "target_efficiency"):
             v = getattr(self, key)
             if not 0 < v < 1:
@@ -408,10 +411,11 @@ class Limits:
         return out
 
     @functools.cached_property
-    def _ttt_batch_fns(self) -> list:
+    def _ttt_batch_fns(self) -> tuple[list[sp.Symbol], list]:
+        """(argument symbols, one vectorised function per closed form of `ttt_batch_exprs`)."""
         args = sorted(set().union(*(e.free_symbols for _, e in self.ttt_batch_exprs)) | {S.n},
                       key=lambda x: x.name)
-        return [(args, compile_expr(e, args)) for _, e in self.ttt_batch_exprs]
+        return args, [compile_expr(e, args) for _, e in self.ttt_batch_exprs]
 
     def _b_max(self) -> float:
         """The largest local batch that fits in device memory (doubling, then bisection)."""
@@ -437,21 +441,22 @@ class Limits:
         return list(zip(edges, edges[1:], strict=False)) or [(edges[0], edges[0])]
 
     def best_batches(self, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(B*, F(n, B*), which candidate) for each node count in `ns`: the closed forms of
-        `ttt_batch_exprs` evaluated on every piece where they land inside it, and the piece
-        ends, at least one sample per device and within device memory."""
+        """(B*, F(n, B*), (piece, closed form) of B*) for each node count in `ns`: the closed
+        forms of `ttt_batch_exprs` evaluated on every piece where they land inside it, and the
+        piece ends (closed form -1), at least one sample per device and within memory."""
         ns = np.asarray(ns, dtype=float)
         gn = self.g * ns
+        args, fns = self._ttt_batch_fns
         cands, labels = [], []
-        for lo, hi in self._pieces_in_b():
+        for k, (lo, hi) in enumerate(self._pieces_in_b()):
             cands += [lo * gn, hi * gn]
-            labels += [-1, -1]
+            labels += [(k, -1), (k, -1)]
             vals = {**self.piece_values(math.sqrt(lo * hi)), S.B_noise: self.critical_batch}
-            for i, (args, fn) in enumerate(self._ttt_batch_fns):
+            for i, fn in enumerate(fns):
                 x = fn(*(ns if a == S.n else vals[a] for a in args))
-                x = np.where(np.isfinite(x) & (x >= lo * gn) & (x <= hi * gn), x, np.nan)
-                cands.append(x)
-                labels.append(i)
+                cands.append(np.where(np.isfinite(x) & (x >= lo * gn) & (x <= hi * gn), x,
+                                      np.nan))
+                labels.append((k, i))
         C = np.column_stack(cands)
         F = self.time_per_min_step(ns[:, None], np.where(np.isnan(C), gn[:, None], C))
         F = np.where(np.isnan(C), np.inf, F)
@@ -460,27 +465,32 @@ class Limits:
         return C[rows, j], F[rows, j], np.asarray(labels)[j]
 
     @functools.cached_property
+    def _ttt_choice(self) -> tuple[float, float, tuple[int, int]]:
+        """(B*, n, (piece, closed form)) at `at_nodes`, or the joint optimum over every node
+        count up to `nodes_max`."""
+        ns = (np.array([float(self.at_nodes)]) if self.at_nodes is not None else
+              np.arange(1, self.nodes_max + 1, dtype=float))
+        B, F, which = self.best_batches(ns)
+        i = int(np.argmin(F))
+        return float(B[i]), float(ns[i]), (int(which[i][0]), int(which[i][1]))
+
+    @property
     def time_to_train_batch(self) -> tuple[float, float]:
         """(B*, n): the global batch minimising time to train on n = `at_nodes` nodes or, by
         default, at the joint optimum over every node count up to `nodes_max`."""
-        if self.at_nodes is not None:
-            B, _, _ = self.best_batches(np.array([float(self.at_nodes)]))
-            return float(B[0]), float(self.at_nodes)
-        ns = np.arange(1, self.nodes_max + 1, dtype=float)
-        B, F, _ = self.best_batches(ns)
-        i = int(np.argmin(F))
-        return float(B[i]), float(ns[i])
+        return self._ttt_choice[:2]
 
     def time_to_train_formula(self) -> Formula:
-        """The closed form that gives the time-to-train batch, with its values there."""
-        B, n = self.time_to_train_batch
-        _, _, which = self.best_batches(np.array([n]))
-        vals = {**self.piece_values(B / (self.g * n)), S.n: n, S.B_noise: self.critical_batch}
-        if which[0] < 0:
+        """The closed form that gives the time-to-train batch, with its values on its piece."""
+        B, n, (piece, form) = self._ttt_choice
+        lo, hi = self._pieces_in_b()[piece]
+        vals = {**self.piece_values(math.sqrt(lo * hi)), S.n: n,
+                S.B_noise: self.critical_batch}
+        if form < 0:
             return Formula("time_to_train_batch", sp.Float(B), vals,
                            "a piece end: one sample per device, device memory or a roofline "
                            "ridge")
-        note, expr = self.ttt_batch_exprs[int(which[0])]
+        note, expr = self.ttt_batch_exprs[form]
         return Formula("time_to_train_batch", expr, vals, note)
 
     def summary(self) -> dict:
