@@ -101,15 +101,17 @@ def training_of(device_price: float | None, critical_batch: float | None,
                 target_steps: float | None, target_samples: float | None,
                 price_per_device_hour: float | None, deadline_s: float | None,
                 budget_usd: float | None) -> Training | None:
-    """The statistical-efficiency inputs as a `Training` (None without a critical batch); the
-    price defaults to the device spec's."""
+    """The statistical-efficiency inputs as a checked `Training` (None without a critical
+    batch); the price defaults to the device spec's."""
     if critical_batch is None:
         if any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
             raise SpecError("critical_batch: --target-steps / --target-samples / "
                             "--target-tokens / --deadline / --budget need --critical-batch")
         return None
-    return Training(critical_batch, target_steps, target_samples,
-                    price_per_device_hour or device_price, deadline_s, budget_usd)
+    training = Training(critical_batch, target_steps, target_samples,
+                        price_per_device_hour or device_price, deadline_s, budget_usd)
+    training.check(wants_price=False)  # the solvers add what their objective needs
+    return training
 
 
 def solve(model: str, hardware: str, *, precision: str | None = None,
@@ -204,8 +206,6 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
     base = build(model, hardware, precision, optimizer, servers=servers)
     training = training_of(base.system.device.price_per_hour_usd, critical_batch, target_steps,
                            target_samples, price_per_device_hour, None, None)
-    if training is not None:
-        training.check(wants_price=False)
     g = base.system.devices_per_node
     col = _enum(Collective, collective, "collective")
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
@@ -355,8 +355,6 @@ def sweep_transformer(model: str, hardware: str, *, nodes: list[int],
     target_samples = _samples_of_tokens(m, target_samples, target_tokens)
     training = training_of(base.device.price_per_hour_usd, critical_batch, target_steps,
                            target_samples, price_per_device_hour, None, None)
-    if training is not None:
-        training.check(wants_price=False)
     g = base.devices_per_node
     out = []
     for bw in bandwidths_GBps or [base.inter_node.bandwidth_GBps]:
