@@ -134,13 +134,15 @@ def solution_doc(sol) -> dict:
     }
 
 
+def _time_to_train_pair(training: dict) -> tuple[str, str]:
+    cost = f", {training['cost_usd']:,.2f} USD" if "cost_usd" in training else ""
+    return ("time to train", f"{duration(training['time_to_train_s'])} "
+                             f"({training['steps']:,.0f} steps{cost})")
+
+
 def _training_text(training: dict | None, pareto: list[dict] | None) -> list[str]:
     """Time to train of the chosen plan and the Pareto front, as text blocks."""
-    out = []
-    if training:
-        cost = f", {training['cost_usd']:,.2f} USD" if "cost_usd" in training else ""
-        out.append(key_values([("time to train", f"{duration(training['time_to_train_s'])} "
-                                                 f"({training['steps']:,.0f} steps{cost})")]))
+    out = [key_values([_time_to_train_pair(training)])] if training else []
     if pareto:
         hybrid = "tp" in pareto[0]["config"]
         rows = [[p["config"]["nodes"], p["config"]["devices"]]
@@ -211,8 +213,7 @@ def split_text(sol) -> str:
     if "bubble_fraction" in p:
         pairs.insert(2, ("pipeline bubble", f"{p['bubble_fraction']:.1%}"))
     if sol.training:
-        pairs.append(("time to train", f"{duration(sol.training['time_to_train_s'])} "
-                                       f"({sol.training['steps']:,.0f} steps)"))
+        pairs.append(_time_to_train_pair(sol.training))
     base = sol.data_parallel
     if base is not None:
         bc = base["config"]
