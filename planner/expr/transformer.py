@@ -1,0 +1,235 @@
+"""Hybrid-parallel transformer training: one iteration's time and memory as SymPy expressions.
+
+The free symbols are the plan's integers (t tensor-parallel, p pipeline stages, d data-parallel
+replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks); the model and the
+system enter as numbers. Every categorical choice (recompute, sequence parallel, ZeRO stage,
+schedule, overlap, flash attention) gets its own expressions, so `limits` and `derive` read
+plain formulas and the search prices each choice with one compiled numpy program. The physics,
+by term:
+
+- compute: each matmul of a layer by roofline (FLOPs at the achievable matmul rate, or its
+  operands at the achievable memory bandwidth, whichever is slower; Williams et al. 2009),
+  backward = 2x forward; elementwise work (norms, softmax, GeLU, dropout, residuals) as the HBM
+  traffic of Megatron's fused kernels; flash attention keeps the scores on chip.
+- tensor parallel: Megatron's two allreduces of b s h per layer forward and two backward (a
+  third pair when the forward is recomputed), ring cost on the intra-node link while t <= g
+  (Narayanan et al. SC21, sec. 3.2); sequence parallel replaces each by a reduce-scatter and an
+  all-gather of the same volume (Korthikanti et al. 2022, sec. 4.2.2).
+- pipeline: (m + (p - 1) / v) slots of one micro-batch's stage time (SC21 eq. 1-2), plus the
+  point-to-point sends of b s h / t per chunk boundary; the slowest stage (ceil(L / p) layers,
+  the output layer on the last) sets the pace.
+- data parallel: ring allreduce (or reduce-scatter + all-gather with ZeRO, same volume; ZeRO-3
+  re-gathers the weights in every micro-batch's forward and backward, Rajbhandari et al. 2020),
+  hierarchical when several replicas share a node, exposed beyond one micro-batch's backward
+  when overlapped.
+- memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
+  ZeRO sec. 3.1) sharded by the ZeRO stage; activations per Korthikanti et al. Table 2 with the
+  first stage holding p micro-batches in flight (1F1B; times 1 + (p - 1) / (p v) interleaved),
+  m for GPipe.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import sympy as sp
+
+from planner.cost.numeric import Program
+from planner.cost.symbols import b, d, m, p, t, v
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe")
+# Adam state per parameter: fp32 master weights + two fp32 moments in mixed precision (ZeRO
+# paper, sec. 3.1); in fp32 training the weights are the master copy, leaving the moments
+ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
+# backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
+# input and the incoming gradient and writes one gradient (3 tensors where forward moves 2)
+ELEMENTWISE_BACKWARD = 1.5
+PLAN_SYMBOLS = (t, p, d, b, m, v)
+OUTPUTS = ("time", "compute", "tp_comm", "pp_bubble", "pp_comm", "dp_comm_exposed",
+           "optimizer", "memory", "weights", "gradients", "optimizer_state", "activations")
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The categorical choices of a plan: each combination has its own expressions."""
+
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
+    schedule: str = "1f1b"
+    overlap: bool = True
+    flash_attention: bool = True
+
+
+def _max(*args):
+    # evaluate=False: SymPy would otherwise try to order the arguments (slow, and pointless
+    # for expressions that are compared numerically)
+    return sp.Max(*args, evaluate=False)
+
+
+def _if(cond, then, otherwise):
+    return sp.Piecewise((then, cond), (otherwise, True))
+
+
+def ring(ranks, size, bw, lat):
+    """Ring allreduce of `size` bytes over `ranks` (Patarasuk and Yuan 2009; Thakur et al.
+    2005). Written with (ranks - 1) as a factor, which SymPy keeps (it would distribute
+    2 (ranks - 1) into terms that cancel only to rounding), so one rank costs exactly 0."""
+    return (ranks - 1) * (2 * size / (bw * ranks) + 2 * lat)
+
+
+class TransformerExpressions:
+    """The expressions of one (model, hardware rates, choices)."""
+
+    def __init__(self, model, hw, choices: Choices):
+        self.model, self.hw, self.choices = model, hw, choices
+        self.tokens = b * model.seq_len
+        self.terms = self._build()
+
+    def _matmul(self, rows, inner, cols, count=1):
+        """Roofline of one matmul (Williams et al. 2009): FLOPs at the matmul rate or operands
+        at the memory bandwidth, whichever is slower."""
+        hw = self.hw
+        flops = 2 * rows * inner * cols * count
+        bytes_ = hw.value_bytes * (rows * inner + inner * cols + rows * cols) * count
+        return _max(flops / hw.matmul_flops, bytes_ / hw.mem_bw)
+
+    def forward_parts(self):
+        """Forward time of one layer per micro-batch on one of t devices: (projections and
+        FFN, attention core, elementwise kernels)."""
+        md, tok = self.model, self.tokens
+        h, kv, f, a = md.hidden, md.kv_dim, md.ffn_hidden, md.heads
+        mm = self._matmul
+        proj = (mm(tok, h, (h + 2 * kv) / t) + mm(tok, h / t, h)
+                + mm(tok, h, (md.ffn_matrices - 1) * f / t, md.top_k) + mm(tok, f / t, h, md.top_k))
+        if md.experts > 1:
+            proj = proj + mm(tok, h, md.experts)
+        core = (mm(md.seq_len, md.head_dim, md.seq_len, b * a / t)
+                + mm(md.seq_len, md.seq_len, md.head_dim, b * a / t))
+        elementwise = tok * self.elementwise_bytes_per_token() / self.hw.mem_bw
+        return proj, core, elementwise
+
+    def elementwise_bytes_per_token(self):
+        """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
+        them: two norms (read + write h), bias-GeLU (read + write f; SwiGLU reads 2 f), two
+        bias-dropout-adds (read 2 h, write h, a 1-byte mask) outside the TP region; inside it
+        the fused scale-mask-softmax (read + write a s) and attention dropout (read + write +
+        mask a s), unless flash attention keeps the scores on chip (Dao et al. 2022)."""
+        md, vb = self.model, self.hw.value_bytes
+        h, f, a, s = md.hidden, md.ffn_hidden, md.heads, md.seq_len
+        outside = 2 * 2 * h * vb + 2 * (3 * h * vb + h)
+        ffn = (3 if md.ffn_kind == "swiglu" else 2) * f * vb * md.top_k
+        scores = 0 if self.choices.flash_attention else a * s * (2 * vb + 2 * vb + 1)
+        return outside + sp.Integer(ffn + scores) / t
+
+    def activation_bytes_per_layer(self, recompute: str):
+        """Stored activations of one layer (Korthikanti et al. 2022, Table 2; 16-bit values,
+        scaled for other widths); sequence parallelism splits the 10 s b h outside the TP
+        region too."""
+        md, c = self.model, self.choices
+        s, h, a = md.seq_len, md.hidden, md.heads
+        sbh = s * b * h * sp.Rational(self.hw.value_bytes, 2)
+        split = c.sequence_parallel
+        if recompute == "full":
+            return 2 * sbh / (t if split else 1)
+        outside = 10 / t if split else 10
+        core = 0 if recompute == "selective" or c.flash_attention else sp.Integer(5 * a * s) / (h * t)
+        # the FFN intermediate is f / h wider than 4 h: scale the 16 s b h of the MLP block
+        mlp = (16 * sp.Rational(md.ffn_hidden, 4 * h) * (sp.Rational(3, 2) if md.ffn_kind == "swiglu"
+                                                        else 1) * md.top_k)
+        return sbh * (outside + (8 + mlp) / t + core)
+
+    def _build(self) -> dict[str, sp.Expr]:
+        md, hw, c = self.model, self.hw, self.choices
+        h, g, vb, L = md.hidden, hw.g, hw.value_bytes, md.layers
+        tok = self.tokens
+        full, selective = c.recompute == "full", c.recompute == "selective"
+
+        # --- compute per micro-batch ---
+        proj, core, elem = self.forward_parts()
+        fwd = proj + core + elem
+        extra = fwd if full else core if selective else 0
+        # forward, backward (matmuls 2x, elementwise 1.5x), recomputation
+        layer = 3 * (proj + core) + (1 + sp.Float(ELEMENTWISE_BACKWARD)) * elem + extra
+        logit = 3 * self._matmul(tok, h, sp.Integer(md.vocab) / t)
+
+        # --- tensor parallel: 4 collectives of b s h per layer, 6 with a recomputed forward ---
+        size = tok * h * vb
+        tp_layer = (6 if full else 4) * _if(t <= g, ring(t, size, hw.intra_bw, hw.intra_lat),
+                                             ring(t, size, hw.nic_bw / g, hw.inter_lat))
+
+        # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer ---
+        here, fewer = sp.ceiling(L / p), sp.floor(L / p)
+
+        def slowest(per_layer):
+            return _if(p > 1, _max(here * per_layer, fewer * per_layer + logit),
+                       L * per_layer + logit)
+
+        stage, compute_stage = slowest(layer + tp_layer), slowest(layer)
+
+        # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward ---
+        send = size / t
+        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g)), (p > 1) & (t * p > g)),
+                           (2 * v * (hw.intra_lat + send / hw.intra_bw), p > 1), (0, True))
+        slots = m + (p - 1) / v
+        pipeline = slots * (stage + p2p)
+
+        # --- data parallel gradient sync: inside the node first, then across nodes ---
+        local_params = (here * md.layer_params() + max(md.embedding_params(), md.head_params())) / t
+        grad_bytes = local_params * vb
+        k = sp.Min(_max(sp.floor(g / (t * p)), 1), d, evaluate=False)  # replicas on one node
+        allreduce = (ring(k, grad_bytes, hw.intra_bw, hw.intra_lat)
+                     + ring(sp.ceiling(d / k), grad_bytes / k, hw.nic_bw / g, hw.inter_lat))
+        backward = 2 * fwd * here  # one micro-batch's backward hides the sync when overlapped
+        exposed = _max(0, allreduce - backward) if c.overlap else allreduce
+        if c.zero == 3:
+            # ZeRO-3 gathers the weights again for every micro-batch's forward and backward (an
+            # all-gather is half a ring allreduce), hidden behind that micro-batch's compute
+            # when overlapped (Rajbhandari et al. 2020, sec. 7.2.3)
+            gathers = allreduce - 3 * fwd * here if c.overlap else allreduce
+            exposed = exposed + m * _max(0, gathers)
+
+        # --- optimizer step: read/write master, moments, gradient; write the 16-bit copy ---
+        adam = ADAM_STATE_BYTES[vb < 4]
+        shard = lambda stage_from: d if c.zero >= stage_from else 1  # noqa: E731
+        optimizer = local_params / shard(1) * (2 * adam + 3 * vb) / hw.mem_bw
+
+        # --- memory per device (first stage: most micro-batches in flight) ---
+        weights = local_params * vb / shard(3)
+        grads = local_params * vb / shard(2)
+        opt_state = local_params * adam / shard(1)
+        # Korthikanti et al. sec. 4.2.3: interleaving with v chunks holds 1 + (p - 1) / (p v) x more
+        in_flight = (m if c.schedule == "gpipe"
+                     else sp.Min(p, m, evaluate=False) * _if(v > 1, 1 + (p - 1) / (p * v), 1))
+        acts = here * self.activation_bytes_per_layer(c.recompute) * in_flight
+        if full:  # a fully recomputed layer rebuilds its full activations during backward
+            acts = acts + self.activation_bytes_per_layer("none")
+        logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
+        acts = _max(acts, acts / _max(in_flight, 1) + logits)
+
+        return {
+            "time": pipeline + exposed + optimizer,
+            "compute": m * compute_stage,
+            "tp_comm": m * _max(0, stage - compute_stage),
+            "pp_bubble": (p - 1) / v * stage,
+            "pp_comm": slots * p2p,
+            "dp_comm_exposed": exposed,
+            "optimizer": optimizer,
+            "memory": weights + grads + opt_state + acts,
+            "weights": weights,
+            "gradients": grads,
+            "optimizer_state": opt_state,
+            "activations": acts,
+        }
+
+
+@functools.lru_cache(maxsize=128)
+def program(model, hw, choices: tuple[Choices, ...]) -> Program:
+    """One numpy program computing every output of every choice in `choices`, keyed
+    (choice index, output name): the sub-expressions the choices share (the matmul rooflines,
+    the stage's layers, the allreduce) are computed once for all of them."""
+    exprs = {(j, k): e for j, c in enumerate(choices)
+             for k, e in TransformerExpressions(model, hw, c).terms.items()}
+    return Program(exprs, PLAN_SYMBOLS)
