@@ -30,6 +30,13 @@ q = sp.Symbol("q", positive=True)  # bytes per parameter (weights, master, gradi
 A = sp.Symbol("A", positive=True)  # activation bytes per sample kept for backward
 B_noise = sp.Symbol("B_noise", positive=True)  # critical batch (McCandlish et al. 2018)
 
+# Transformer parallel plan (Narayanan et al. SC21 notation); b is the micro-batch there
+t = sp.Symbol("t", positive=True)  # tensor-parallel degree
+p = sp.Symbol("p", positive=True)  # pipeline stages
+d = sp.Symbol("d", positive=True)  # data-parallel replicas
+m = sp.Symbol("m", positive=True)  # micro-batches per iteration (gradient accumulation)
+v = sp.Symbol("v", positive=True)  # interleaved model chunks per pipeline stage
+
 
 @dataclass(frozen=True)
 class Meaning:
@@ -59,4 +66,9 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     A: Meaning("activation bytes per sample kept for the backward pass", "B"),
     B_noise: Meaning("critical batch: steps to the target S(B) = S_min (1 + B_noise / B)",
                      "samples"),
+    t: Meaning("tensor-parallel degree", "devices"),
+    p: Meaning("pipeline-parallel stages", "stages"),
+    d: Meaning("data-parallel replicas", "replicas"),
+    m: Meaning("micro-batches per iteration (gradient accumulation steps)", "micro-batches"),
+    v: Meaning("interleaved model chunks per pipeline stage", "chunks"),
 }
