@@ -30,12 +30,28 @@ q = sp.Symbol("q", positive=True)  # bytes per parameter (weights, master, gradi
 A = sp.Symbol("A", positive=True)  # activation bytes per sample kept for backward
 B_noise = sp.Symbol("B_noise", positive=True)  # critical batch (McCandlish et al. 2018)
 
+# Names `derive` gives to parts of a formula (display only: each stands for an expression)
+T_iter = sp.Symbol("T_iter", positive=True)  # iteration time T(n)
+n_star = sp.Symbol("n_star", positive=True)  # the node count minimising T(n)
+
 # Transformer parallel plan (Narayanan et al. SC21 notation); b is the micro-batch there
 t = sp.Symbol("t", positive=True)  # tensor-parallel degree
 p = sp.Symbol("p", positive=True)  # pipeline stages
 d = sp.Symbol("d", positive=True)  # data-parallel replicas
 m = sp.Symbol("m", positive=True)  # micro-batches per iteration (gradient accumulation)
 v = sp.Symbol("v", positive=True)  # interleaved model chunks per pipeline stage
+
+# Aggregates of one transformer iteration: `derive` and `limits` write its time and memory in
+# them (planner/expr/transformer.py gives each its expression in the plan symbols)
+tau = sp.Symbol("tau", positive=True)  # one micro-batch through the slowest stage
+tau_p2p = sp.Symbol("tau_p2p", nonnegative=True)  # pipeline sends per micro-batch slot
+r = sp.Symbol("r", positive=True)  # data-parallel replicas on one node
+H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
+T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
+Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
+delta = sp.Symbol("delta", positive=True)  # bytes per weight / gradient value
+kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
+A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
 
 
 @dataclass(frozen=True)
@@ -45,30 +61,45 @@ class Meaning:
 
 
 GLOSSARY: dict[sp.Symbol, Meaning] = {
-    n: Meaning("number of nodes", "1"),
-    g: Meaning("devices used per node", "1"),
+    n: Meaning("number of nodes", "nodes"),
+    g: Meaning("devices used per node", "devices/node"),
     b: Meaning("local batch per device", "samples"),
     B: Meaning("global batch", "samples"),
     t0: Meaning("compute time per iteration independent of the local batch (weight traffic)", "s"),
-    c: Meaning("compute time per sample per device (forward + backward, roofline)", "s"),
+    c: Meaning("compute time per sample per device (forward + backward, roofline)", "s/sample"),
     alpha: Meaning("latency per step of the collective on its bottleneck link", "s"),
     beta: Meaning("achievable bandwidth per device of the collective's bottleneck link", "B/s"),
     M: Meaning("gradient bytes allreduced per iteration (|W| x bytes per value)", "B"),
-    k: Meaning("collective calls per iteration (gradient buckets)", "1"),
-    s: Meaning("parameter servers", "1"),
+    k: Meaning("collective calls per iteration (gradient buckets)", "calls"),
+    s: Meaning("parameter servers", "servers"),
     alpha_i: Meaning("latency per step on the intra-node link", "s"),
     beta_i: Meaning("achievable bandwidth per device on the intra-node link", "B/s"),
     h0: Meaning("backward time after the first gradient bucket, part independent of b", "s"),
-    h1: Meaning("backward time after the first gradient bucket, per sample", "s"),
+    h1: Meaning("backward time after the first gradient bucket, per sample", "s/sample"),
     T1: Meaning("iteration time of one device processing the whole global batch", "s"),
-    W: Meaning("model parameters", "1"),
-    q: Meaning("bytes per parameter: weights, fp32 master, gradient, optimizer state", "B"),
-    A: Meaning("activation bytes per sample kept for the backward pass", "B"),
+    W: Meaning("model parameters", "parameters"),
+    q: Meaning("bytes per parameter: weights, fp32 master, gradient, optimizer state",
+               "B/parameter"),
+    A: Meaning("activation bytes per sample kept for the backward pass", "B/sample"),
     B_noise: Meaning("critical batch: steps to the target S(B) = S_min (1 + B_noise / B)",
                      "samples"),
+    T_iter: Meaning("iteration time T(n) (formula iteration_time)", "s"),
+    n_star: Meaning("node count minimising T(n) (formula optimal_nodes)", "nodes"),
     t: Meaning("tensor-parallel degree", "devices"),
     p: Meaning("pipeline-parallel stages", "stages"),
     d: Meaning("data-parallel replicas", "replicas"),
     m: Meaning("micro-batches per iteration (gradient accumulation steps)", "micro-batches"),
     v: Meaning("interleaved model chunks per pipeline stage", "chunks"),
+    tau: Meaning("time of one micro-batch through the slowest pipeline stage (forward, "
+                 "backward, recompute, tensor-parallel collectives)", "s"),
+    tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),
+    r: Meaning("data-parallel replicas on one node (reduced inside the node first)",
+               "replicas"),
+    H: Meaning("one micro-batch's backward on a stage: what hides the gradient sync", "s"),
+    T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
+    Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
+    delta: Meaning("bytes per weight and gradient value", "B/parameter"),
+    kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
+                   "B/parameter"),
+    A_act: Meaning("activation bytes held on the first pipeline stage", "B"),
 }

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from planner.cost import symbols as S
 from planner.cost.numeric import Program
 from planner.cost.symbols import b, d, m, p, t, v
 
@@ -174,32 +175,12 @@ class TransformerExpressions:
         p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g)), (p > 1) & (t * p > g)),
                            (2 * v * (hw.intra_lat + send / hw.intra_bw), p > 1), (0, True))
         slots = m + (p - 1) / v
-        pipeline = slots * (stage + p2p)
 
         # --- data parallel gradient sync: inside the node first, then across nodes ---
         local_params = (here * md.layer_params() + max(md.embedding_params(), md.head_params())) / t
-        grad_bytes = local_params * vb
-        k = sp.Min(_max(sp.floor(g / (t * p)), 1), d, evaluate=False)  # replicas on one node
-        allreduce = (ring(k, grad_bytes, hw.intra_bw, hw.intra_lat)
-                     + ring(sp.ceiling(d / k), grad_bytes / k, hw.nic_bw / g, hw.inter_lat))
-        backward = 2 * fwd * here  # one micro-batch's backward hides the sync when overlapped
-        exposed = _max(0, allreduce - backward) if c.overlap else allreduce
-        if c.zero == 3:
-            # ZeRO-3 gathers the weights again for every micro-batch's forward and backward (an
-            # all-gather is half a ring allreduce), hidden behind that micro-batch's compute
-            # when overlapped (Rajbhandari et al. 2020, sec. 7.2.3)
-            gathers = allreduce - 3 * fwd * here if c.overlap else allreduce
-            exposed = exposed + m * _max(0, gathers)
-
-        # --- optimizer step: read/write master, moments, gradient; write the 16-bit copy ---
         adam = ADAM_STATE_BYTES[vb < 4]
-        shard = lambda stage_from: d if c.zero >= stage_from else 1  # noqa: E731
-        optimizer = local_params / shard(1) * (2 * adam + 3 * vb) / hw.mem_bw
 
         # --- memory per device (first stage: most micro-batches in flight) ---
-        weights = local_params * vb / shard(3)
-        grads = local_params * vb / shard(2)
-        opt_state = local_params * adam / shard(1)
         # Korthikanti et al. sec. 4.2.3: interleaving with v chunks holds 1 + (p - 1) / (p v) x more
         in_flight = (m if c.schedule == "gpipe"
                      else sp.Min(p, m, evaluate=False) * _if(v > 1, 1 + (p - 1) / (p * v), 1))
@@ -209,20 +190,76 @@ class TransformerExpressions:
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
         acts = _max(acts, acts / _max(in_flight, 1) + logits)
 
+        # the aggregates the forms are written in, as expressions of the plan
+        self.aggregates = {
+            S.tau: stage, S.tau_p2p: p2p, S.M: local_params * vb,
+            S.r: sp.Min(_max(sp.floor(g / (t * p)), 1), d, evaluate=False),
+            S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
+            S.alpha: hw.inter_lat,
+            S.H: 2 * fwd * here,  # one micro-batch's backward on the stage
+            # read/write master, moments, gradient; write the 16-bit copy
+            S.T_opt: local_params * (2 * adam + 3 * vb) / hw.mem_bw,
+            S.Psi: local_params, S.delta: vb, S.kappa: adam, S.A_act: acts,
+        }
+        whole = lambda form: form.xreplace(self.aggregates)  # noqa: E731
+        self.forms = {"time": time_form(c), "memory": memory_form(c)}
+        shard = _shards(c)
         return {
-            "time": pipeline + exposed + optimizer,
+            "time": whole(self.forms["time"]),
             "compute": m * compute_stage,
             "tp_comm": m * _max(0, stage - compute_stage),
             "pp_bubble": (p - 1) / v * stage,
             "pp_comm": slots * p2p,
-            "dp_comm_exposed": exposed,
-            "optimizer": optimizer,
-            "memory": weights + grads + opt_state + acts,
-            "weights": weights,
-            "gradients": grads,
-            "optimizer_state": opt_state,
+            "dp_comm_exposed": whole(exposed_form(c)),
+            "optimizer": whole(S.T_opt / shard[1]),
+            "memory": whole(self.forms["memory"]),
+            "weights": whole(S.Psi * S.delta / shard[3]),
+            "gradients": whole(S.Psi * S.delta / shard[2]),
+            "optimizer_state": whole(S.Psi * S.kappa / shard[1]),
             "activations": acts,
         }
+
+
+def _shards(c: Choices) -> dict[int, sp.Expr]:
+    """What ZeRO stage 1 (optimizer state), 2 (+ gradients) and 3 (+ weights) divide by
+    (Rajbhandari et al. 2020, sec. 5)."""
+    return {stage: d if c.zero >= stage else sp.Integer(1) for stage in (1, 2, 3)}
+
+
+def allreduce_form() -> sp.Expr:
+    """The data-parallel gradient allreduce: a ring over the r replicas of a node, then a ring
+    over ceil(d / r) nodes carrying M / r each (NCCL's hierarchical allreduce)."""
+    return (ring(S.r, S.M, S.beta_i, S.alpha_i)
+            + ring(sp.ceiling(d / S.r), S.M / S.r, S.beta, S.alpha))
+
+
+def exposed_form(c: Choices) -> sp.Expr:
+    """Data-parallel communication left exposed: the allreduce beyond one micro-batch's
+    backward when overlapped. ZeRO-3 gathers the weights again in every micro-batch's forward
+    and backward (an all-gather is half a ring allreduce, two of them), hidden behind that
+    micro-batch's forward and backward, 3/2 H, when overlapped (Rajbhandari et al. 2020,
+    sec. 7.2.3)."""
+    sync = allreduce_form()
+    exposed = _max(0, sync - S.H) if c.overlap else sync
+    if c.zero == 3:
+        exposed = exposed + m * (_max(0, sync - sp.Rational(3, 2) * S.H) if c.overlap else sync)
+    return exposed
+
+
+def time_form(c: Choices) -> sp.Expr:
+    """The iteration time: (m + (p - 1) / v) pipeline slots of one micro-batch's stage time
+    and sends (Narayanan et al. SC21, eq. 1-2), the exposed data-parallel communication, and
+    the optimizer step on the ZeRO shard."""
+    return ((m + (p - 1) / v) * (S.tau + S.tau_p2p) + exposed_form(c)
+            + S.T_opt / _shards(c)[1])
+
+
+def memory_form(c: Choices) -> sp.Expr:
+    """Bytes per device: weights and gradients (delta each) and optimizer state (kappa) per
+    parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
+    activations of the first stage."""
+    shard = _shards(c)
+    return S.Psi * (S.delta / shard[3] + S.delta / shard[2] + S.kappa / shard[1]) + S.A_act
 
 
 @functools.lru_cache(maxsize=128)
