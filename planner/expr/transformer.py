@@ -38,6 +38,7 @@ import sympy as sp
 from planner.cost import symbols as S
 from planner.cost.numeric import Program
 from planner.cost.symbols import b, d, m, p, t, v
+from planner.expr.rewrite import substitute
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
@@ -201,7 +202,7 @@ class TransformerExpressions:
             S.T_opt: local_params * (2 * adam + 3 * vb) / hw.mem_bw,
             S.Psi: local_params, S.delta: vb, S.kappa: adam, S.A_act: acts,
         }
-        whole = lambda form: form.xreplace(self.aggregates)  # noqa: E731
+        whole = lambda form: substitute(form, self.aggregates)  # noqa: E731
         self.forms = {"time": time_form(c), "memory": memory_form(c)}
         shard = _shards(c)
         return {
