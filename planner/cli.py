@@ -9,19 +9,39 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import sys
-from pathlib import Path
 
 import click
 
 from planner import render
 from planner.errors import CheckFailed, InfeasibleError, PlannerError, SpecError
+from planner.search.objective import Objective
+from planner.spec.numbers import decimal_float, decimal_int, loads_json, short
 
 FORMATS = ["table", "json", "yaml"]
 LAUNCH_FORMATS = ["env", "slurm", "torchrun", "megatron", "deepspeed"]
 PLAN_FORMATS = FORMATS + LAUNCH_FORMATS
 COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
 PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
+
+
+class FiniteFloat(click.FloatRange):
+    """A float flag: plain decimal text ('0.05', '1e-9'), finite, within the range. click's
+    FloatRange lets 'nan' through (it compares false both ways) and float() takes 'inf',
+    '1_000' and non-ASCII digits; every float flag of planner uses this type instead."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            number = decimal_float(value)
+            if number is None:
+                self.fail(f"{short(value, 40)} is not a finite decimal number", param, ctx)
+            value = number
+        elif isinstance(value, float) and not math.isfinite(value):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _emit(doc: dict, fmt: str, text: str, arch: dict | None = None) -> None:
@@ -105,68 +125,76 @@ def _reject_transformer_flags(kw: dict) -> None:
 def training_options(f):
     """Statistical efficiency (McCandlish et al. 2018): the critical batch and the target."""
     opts = [
-        click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+        click.option("--critical-batch", type=FiniteFloat(min=0, min_open=True, max=1e15),
                      help="B_noise: steps to the target S(B) = S_min (1 + B_noise / B)."),
-        click.option("--target-steps", type=click.FloatRange(min=0, min_open=True, max=1e15),
+        click.option("--target-steps", type=FiniteFloat(min=0, min_open=True, max=1e15),
                      help="S_min: steps to the target at a very large batch."),
-        click.option("--target-samples", type=click.FloatRange(min=0, min_open=True, max=1e18),
+        click.option("--target-samples", type=FiniteFloat(min=0, min_open=True, max=1e18),
                      help="E_min: samples to the target at a very small batch "
                           "(S_min = E_min / B_noise)."),
-        click.option("--target-tokens", type=click.FloatRange(min=0, min_open=True, max=1e21),
+        click.option("--target-tokens", type=FiniteFloat(min=0, min_open=True, max=1e21),
                      help="E_min in tokens (transformers: target samples = tokens / sequence "
                           "length)."),
     ]
     return _with_options(f, opts)
 
 
+MAX_LIST_TEXT = 10_000  # characters of a list flag ('1,2,4', '6.25,12.5')
+MAX_LIST_ITEMS = 100_000
+
+
 def batch_range(value: str | None) -> tuple[int, int] | None:
+    """'A:B': two positive decimal integers (sizes are checked by the solver)."""
     if value is None:
         return None
-    parts = value.split(":")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise SpecError(f"global_batch_range: expected A:B with integers, got {value!r}")
-    return int(parts[0]), int(parts[1])
+    parts = value.split(":") if len(value) <= 100 else []
+    ints = [decimal_int(p) for p in parts]
+    if len(ints) != 2 or any(x is None or x < 1 for x in ints):
+        raise SpecError(f"global_batch_range: expected A:B with positive integers, got "
+                        f"{short(value)}")
+    return ints[0], ints[1]
 
 
 def float_list(value: str | None, key: str) -> list[float] | None:
-    """'6.25,12.5,25': positive finite numbers."""
+    """'6.25,12.5,25': positive finite decimal numbers."""
     if value is None:
         return None
-    try:
-        out = [float(x) for x in value.split(",")]
-    except ValueError:
-        out = []
-    if not out or not all(0 < x < float("inf") for x in out):
-        raise SpecError(f"{key}: expected positive numbers like '6.25,12.5,25', got {value!r}")
+    out = [decimal_float(x) for x in value.split(",")] if len(value) <= MAX_LIST_TEXT else []
+    if not out or not all(x is not None and x > 0 for x in out):
+        raise SpecError(f"{key}: expected positive numbers like '6.25,12.5,25', got "
+                        f"{short(value)}")
     return out
 
 
 def int_list(value: str | None, key: str) -> list[int] | None:
-    """'1,2,4' or 'A:B' (every integer) or 'A:B:x2' (doubling)."""
+    """'1,2,4' or 'A:B' (every integer) or 'A:B:x2' (doubling): positive decimal integers
+    (a range within 1..1,000,000 and of at most 100,000 values; listed values up to 2^40)."""
     if value is None:
         return None
-    try:
-        if ":" in value:
-            parts = value.split(":")
-            lo, hi = int(parts[0]), int(parts[1])
-            if not 1 <= lo <= hi <= 1_000_000:
-                raise ValueError
-            if len(parts) == 3 and parts[2] == "x2":
-                out, x = [], lo
-                while x <= hi:
-                    out.append(x)
-                    x *= 2
-                return out
-            if len(parts) != 2:
-                raise ValueError
-            return list(range(lo, hi + 1))
-        out = [int(x) for x in value.split(",")]
-        if any(x < 1 for x in out):
-            raise ValueError
-        return out
-    except ValueError:
-        raise SpecError(f"{key}: expected '1,2,4', 'A:B' or 'A:B:x2' with positive integers, "
-                        f"got {value!r}") from None
+    bad = SpecError(f"{key}: expected '1,2,4', 'A:B' or 'A:B:x2' with positive integers, "
+                    f"got {short(value)}")
+    if len(value) > MAX_LIST_TEXT:
+        raise bad
+    if ":" in value:
+        parts = value.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "x2"):
+            raise bad
+        lo, hi = decimal_int(parts[0]), decimal_int(parts[1])
+        if lo is None or hi is None or not 1 <= lo <= hi <= 1_000_000:
+            raise bad
+        if len(parts) == 3:
+            out, x = [], lo
+            while x <= hi:
+                out.append(x)
+                x *= 2
+            return out
+        if hi - lo >= MAX_LIST_ITEMS:
+            raise bad
+        return list(range(lo, hi + 1))
+    out = [decimal_int(x) for x in value.split(",")]
+    if not all(x is not None and 1 <= x <= 2**40 for x in out):
+        raise bad
+    return out
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -262,34 +290,25 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
           --micro-batch 1 --global-batch 1536 --recompute selective --sequence-parallel
     """
     from planner import api
-    from planner.report import evaluation_text, hybrid_doc, hybrid_text
+    from planner.report import evaluation_doc, evaluation_text
 
     if batch_file is not None:
         _evaluate_jsonl(batch_file)
         return
     _require(model, hardware)
-    if api.is_transformer(model):
-        if global_batch is None:
-            raise SpecError("global_batch: --global-batch is required for transformer models")
-        ev = api.evaluate_transformer(model, hardware, global_batch=global_batch,
-                                      devices=devices, nodes=nodes, overlap=overlap,
-                                      precision=precision, **_hybrid_defaults(hybrid))
-        doc = render.document("evaluate", {"model": model, "hardware": hardware,
-                                           **hybrid_doc(ev.plan, ev.prediction,
-                                                        ev.devices_per_node)})
-        _emit(doc, fmt, hybrid_text(ev.plan, ev.prediction, ev.devices_per_node),
-              _arch(model, hybrid.get("seq_len")))
-        return
-    _reject_transformer_flags(hybrid)
-
+    transformer = api.is_transformer(model)
+    if not transformer:
+        _reject_transformer_flags(hybrid)
+    family = {} if transformer else {"collective": collective, "optimizer": optimizer,
+                                     "servers": servers}
     ev = api.evaluate(model, hardware, nodes=nodes, devices=devices,
                       devices_per_node=devices_per_node, global_batch=global_batch,
-                      local_batch=local_batch, collective=collective, overlap=overlap,
-                      precision=precision, optimizer=optimizer, servers=servers)
+                      local_batch=local_batch, overlap=overlap, precision=precision,
+                      **family, **hybrid)
     doc = render.document("evaluate", {"model": model, "hardware": hardware,
-                                       "config": ev.config.to_json(),
-                                       "prediction": ev.prediction.to_json()})
-    _emit(doc, fmt, evaluation_text(ev.config, ev.prediction))
+                                       **evaluation_doc(ev.plan, ev.prediction)})
+    _emit(doc, fmt, evaluation_text(ev.plan, ev.prediction),
+          _arch(model, hybrid.get("seq_len")) if transformer else None)
 
 
 def _arch(model: str, seq_len: int | None) -> dict:
@@ -300,14 +319,6 @@ def _arch(model: str, seq_len: int | None) -> dict:
     return transformer_doc(with_seq_len(load_model(model), seq_len))
 
 
-def _hybrid_defaults(kw: dict) -> dict:
-    """evaluate's values for unset hybrid flags."""
-    defaults = {"tp": 1, "pp": 1, "dp": None, "micro_batch": 1, "interleave": 1,
-                "recompute": "none", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
-                "flash_attention": True, "seq_len": None}
-    return {k: (kw.get(k) if kw.get(k) is not None else v) for k, v in defaults.items()}
-
-
 def _require(model, hardware) -> None:
     if not model:
         raise SpecError("model: --model is required (a built-in name or a YAML path)")
@@ -315,30 +326,48 @@ def _require(model, hardware) -> None:
         raise SpecError("hardware: --hardware is required (a built-in name or a YAML path)")
 
 
+MAX_BATCH_BYTES = 64 * 2**20
+
+
+def _read_lines(path: str) -> list[str]:
+    """The lines of a --batch file ('-': stdin): a regular file of at most MAX_BATCH_BYTES
+    (size checked before reading), or that much of stdin, in UTF-8."""
+    from planner.catalog import read_file, shown
+
+    if path == "-":
+        text = sys.stdin.read(MAX_BATCH_BYTES + 1)
+        if len(text) > MAX_BATCH_BYTES:
+            raise SpecError(f"-: more than {MAX_BATCH_BYTES} characters on stdin")
+        return text.splitlines()
+    raw = read_file(path, MAX_BATCH_BYTES, "JSON-lines file")
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise SpecError(f"{shown(path)}: not UTF-8") from None
+
+
 def _evaluate_jsonl(path: str) -> None:
     from planner import api
-    from planner.report import hybrid_doc
+    from planner.catalog import shown
+    from planner.report import evaluation_doc
 
-    stream = sys.stdin if path == "-" else None
-    if stream is None:
-        p = Path(path)
-        if not p.is_file():
-            raise SpecError(f"{path}: no such file")
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError:
-            raise SpecError(f"{path}: not UTF-8") from None
-    else:
-        lines = stream.read().splitlines()
+    lines = _read_lines(path)
+    path = shown(path)
     failed = False
     for k, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             try:
-                req = json.loads(line)
+                req = loads_json(line)  # numbers guarded: digit limit, no NaN / Infinity
             except json.JSONDecodeError as exc:
                 raise SpecError(f"{path}:{k}: not JSON ({exc.msg})") from None
+            except SpecError as exc:
+                raise SpecError(f"{path}:{k}: {exc}") from None
+            except RecursionError:
+                raise SpecError(f"{path}:{k}: JSON nested too deeply") from None
+            if isinstance(req, dict):  # null means "not given", as for an unset flag
+                req = {key: v for key, v in req.items() if v is not None}
             if not isinstance(req, dict):
                 raise SpecError(f"{path}:{k}: expected a JSON object")
             unknown = sorted(set(req) - EVAL_KEYS - set(TRANSFORMER_KEYS))
@@ -369,18 +398,11 @@ def _evaluate_jsonl(path: str) -> None:
                     raise SpecError(f"{path}:{k}: key '{cnn_only[0]}' applies to CNN models only")
                 if not isinstance(req.get("global_batch"), int):
                     raise SpecError(f"{path}:{k}: key 'global_batch' is required")
-                hybrid = _hybrid_defaults(req)
-                ev = api.evaluate_transformer(
-                    model, hardware, global_batch=req["global_batch"],
-                    devices=req.get("devices"), nodes=req.get("nodes"),
-                    overlap=req.get("overlap", True), precision=req.get("precision"), **hybrid)
-                out = render.document("evaluate", {"line": k, **hybrid_doc(
-                    ev.plan, ev.prediction, ev.devices_per_node)})
             else:
                 _reject_transformer_flags(req)
-                ev = api.evaluate(model, hardware, **req)
-                out = render.document("evaluate", {"line": k, "config": ev.config.to_json(),
-                                                   "prediction": ev.prediction.to_json()})
+            ev = api.evaluate(model, hardware, **req)
+            out = render.document("evaluate", {"line": k,
+                                               **evaluation_doc(ev.plan, ev.prediction)})
         except PlannerError as exc:
             failed = True
             out = render.document("evaluate", {"line": k, "error": str(exc)})
@@ -407,17 +429,16 @@ def _evaluate_jsonl(path: str) -> None:
               help="Smallest local batch allowed (keep devices efficient).")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="Pin the collective [default: the solver chooses].")
-@click.option("--objective", type=click.Choice(["throughput", "iteration-time", "efficiency",
-                                               "time-to-train", "cost", "token-budget"]),
-              default="throughput", show_default=True,
+@click.option("--objective", type=click.Choice([o.value for o in Objective]),
+              default=Objective.throughput.value, show_default=True,
               help="time-to-train / cost: with --critical-batch and a target; token-budget: "
-                   "time to train on --tokens tokens (transformers).")
+                   "time to train on --tokens tokens (transformers); efficiency: CNNs.")
 @training_options
-@click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
+@click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="USD per device-hour [default: the device spec's price].")
-@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True, max=1e12),
+@click.option("--deadline", "deadline_s", type=FiniteFloat(min=0, min_open=True, max=1e12),
               help="Constraint: time to train at most this many seconds.")
-@click.option("--budget", "budget_usd", type=click.FloatRange(min=0, min_open=True, max=1e15),
+@click.option("--budget", "budget_usd", type=FiniteFloat(min=0, min_open=True, max=1e15),
               help="Constraint: cost to train at most this many USD.")
 @click.option("--pareto", is_flag=True,
               help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
@@ -428,23 +449,32 @@ def _evaluate_jsonl(path: str) -> None:
                                  "(hybrid), pipeline stages, or the best of them (auto).")
 @click.option("--stages", type=click.IntRange(2, 100_000),
               help="With --strategy pipeline: pin the number of stages.")
-@click.option("--within", "fewest_nodes_within", type=click.FloatRange(0, 10),
+@click.option("--within", "fewest_nodes_within", type=FiniteFloat(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
-                   "(0.05 = 5%).")
+                   "(0.05 = 5%; every model family).")
 @click.option("--top", type=click.IntRange(0, 100), default=0, show_default=True,
-              help="Also return this many runners-up.")
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(0.01, 3600), default=10.0,
-              show_default=True, help="Solver time limit in seconds.")
+              help="Also return this many runners-up, each a different split, device count or "
+                   "batch (not the same plan with another collective or micro-batch).")
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.01, 3600), default=10.0,
+              show_default=True, help="Wall-clock guard against runaway searches, in seconds "
+                                      "(searches stop on a deterministic budget; one this "
+                                      "guard stops says so).")
 @transformer_options
-@click.option("--tokens", "token_budget", type=click.FloatRange(1, 1e18),
+@click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
               help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
           strategy, stages, **problem):
-    """The proven-optimal plan (CP-SAT): nodes, devices per node, batch and collective for
-    CNNs (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
+    """The proven-optimal plan: nodes, devices per node, batch and collective for CNNs
+    (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
     transformers.
+
+    Every plan of the space is priced from the cost expressions and CP-SAT takes the minimum
+    of that priced table (exact; it names the conflicting constraints when nothing is
+    feasible); --top, --within and --pareto read the same table for every model family. The
+    CNN --strategy hybrid and pipeline searches are real CP-SAT searches over the per-layer
+    modes and the pipeline stage cuts.
 
     \b
     Examples:
@@ -473,64 +503,53 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
-    if api.is_transformer(model):
+    transformer = api.is_transformer(model)
+    if transformer:
         if strategy is not None or stages is not None:
             raise SpecError("strategy: --strategy applies to CNN models (transformers search "
                             "tp x pp x dp with the hybrid flags)")
-        _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
-                           hybrid, problem, {**training, "target_tokens": target_tokens},
-                           rng, pareto, plot_path)
-        return
-    _reject_transformer_flags(hybrid)
-    if token_budget is not None or objective == "token-budget":
-        raise SpecError("token_budget: --tokens and --objective token-budget apply to "
-                        "transformer models only")
-    if target_tokens is not None:
-        raise SpecError("target_tokens: --target-tokens applies to transformer models (CNNs: "
-                        "--target-samples)")
-    sol = api.solve(model, hardware, precision=precision, optimizer=optimizer, servers=servers,
-                    collective=collective, objective=objective, overlap=overlap,
-                    pareto=pareto, **training, strategy=strategy or "data", stages=stages,
-                    global_batch_range=rng, **problem)
+        if problem.get("global_batch") is None and rng is None:
+            raise SpecError("global_batch: give --global-batch or --global-batch-range for "
+                            "transformer models")
+        family = {"target_tokens": target_tokens, "token_budget": token_budget, **hybrid}
+    else:
+        _reject_transformer_flags(hybrid)
+        if token_budget is not None or objective == "token-budget":
+            raise SpecError("token_budget: --tokens and --objective token-budget apply to "
+                            "transformer models only")
+        if target_tokens is not None:
+            raise SpecError("target_tokens: --target-tokens applies to transformer models "
+                            "(CNNs: --target-samples)")
+        family = {"optimizer": optimizer, "servers": servers, "collective": collective,
+                  "strategy": strategy or "data", "stages": stages}
+    sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
+                    pareto=pareto, **training, global_batch_range=rng, **problem, **family)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     if plot_path:
         _pareto_plot(sol.pareto, plot_path, model, hardware)
-    _emit(doc, fmt, solution_text(sol))
+    _emit(doc, fmt, solution_text(sol), _arch(model, hybrid.get("seq_len")) if transformer
+          else None)
+    _search_note(sol, problem.get("time_limit_s"))
+
+
+def _search_note(sol, time_limit_s) -> None:
+    """One line on stderr when a search ended before proving its plan optimal."""
+    stopped = getattr(sol, "stopped_by", None)
+    if stopped == "time-limit":
+        click.echo(f"planner: note: the --time-limit wall-clock guard ({time_limit_s:g} s) "
+                   "stopped the search before its deterministic budget; this plan is the best "
+                   "found so far and may differ between runs (a larger --time-limit makes it "
+                   "reproducible)", err=True)
+    elif stopped == "budget":
+        click.echo("planner: note: the search reached its deterministic budget before proving "
+                   "this plan optimal (status feasible); the same call gives the same plan",
+                   err=True)
 
 
 def _pareto_plot(front: list[dict], path: str, model: str, hardware: str) -> None:
     from planner.plot import pareto_plot
 
     pareto_plot(front, path, f"{model} on {hardware}: time to train vs cost")
-
-
-def _solve_transformer(model, hardware, precision, overlap, fmt, objective, token_budget,
-                       hybrid, problem, training, batch_range_, pareto, plot_path):
-    from planner import api
-    from planner.report import hybrid_solution_doc, hybrid_solution_text
-
-    unsupported = [k for k in ("nodes_max", "devices_per_node", "local_batch", "local_batch_min",
-                               "fewest_nodes_within") if problem.get(k) is not None]
-    if unsupported or problem.get("top"):
-        key = unsupported[0] if unsupported else "top"
-        raise SpecError(f"{key}: --{key.replace('_', '-')} applies to CNN models only")
-    if problem.get("global_batch") is None and batch_range_ is None:
-        raise SpecError("global_batch: give --global-batch or --global-batch-range for "
-                        "transformer models")
-    if problem.get("nodes") is not None:
-        problem["devices"] = problem["nodes"] * api.load_system(hardware).devices_per_node
-    sol = api.solve_transformer(
-        model, hardware, precision=precision, time_limit_s=problem["time_limit_s"],
-        global_batch=problem["global_batch"], global_batch_range=batch_range_,
-        devices=problem.get("devices"), devices_max=problem.get("devices_max"),
-        overlap=overlap, objective=objective, token_budget=token_budget, pareto=pareto,
-        **training, **hybrid)
-    g = api.load_system(hardware).devices_per_node
-    body = {"model": model, "hardware": hardware, **hybrid_solution_doc(sol, g)}
-    if plot_path:
-        _pareto_plot(sol.pareto, plot_path, model, hardware)
-    _emit(render.document("solve", body), fmt, hybrid_solution_text(sol, g),
-          _arch(model, hybrid.get("seq_len")))
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------
@@ -541,18 +560,18 @@ def limit_options(f):
                      help="Global batch: the largest that still generalises (seed paper)."),
         click.option("--collective", type=click.Choice(COLLECTIVES), default="ring",
                      show_default=True),
-        click.option("--local-efficiency", type=click.FloatRange(0, 1, min_open=True,
+        click.option("--local-efficiency", type=FiniteFloat(0, 1, min_open=True,
                                                                  max_open=True),
                      default=0.9, show_default=True,
                      help="A device counts as efficient at this fraction of its large-batch "
                           "rate (sets the smallest useful local batch)."),
-        click.option("--target-efficiency", type=click.FloatRange(0, 1, min_open=True,
+        click.option("--target-efficiency", type=FiniteFloat(0, 1, min_open=True,
                                                                   max_open=True),
                      default=0.8, show_default=True,
                      help="Parallel efficiency the bandwidth requirement is computed for."),
-        click.option("--at-nodes", type=click.FloatRange(1, 2**20),
+        click.option("--at-nodes", type=FiniteFloat(1, 2**20),
                      help="Node count for efficiency and bandwidth [default: max useful nodes]."),
-        click.option("--critical-batch", type=click.FloatRange(min=0, min_open=True, max=1e15),
+        click.option("--critical-batch", type=FiniteFloat(min=0, min_open=True, max=1e15),
                      help="B_noise: also derive the node count and global batch minimising "
                           "time to train (or the batch alone at --at-nodes)."),
         click.option("--nodes-max", type=click.IntRange(1, 2**20),
@@ -565,32 +584,47 @@ def limit_options(f):
 @cli.command()
 @spec_options
 @limit_options
+@transformer_options
 def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
-    """Derived theoretical limits of data-parallel strong scaling, computed from the cost
-    expressions (differentiate, solve) for full nodes and a fixed global batch.
+    """Derived theoretical limits, computed from the cost expressions (differentiate, solve,
+    pick the branch of each max that holds): for a CNN, data-parallel strong scaling over full
+    nodes at a fixed global batch; for a transformer, a hybrid plan at a fixed global batch:
+    the memory floor per ZeRO stage and recompute, then at a fixed tp x pp (pinned, or the
+    fewest devices that fit with tp inside a node) the optimal data-parallel degree, where its
+    communication stops being hidden, the largest useful device count, the best pipeline
+    depth, where tensor parallelism turns communication bound and the bandwidth a target
+    efficiency needs.
 
     \b
     Examples:
       planner limits -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
       planner limits -m googlenet -H k80-fdr --global-batch 1024 --collective parameter-server
+      planner limits -m gpt3-175b -H dgx-a100-80gb --global-batch 1536
+      planner limits -m llama3-70b -H dgx-h100 --global-batch 1024 --tp 8 --pp 4
     """
     from planner import api
-    from planner.report import limits_text
+    from planner.report import limits_text, transformer_limits_text
 
     _require(model, hardware)
     lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
                      servers=servers, overlap=overlap, **kw)
     summary = lim.summary()
     doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
-    _emit(doc, fmt, limits_text(summary))
+    transformer = api.is_transformer(model)
+    _emit(doc, fmt, transformer_limits_text(summary) if transformer else limits_text(summary))
 
 
 @cli.command()
 @spec_options(formats=["text", "latex", "python", "json"])
 @limit_options
+@transformer_options
 @click.option("--formula", "names", multiple=True,
-              help="Only these formulas (repeatable): iteration_time, speedup, efficiency, "
-                   "memory, optimal_nodes, max_speedup, required_bandwidth.")
+              help="Only these formulas (repeatable). CNNs: iteration_time, speedup, "
+                   "efficiency, memory, optimal_nodes, max_speedup, required_bandwidth, "
+                   "time_to_train_batch. Transformers: iteration_time, bubble_fraction, "
+                   "memory, mfu, optimal_devices, max_speedup, comm_bound_from, "
+                   "max_useful_devices, optimal_pp, tp_comm_bound_from, required_bandwidth, "
+                   "time_to_train_batch.")
 @click.option("--substitute", default=None,
               help="Comma-separated symbols to replace by their values, or 'all'.")
 def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, substitute,
@@ -611,8 +645,8 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
     from planner.report import derive_text
 
     _require(model, hardware)
-    formulas = der.select(api.derive(model, hardware, precision=precision, optimizer=optimizer,
-                                     servers=servers, overlap=overlap, **kw), names)
+    formulas = api.derive(model, hardware, precision=precision, optimizer=optimizer,
+                          servers=servers, overlap=overlap, names=names, **kw)
     if substitute:
         wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
         if wanted is not None:
@@ -644,7 +678,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
                    "spec's].")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
 @training_options
-@click.option("--price-per-device-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
+@click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="USD per device-hour for the cost to train [default: the device spec's].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
@@ -680,61 +714,41 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     # A bar only when stderr is a terminal: pipes and files get nothing at all.
     bar_or_none = (click.progressbar(length=total, label="sweep", file=sys.stderr)
                    if sys.stderr.isatty() else contextlib.nullcontext())
-    if api.is_transformer(model):
+    transformer = api.is_transformer(model)
+    if transformer:
         if local_batch is not None:
             raise SpecError("local_batch: transformer sweeps take --global-batch (the solver "
                             "splits it into dp x micro-batch x accumulation)")
         if batches is None:
             raise SpecError("global_batch: give --global-batch for a transformer sweep")
-        with bar_or_none as bar:
-            pts = api.sweep_transformer(
-                model, hardware, nodes=nodes, global_batch=global_batch,
-                bandwidths_GBps=bandwidths, precision=precision, overlap=overlap,
-                critical_batch=critical_batch, target_steps=target_steps,
-                target_samples=target_samples, target_tokens=target_tokens,
-                price_per_device_hour=price_per_device_hour,
-                on_point=bar and (lambda: bar.update(1)),
-                **{k: v for k, v in hybrid.items() if v is not None})
-        _transformer_sweep_out(pts, model, hardware, fmt, plot_path, hybrid.get("seq_len"))
-        return
-    _reject_transformer_flags(hybrid)
-    if target_tokens is not None:
-        raise SpecError("target_tokens: --target-tokens applies to transformer models (CNNs: "
-                        "--target-samples)")
+        family = {"target_tokens": target_tokens,
+                  **{k: v for k, v in hybrid.items() if v is not None}}
+    else:
+        _reject_transformer_flags(hybrid)
+        if target_tokens is not None:
+            raise SpecError("target_tokens: --target-tokens applies to transformer models "
+                            "(CNNs: --target-samples)")
+        family = {"local_batch": local_batch, "collective": collective, "optimizer": optimizer,
+                  "servers": servers}
     with bar_or_none as bar:
-        points, skipped = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
-                                    local_batch=local_batch, bandwidths_GBps=bandwidths,
-                                    collective=collective, overlap=overlap, precision=precision,
-                                    optimizer=optimizer, servers=servers,
-                                    critical_batch=critical_batch, target_steps=target_steps,
-                                    target_samples=target_samples,
-                                    price_per_device_hour=price_per_device_hour,
-                                    on_point=bar and (lambda: bar.update(1)))
-    if not points:
+        sw = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
+                       bandwidths_GBps=bandwidths, overlap=overlap, precision=precision,
+                       critical_batch=critical_batch, target_steps=target_steps,
+                       target_samples=target_samples,
+                       price_per_device_hour=price_per_device_hour,
+                       on_point=bar and (lambda: bar.update(1)), **family)
+    if not sw.points:
+        if transformer:
+            raise InfeasibleError(f"infeasible: no swept point has a plan "
+                                  f"({sw.skipped[0].reason})")
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
                               f"divides the global batch {batch_spec} into whole local batches")
     if plot_path:
         from planner.plot import sweep_plot
 
-        sweep_plot(points, plot_path, f"{model} on {hardware}")
-    doc = render.document("sweep", {"model": model, "hardware": hardware,
-                                    **sweep_doc(points, skipped)})
-    _emit(doc, fmt, sweep_text(points, skipped))
-
-
-def _transformer_sweep_out(pts, model, hardware, fmt, plot_path, seq_len) -> None:
-    from planner.report import transformer_sweep_doc, transformer_sweep_text
-
-    if not any(p.solution for p in pts):
-        raise InfeasibleError(f"infeasible: no swept point has a plan ({pts[0].reason})")
-    if plot_path:
-        from planner.plot import transformer_sweep_plot
-
-        transformer_sweep_plot([p for p in pts if p.solution], plot_path,
-                               f"{model} on {hardware}")
-    doc = render.document("sweep", {"model": model, "hardware": hardware,
-                                    **transformer_sweep_doc(pts)})
-    _emit(doc, fmt, transformer_sweep_text(pts), _arch(model, seq_len))
+        sweep_plot(sw, plot_path, f"{model} on {hardware}")
+    doc = render.document("sweep", {"model": model, "hardware": hardware, **sweep_doc(sw)})
+    _emit(doc, fmt, sweep_text(sw), _arch(model, hybrid.get("seq_len")) if transformer else None)
 
 
 @cli.command()

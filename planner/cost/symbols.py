@@ -52,6 +52,14 @@ Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO shard
 delta = sp.Symbol("delta", positive=True)  # bytes per weight / gradient value
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
+# a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
+a_inv = sp.Symbol("a_inv", real=True)
+a_0 = sp.Symbol("a_0", real=True)
+a_1 = sp.Symbol("a_1", real=True)
+a_2 = sp.Symbol("a_2", real=True)
+T_d1 = sp.Symbol("T_d1", positive=True)  # iteration time with one data-parallel replica
+F_seq = sp.Symbol("F_seq", positive=True)  # model FLOPs per sequence, forward + backward
+P_peak = sp.Symbol("P_peak", positive=True)  # peak FLOP/s of one device at the precision
 
 
 @dataclass(frozen=True)
@@ -102,4 +110,15 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
                    "B/parameter"),
     A_act: Meaning("activation bytes held on the first pipeline stage", "B"),
+    a_inv: Meaning("coefficient of 1/x of the cost along the plan variable x (its smooth "
+                   "branch at the optimum)", "s x"),
+    a_0: Meaning("part of the cost along the plan variable x independent of x", "s"),
+    a_1: Meaning("coefficient of x of the cost along the plan variable x", "s / x"),
+    a_2: Meaning("coefficient of x^2 of the cost along the plan variable x", "s / x^2"),
+    T_d1: Meaning("iteration time with one data-parallel replica (the same t, p and "
+                  "micro-batch, the whole global batch)", "s"),
+    F_seq: Meaning("model FLOPs per sequence, forward + backward, no recompute (PaLM, "
+                   "appendix B)", "FLOP"),
+    P_peak: Meaning("peak FLOP/s of one device at the training precision (datasheet)",
+                    "FLOP/s"),
 }

@@ -1,0 +1,1 @@
+"""What the cost expressions imply: closed-form limits and the formulas behind them."""
