@@ -16,22 +16,25 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import io
 import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from planner.catalog import list_models, load_model, load_system
+from planner.catalog import list_models, load_model, load_system, read_file, shown
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import SpecError
 from planner.prediction import Config, predict
+from planner.spec.base import decimal_float, decimal_int, short
 from planner.spec.hardware import Precision, System
 
 REQUIRED_COLUMNS = ("citation", "model", "gpu", "gpus_total", "gpus_per_node", "global_batch",
                     "precision", "metric", "value")
 THROUGHPUT_METRICS = ("images_per_sec", "sequences_per_sec")
 MAX_ROWS = 100_000
+MAX_CSV_BYTES = 16 * 2**20
 
 # Which built-in system each row's hardware was: (text in the `gpu` column, GPUs per node).
 SYSTEMS = (
@@ -109,58 +112,70 @@ def _precision(text: str) -> Precision | None:
 
 
 def _positive_int(text: str) -> int | None:
-    return int(text) if text.strip().isdigit() and int(text) > 0 else None
+    value = decimal_int(text)
+    return value if value is not None and value > 0 else None
+
+
+def _cell(text: str) -> str:
+    """A cell as labels show it: '?' when empty, bounded when long."""
+    return (text if len(text) <= 40 else text[:37] + "...") if text else "?"
 
 
 def _parse(i: int, rec: dict) -> Run | Skipped:
-    label = f"{rec['model'] or '?'} on {rec['gpus_total'] or '?'} x {rec['gpu'] or '?'}"
+    label = (f"{_cell(rec['model'])} on {_cell(rec['gpus_total'])} x "
+             f"{_cell(rec['gpu'])}")
     skip = functools.partial(Skipped, i, label)
     if rec["model"].startswith(("GPT", "BERT")):
         return skip("transformer row: predicted by planner.published "
                     "(python benchmarks/transformer_runs.py)")
     if rec["metric"] not in THROUGHPUT_METRICS:
-        return skip(f"metric {rec['metric']!r} is not a throughput")
+        return skip(f"metric {short(rec['metric'])} is not a throughput")
     model = _model_name(rec["model"])
     if model is None:
-        return skip(f"no built-in CNN for {rec['model']!r}")
+        return skip(f"no built-in CNN for {short(rec['model'])}")
     devices, per_node = _positive_int(rec["gpus_total"]), _positive_int(rec["gpus_per_node"])
     batch = _positive_int(rec["global_batch"])
     if devices is None or per_node is None or batch is None:
         return skip("gpus_total, gpus_per_node and global_batch must be positive integers")
     system = _system_name(rec["gpu"], per_node)
     if system is None:
-        return skip(f"no built-in system for {rec['gpu']!r} with {per_node} GPUs per node")
+        return skip(f"no built-in system for {short(rec['gpu'])} with {per_node} GPUs per node")
     precision = _precision(rec["precision"])
     if precision is None:
-        return skip(f"unknown precision {rec['precision']!r}")
+        return skip(f"unknown precision {short(rec['precision'])}")
     dpn = min(devices, per_node)
     if devices % dpn or batch % devices:
         return skip(f"{devices} GPUs do not fill whole nodes or divide the batch {batch}")
-    try:
-        measured = float(rec["value"])
-    except ValueError:
-        return skip(f"value {rec['value']!r} is not a number")
-    if not (math.isfinite(measured) and measured > 0):
-        return skip(f"value {rec['value']!r} is not a positive number")
+    measured = decimal_float(rec["value"])
+    if measured is None or measured <= 0:
+        return skip(f"value {short(rec['value'])} is not a positive number")
     return Run(i, label, rec["citation"], model, system, precision, devices, dpn, batch, measured)
 
 
 def read_runs(path: Path | None = None) -> tuple[list[Run], list[Skipped]]:
     """Rows are numbered from 1 after the header, as a spreadsheet shows them (minus one)."""
     path = Path(path) if path is not None else default_csv()
+    raw = read_file(path, MAX_CSV_BYTES, "CSV file")  # regular files only, size checked first
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{shown(path)}: cannot read as CSV (not UTF-8 at byte {exc.start})") \
+            from None
+    if "\0" in text:
+        raise SpecError(f"{shown(path)}: cannot read as CSV (binary file)")
+    try:
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise SpecError(f"{path}: missing column(s) {', '.join(missing)}")
+                raise SpecError(f"{shown(path)}: missing column(s) {', '.join(missing)}")
             records = []
             for rec in reader:
                 if len(records) >= MAX_ROWS:
-                    raise SpecError(f"{path}: more than {MAX_ROWS} rows")
+                    raise SpecError(f"{shown(path)}: more than {MAX_ROWS} rows")
                 records.append({k: (rec.get(k) or "").strip() for k in REQUIRED_COLUMNS})
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise SpecError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc})") from None
+    except csv.Error as exc:
+        raise SpecError(f"{shown(path)}: cannot read as CSV ({exc})") from None
     runs, skipped = [], []
     for i, rec in enumerate(records, 1):
         parsed = _parse(i, rec)

@@ -1,21 +1,26 @@
 """Where specs come from: built-in names under `planner/models` and `planner/hardware`, or paths.
 
 Every spec a command asks for goes through `load_model` / `load_system`, so built-in names and
-file paths are interchangeable everywhere. YAML is read with a safe loader, bounded in size,
-alias count and depth; anything odd becomes a one-line `SpecError`.
+file paths are interchangeable everywhere. Files are read by `read_file`: regular files only
+(devices, FIFOs and directories are refused before anything is read), size checked before
+reading. YAML is read with a safe loader, bounded in size, alias count, depth and number length;
+anything odd becomes a one-line `SpecError`.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.base import short, validate
+from planner.spec.base import MAX_NUMBER_CHARS, short, validate
 from planner.spec.hardware import Device, Link, System, SystemSpec
 
 DATA = Path(__file__).parent
@@ -49,16 +54,86 @@ _BoundedLoader.add_implicit_resolver(
 )
 
 
-def read_yaml(path: Path) -> Any:
-    where = str(path)
-    if path.is_dir():
-        raise SpecError(f"{where}: is a directory, expected a YAML file")
+def _bounded_number(construct):
+    """A number constructor that refuses scalars longer than MAX_NUMBER_CHARS (Python will not
+    convert an integer of more than 4,300 digits, and no spec value needs more than a few)."""
+
+    def build(loader, node):
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise SpecError(f"line {node.start_mark.line + 1}: a number of {len(node.value)} "
+                            f"characters (at most {MAX_NUMBER_CHARS})")
+        return construct(loader, node)
+
+    return build
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int",
+                               _bounded_number(yaml.SafeLoader.construct_yaml_int))
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float",
+                               _bounded_number(yaml.SafeLoader.construct_yaml_float))
+
+# OS errors that mean "this path names nothing readable": reported as "no such file".
+_NO_SUCH_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EINVAL}
+
+
+def shown(path: Any) -> str:
+    """A path as error messages show it: bounded (a name may be thousands of bytes)."""
+    text = str(path)
+    return text if len(text) <= 120 else text[:100] + "..." + text[-17:]
+
+
+def path_exists(path: Any) -> bool:
+    """Path.exists that never raises: a name too long, a loop or a NUL byte is just absent."""
     try:
-        raw = path.read_bytes()
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def read_file(path: Any, limit: int = MAX_BYTES, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. Special files (devices, FIFOs,
+    sockets) and directories are refused before anything is read, the size is checked before
+    reading, and no OS error escapes: each becomes a one-line SpecError."""
+    where = shown(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except ValueError:  # a NUL byte in the name
+        raise SpecError(f"{where}: no such file") from None
+    except OSError as exc:
+        if exc.errno in _NO_SUCH_FILE:
+            raise SpecError(f"{where}: no such file") from None
+        if exc.errno == errno.EISDIR:
+            raise SpecError(f"{where}: is a directory, expected a {what}") from None
+        raise SpecError(f"{where}: cannot read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SpecError(f"{where}: is a directory, expected a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(f"{where}: not a regular file, expected a {what}")
+        if info.st_size > limit:
+            raise SpecError(f"{where}: {info.st_size} bytes, larger than the {limit}-byte limit")
+        chunks, size = [], 0
+        while size <= limit:  # a file growing while read is still cut at the limit
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError as exc:
         raise SpecError(f"{where}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_BYTES:
-        raise SpecError(f"{where}: {len(raw)} bytes, larger than the {MAX_BYTES}-byte limit")
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise SpecError(f"{where}: larger than the {limit}-byte limit")
+    return b"".join(chunks)
+
+
+def read_yaml(path: Path) -> Any:
+    where = shown(path)
+    raw = read_file(path, MAX_BYTES, "YAML file")
     if b"\0" in raw:
         raise SpecError(f"{where}: binary file, expected YAML text")
     try:
@@ -84,7 +159,7 @@ def read_yaml(path: Path) -> Any:
 
 
 def _is_path(ref: str) -> bool:
-    return "/" in ref or ref.endswith((".yaml", ".yml")) or Path(ref).exists()
+    return "/" in ref or ref.endswith((".yaml", ".yml")) or path_exists(ref)
 
 
 def _builtin_names(folder: Path) -> list[str]:
@@ -96,16 +171,13 @@ def _resolve(ref: str, folders: list[Path], what: str) -> tuple[dict, str]:
     if not isinstance(ref, str) or not ref:
         raise SpecError(f"{what}: expected a name or a path, got {short(ref)}")
     if _is_path(ref):
-        path = Path(ref)
-        if not path.exists():
-            raise SpecError(f"{ref}: no such file")
-        return read_yaml(path), ref
+        return read_yaml(Path(ref)), shown(ref)
     for folder in folders:
         candidate = folder / f"{ref}.yaml"
-        if candidate.exists():
+        if path_exists(candidate):
             return read_yaml(candidate), f"{what} '{ref}'"
     known = ", ".join(n for f in folders for n in _builtin_names(f))
-    raise SpecError(f"unknown {what} '{ref}' (built-in: {known})")
+    raise SpecError(f"unknown {what} {short(ref)} (built-in: {known})")
 
 
 def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
@@ -181,7 +253,7 @@ def load_hardware_any(ref: str) -> Device | Link | System:
         return {"system": load_system, "device": load_device, "link": load_link}[kind](ref)
     for kind, loader in (("systems", load_system), ("devices", load_device),
                          ("links", load_link)):
-        if (HARDWARE / kind / f"{ref}.yaml").exists():
+        if path_exists(HARDWARE / kind / f"{ref}.yaml"):
             return loader(ref)
     known = ", ".join(n for names in list_hardware().values() for n in names)
-    raise SpecError(f"unknown hardware '{ref}' (built-in: {known})")
+    raise SpecError(f"unknown hardware {short(ref)} (built-in: {known})")

@@ -22,29 +22,46 @@ class Collective(str, Enum):
     hierarchical = "hierarchical"
 
 
+def one_rank(p) -> bool:
+    """p is a number equal to 1: a collective over one rank moves nothing and costs exactly 0.
+    (Written as its formula it is 0 only up to rounding: SymPy distributes float factors over
+    (p - 1), and the evaluated sum can come out at -1e-21 s.) A symbol is never one rank."""
+    return isinstance(p, (int, float, sp.Number)) and not isinstance(p, bool) and p == 1
+
+
 def ring_allreduce(p, m, alpha, beta, calls=1):
     # Patarasuk & Yuan 2009: reduce-scatter + all-gather, each (p-1) steps of m/p bytes.
+    if one_rank(p):
+        return sp.Integer(0)
     return 2 * (p - 1) * alpha * calls + 2 * (p - 1) / p * m / beta
 
 
 def halving_doubling_allreduce(p, m, alpha, beta, calls=1):
     # Thakur et al. 2005, sec. 4.4 (Rabenseifner): recursive halving reduce-scatter + doubling all-gather.
+    if one_rank(p):
+        return sp.Integer(0)
     return 2 * sp.log(p, 2) * alpha * calls + 2 * (p - 1) / p * m / beta
 
 
 def tree_allreduce(p, m, alpha, beta, calls=1):
     # Thakur et al. 2005, sec. 4.1: binomial-tree reduce then broadcast, full message each level.
+    if one_rank(p):
+        return sp.Integer(0)
     return 2 * sp.ceiling(sp.log(p, 2)) * (alpha * calls + m / beta)
 
 
 def parameter_server(p, m, alpha, beta, servers, calls=1):
     # Push gradients and pull weights: each of `servers` links carries p*m/servers bytes each way
     # (Li et al., Scaling Distributed ML with the Parameter Server, OSDI 2014; seed paper sec. 3).
+    if one_rank(p):
+        return sp.Integer(0)
     return 2 * alpha * calls + 2 * p * m / (servers * beta)
 
 
 def reduce_scatter(p, m, alpha, beta, calls=1):
     # Thakur et al. 2005, sec. 4.3 (ring): p-1 steps of m/p bytes.
+    if one_rank(p):
+        return sp.Integer(0)
     return (p - 1) * alpha * calls + (p - 1) / p * m / beta
 
 
@@ -57,6 +74,8 @@ all_to_all = reduce_scatter
 def hierarchical_allreduce(g, n, m, alpha_intra, beta_intra, alpha_inter, beta_inter, calls=1):
     """Reduce-scatter inside the node, ring allreduce of m/g across nodes (g rings in parallel,
     each at `beta_inter` per device), all-gather inside the node (NCCL/Horovod hierarchical)."""
+    if one_rank(g) and one_rank(n):
+        return sp.Integer(0)
     inside = reduce_scatter(g, m, alpha_intra, beta_intra, calls)
     across = ring_allreduce(n, m / g, alpha_inter, beta_inter, calls)
     return 2 * inside + across

@@ -124,9 +124,11 @@ class DataParallelModel:
         if collective is Collective.hierarchical:
             intra, inter = self.intra, self.hier_inter
             # per device: g rings of m/g share the node's NICs -> beta_inter / g each
-            return coll.hierarchical_allreduce(
+            hier = coll.hierarchical_allreduce(
                 g, n, m, intra.alpha, intra.beta, inter.alpha, inter.beta / g, self.calls
             )
+            # One device exchanges nothing: exactly 0, not the rounding residue of the formula.
+            return sp.Piecewise((0, sp.Eq(n * g, 1)), (hier, True))
         inside = self.flat(collective, g, m, self.intra)
         across = self.flat(collective, n * g, m, self.flat_inter)
         return sp.Piecewise((0, sp.Eq(n * g, 1)), (inside, sp.Eq(n, 1)), (across, True))

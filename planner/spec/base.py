@@ -7,6 +7,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.errors import SpecError
+from planner.spec.numbers import (  # noqa: F401 - re-exported: specs parse numbers through these
+    MAX_NUMBER_CHARS,
+    decimal_float,
+    decimal_int,
+    loads_json,
+    short,
+)
 
 M = TypeVar("M", bound="Spec")
 
@@ -15,12 +22,6 @@ class Spec(BaseModel):
     """Frozen, strict, no unknown keys, no NaN/inf: every spec and spec fragment derives from this."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-def short(value: Any, limit: int = 60) -> str:
-    """A bounded repr for error messages (a user's value may be huge)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _TAGS = {"constrained-int", "constrained-float", "constrained-str", "int", "float", "str", "bool"}

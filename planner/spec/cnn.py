@@ -23,6 +23,10 @@ from planner.spec.base import Spec, short, validate
 
 Dim = Annotated[int, Field(ge=0, le=1_000_000)]
 Pair = Dim | Annotated[list[Dim], Field(min_length=2, max_length=2)]
+# Kernels and strides are at least 1: a zero stride divides by zero in shape inference and a
+# zero kernel grows the output (8x8 -> 9x9).
+Size = Annotated[int, Field(ge=1, le=1_000_000)]
+SizePair = Size | Annotated[list[Size], Field(min_length=2, max_length=2)]
 
 
 def _pair(value: Pair) -> tuple[int, int]:
@@ -86,8 +90,8 @@ class _Leaf(Spec):
 class ConvSpec(_Leaf):
     type: Literal["conv"]
     out: int = PositiveInt
-    kernel: Pair
-    stride: Pair = 1
+    kernel: SizePair
+    stride: SizePair = 1
     padding: Pair = 0
     groups: int = Field(default=1, ge=1, le=1_000_000)
     bias: bool = True
@@ -101,8 +105,8 @@ class FCSpec(_Leaf):
 
 class PoolSpec(_Leaf):
     type: Literal["maxpool", "avgpool"]
-    kernel: Pair
-    stride: Pair | None = None
+    kernel: SizePair
+    stride: SizePair | None = None
     padding: Pair = 0
     ceil_mode: bool = False  # Caffe rounds pooled sizes up (GoogLeNet relies on it)
 
@@ -210,9 +214,15 @@ class _Builder:
         if not isinstance(entry, dict):
             raise self.fail(path, f"a layer must be a mapping, got {short(entry)}")
         entry = {k: _fill(v, args, self, f"{path}.{k}") for k, v in entry.items()}
+        name = entry.get("name")
+        if name is not None and not isinstance(name, str):
+            raise self.fail(f"{path}.name", f"must be a string, got {short(name)}")
         if "block" in entry:
             return self.block_instance(entry, shape, path, scope, depth)
         kind = entry.get("type")
+        if not isinstance(kind, str):
+            raise self.fail(f"{path}.type", f"must be a layer type name (a string), got "
+                            f"{short(kind)}")
         if kind == "concat":
             return self.concat(entry, shape, path, args, scope, depth)
         if kind == "residual":
