@@ -108,6 +108,23 @@ def data_layer_times(dp: DataParallelModel, a: LayerArrays, batch) -> np.ndarray
     return (fwd + bwd) * a.costed
 
 
+def weighted_layer_floor(dp: DataParallelModel, a: LayerArrays, batch, devices) -> np.ndarray:
+    """A lower bound on the forward + backward roofline of the weighted layers, summed, in any
+    data or model mode (`cost/layer_modes.py`) on `batch` samples per device with groups of up
+    to `devices` (arrays broadcast: shape (P, 1) gives (P,)). In model k a device does at least
+    the FLOPs of `batch` samples and streams at least P/k weights, k x batch gathered inputs and
+    batch outputs; P/k + I k b is smallest at k = sqrt(P / (I b)), clipped to [1, devices]."""
+    d = dp.options.precision.bytes
+    flop_rate, byte_rate = rates(dp)
+    w = a.params > 0
+    F, P, I, O, bf = a.flops[w], a.params[w], a.inputs[w], a.outputs[w], a.bwd_factor[w]
+    b = np.asarray(batch, dtype=float)
+    k = np.clip(np.sqrt(P / (I * b)), 1, np.asarray(devices, dtype=float))
+    fwd = np.maximum(F * b / flop_rate, d * (P / k + I * k * b + O * b) / byte_rate)
+    bwd = np.maximum(bf * F * b / flop_rate, d * (2 * P / k + 2 * I * k * b + O * b) / byte_rate)
+    return (fwd + bwd).sum(axis=-1)
+
+
 def link(dp: DataParallelModel, across_nodes: bool) -> LinkParams:
     return dp.flat_inter if across_nodes else dp.intra
 
@@ -120,6 +137,16 @@ def allreduce_terms(dp: DataParallelModel, collective: Collective, replicas: int
     replicas being every device this is exactly `DataParallelModel.t_comm`."""
     if replicas <= 1:
         return 0.0, 0.0
+    # Memoised per model object: the SymPy forms (log, ceiling) are slow to build per point.
+    memo = dp.__dict__.setdefault("_allreduce_terms", {})
+    key = (collective, replicas, per_node)
+    if key not in memo:
+        memo[key] = _allreduce_terms(dp, collective, replicas, per_node)
+    return memo[key]
+
+
+def _allreduce_terms(dp: DataParallelModel, collective: Collective, replicas: int,
+                     per_node: int) -> tuple[float, float]:
     nodes = max(1, replicas // per_node)
 
     def cost(m: float, calls: float) -> float:

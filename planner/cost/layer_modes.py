@@ -186,3 +186,84 @@ class LayerModes:
         """No assignment is faster: each segment at its cheapest compute + activation traffic,
         all gradient traffic hidden, the cheapest optimizer step."""
         return float((self.compute + self.act).min(axis=1).sum() + self.optimizer.min(axis=1).sum())
+
+    MAX_GROUP_SETS = 8  # degrees up to which the chain bound tracks which groups allreduce
+
+    def chain_bound(self, weight: float, fixed_latency: bool) -> tuple[float, list[int]]:
+        """A lower bound on the iteration time of every assignment, memory aside, and the
+        assignment reaching it, by dynamic programming along the segments (a shortest path:
+        the all-to-all exits depend on the next segment's mode, everything else on the
+        segment's own).
+
+        The exposed gradient time max(0, G - H) (overlap) or G (none) is at least
+        weight x (G - H) for a weight in [0, 1] (weight 1 without overlap: then H = 0 here).
+        G's latency is ceil(bytes / bucket) calls per replica group used: priced either as one
+        call per group used (`fixed_latency`: the path also tracks the set of groups used) or
+        as latency / bucket per byte; both are at most the true count."""
+        S, K = self.shape
+        hide = self.hide if self.overlap else np.zeros_like(self.hide)
+        per_byte = self.per_byte + (0.0 if fixed_latency else self.latency / self.bucket)
+        own = (self.compute + self.act + self.optimizer
+               + weight * (self.grad_bytes * per_byte[None, :] - hide))  # (S, K)
+        uses = self.grad_bytes > 0  # (S, K): mode j of segment s adds to group j's allreduce
+        sets = 1 << K if fixed_latency else 1
+        masks = np.arange(sets)
+        # cost[j, u]: best cost of segments 0..s with segment s in mode j and groups u used.
+        cost = np.full((K, sets), np.inf)
+        for j in range(K):
+            cost[j, (1 << j) * int(uses[0, j]) if fixed_latency else 0] = own[0, j]
+        back = []  # per step: (mode of the segment before, its set) for every (j, u)
+        for s in range(1, S):
+            nxt = np.full((K, sets), np.inf)
+            arg_i = np.zeros((K, sets), dtype=np.int64)
+            arg_u = np.zeros((K, sets), dtype=np.int64)
+            for j in range(K):  # segment s in mode j
+                bit = (1 << j) * int(uses[s, j]) if fixed_latency else 0
+                for i in range(K):  # segment s - 1 in mode i (ties: the first i wins)
+                    step = cost[i] + own[s, j] + (self.exit[s - 1, i] if i and i != j else 0.0)
+                    # From set v the path reaches v | bit: the sets with the bit come from
+                    # themselves or from the same set without it.
+                    src = masks.copy()
+                    if bit:
+                        without = masks ^ bit
+                        src = np.where(step[without] < step[masks], without, masks)
+                        cand = np.where(masks & bit, step[src], np.inf)
+                    else:
+                        cand = step
+                    better = cand < nxt[j]
+                    nxt[j] = np.where(better, cand, nxt[j])
+                    arg_i[j] = np.where(better, i, arg_i[j])
+                    arg_u[j] = np.where(better, src, arg_u[j])
+            cost = nxt
+            back.append((arg_i, arg_u))
+        total = cost + (self.exit[S - 1] * (np.arange(K) > 0))[:, None]
+        if fixed_latency:
+            lat = np.array([sum(self.latency[g] for g in range(K) if u >> g & 1) for u in masks])
+            total = total + weight * lat[None, :]
+        j, u = (int(x) for x in np.unravel_index(int(np.argmin(total)), total.shape))
+        value = float(total[j, u])
+        plan = [j]
+        for arg_i, arg_u in reversed(back):
+            j, u = int(arg_i[j, u]), int(arg_u[j, u])
+            plan.append(j)
+        return value, plan[::-1]
+
+    def bound_and_plans(self) -> tuple[float, list[list[int]]]:
+        """A lower bound on every assignment (memory aside: the best of `lower_bound` and the
+        chain bounds) and assignments worth pricing before any search: every segment in data
+        mode (the data-parallel plan) and the assignments the chain bounds reach. When one of
+        them fits in memory and prices at the bound, it is optimal."""
+        bound = self.lower_bound()
+        plans = [[0] * len(self.segments)]
+        # Without overlap weight 1 is the better bound (G >= 0); one call per group used is
+        # the better latency price while no group fills a bucket.
+        options = [(1.0, False)] + ([(0.0, False)] if self.overlap else [])
+        if len(self.degrees) <= self.MAX_GROUP_SETS:
+            fits = self.grad_bytes.sum(axis=0).max() <= self.bucket
+            options = [(1.0, True)] + ([o for o in options if o[0] == 0.0] if fits else options)
+        for weight, fixed in options:
+            value, plan = self.chain_bound(weight, fixed)
+            bound = max(bound, value)
+            if plan not in plans:
+                plans.append(plan)
+        return bound, plans

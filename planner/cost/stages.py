@@ -42,6 +42,64 @@ class StagePlan:
     stages: list[dict]  # {layers, devices, time_s, memory_bytes}
 
 
+def unit_times_and_sends(dp: DataParallelModel, micro_batch: int,
+                         inside_node: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit, for one micro-batch: its forward + backward roofline, and the point-to-point
+    send of its output activations forward and their gradients back (on the intra-node link
+    when a copy of the pipeline sits inside one node)."""
+    a, groups = LayerArrays.of(dp.cnn), units(dp.cnn)
+    per_layer = data_layer_times(dp, a, micro_batch)
+    time = np.array([per_layer[list(u.layers)].sum() for u in groups])
+    lk = link(dp, not inside_node)
+    out_bytes = np.array([a.outputs[u.layers[-1]] for u in groups]) \
+        * dp.options.precision.bytes * micro_batch
+    return time, 2 * (lk.alpha + out_bytes / lk.beta)
+
+
+def stage_time_matrix(time: np.ndarray, send: np.ndarray) -> np.ndarray:
+    """(U, U): the time per micro-batch of a stage holding units k..u (k <= u), its sends on
+    both boundaries included; inf below the diagonal."""
+    U = len(time)
+    pre = np.concatenate([[0.0], np.cumsum(time)])
+    k, u = np.meshgrid(np.arange(U), np.arange(U), indexing="ij")
+    before = np.concatenate([[0.0], send[:-1]])  # the send across the cut before k
+    after = np.concatenate([send[:-1], [0.0]])  # ... and after u (none after the last unit)
+    return np.where(k <= u, pre[u + 1] - pre[k] + before[k] + after[u], np.inf)
+
+
+def min_max_cut(cost: np.ndarray, p: int) -> tuple[float, list[int]]:
+    """The contiguous cut of U units into p stages minimising the largest cost[k, u] over its
+    stages, and that cut (stage index per unit), by dynamic programming over prefixes:
+    best[j][u] is the best largest cost of units 0..u on j + 1 stages. Ties go to the earliest
+    cut."""
+    U = cost.shape[0]
+    if p > U:
+        return float("inf"), []
+    best = cost[0].copy()  # one stage: units 0..u
+    choice = []
+    for _ in range(1, p):
+        # the last stage holds k..u (k >= 1): max(best[k - 1], cost[k, u]), minimised over k
+        cand = np.maximum(best[:-1, None], cost[1:, :])  # (k - 1, u)
+        arg = np.argmin(cand, axis=0)
+        best = cand[arg, np.arange(U)]
+        choice.append(arg + 1)  # the first unit of the last stage
+    stage_of = [0] * U
+    hi = U - 1
+    for j in range(p - 1, 0, -1):
+        lo = int(choice[j - 1][hi])
+        stage_of[lo:hi + 1] = [j] * (hi + 1 - lo)
+        hi = lo - 1
+    return float(best[U - 1]), stage_of
+
+
+def slowest_stage_floor(dp: DataParallelModel, p: int, micro_batch: int,
+                        inside_node: bool) -> float:
+    """The smallest possible slowest stage (sends included, memory aside) of any cut into p
+    stages at this micro-batch: the same for every point with this p, micro-batch and link."""
+    return min_max_cut(stage_time_matrix(*unit_times_and_sends(dp, micro_batch, inside_node)),
+                       p)[0]
+
+
 class Stages:
     def __init__(self, dp: DataParallelModel, n: int, g: int, p: int, micro_batch: int,
                  micro_batches: int, collective: Collective):
@@ -55,15 +113,11 @@ class Stages:
         self.units: list[Group] = units(cnn)
         a = LayerArrays.of(cnn)
         d, mu = prec.bytes, micro_batch
-        d, mu = prec.bytes, micro_batch
-        per_layer = data_layer_times(dp, a, mu)
         pick = lambda x: np.array([x[list(u.layers)].sum() for u in self.units])  # noqa: E731
-        self.time = pick(per_layer)  # per unit, per micro-batch
         # A copy of the pipeline sits inside one node when its stages tile the node.
         self.inside_node = p <= g and g % p == 0
-        lk = link(dp, not self.inside_node)
-        out_bytes = np.array([a.outputs[u.layers[-1]] for u in self.units]) * d * mu
-        self.send = 2 * (lk.alpha + out_bytes / lk.beta)  # activation forward, gradient back
+        # per unit, per micro-batch: forward + backward, and the send after it
+        self.time, self.send = unit_times_and_sends(dp, mu, self.inside_node)
         self.params = pick(a.params)
         state = dp.options.optimizer.state_bytes_per_param
         master = 4 if d < 4 else 0
@@ -136,11 +190,40 @@ class Stages:
             best = nxt
         return float(best[-1])
 
+    # --- exact bounds by dynamic programming over contiguous cuts ------------------------------
+
+    def stage_times(self) -> np.ndarray:
+        """(U, U): the time per micro-batch of a stage holding units k..u (`stage_time_matrix`)."""
+        return stage_time_matrix(self.time, self.send)
+
+    def stage_tails(self) -> np.ndarray:
+        """(U, U): a stage's gradient allreduce (ceil(bytes / bucket) calls) and optimizer
+        step, for units k..u; inf below the diagonal."""
+        U = len(self.units)
+        k, u = np.meshgrid(np.arange(U), np.arange(U), indexing="ij")
+        gpre = np.concatenate([[0.0], np.cumsum(self.grad_bytes)])
+        opre = np.concatenate([[0.0], np.cumsum(self.optimizer)])
+        w = gpre[u + 1] - gpre[k]
+        calls = np.where(w > 0, np.maximum(1, np.ceil(w / self.bucket)), 0)
+        out = calls * self.latency + w * self.per_byte + opre[u + 1] - opre[k]
+        return np.where(k <= u, out, np.inf)
+
+    def min_max_cut(self, cost: np.ndarray) -> tuple[float, list[int]]:
+        """`min_max_cut` into this point's p stages."""
+        return min_max_cut(cost, self.p)
+
+    def bound_and_cuts(self) -> tuple[float, list[list[int]]]:
+        """A lower bound on the iteration time of every cut, memory aside ((m + p - 1) x the
+        smallest possible slowest stage + the smallest possible slowest gradient tail: each
+        term is minimised exactly, over all cuts), and the cuts that reach each term. When one
+        of those cuts fits in memory and prices at the bound, it is optimal."""
+        if self.p > len(self.units):
+            return float("inf"), []
+        t_best, t_cut = self.min_max_cut(self.stage_times())
+        tail_best, tail_cut = self.min_max_cut(self.stage_tails())
+        bound = (self.m + self.p - 1) * t_best + tail_best
+        return bound, [t_cut] if t_cut == tail_cut else [t_cut, tail_cut]
+
     def lower_bound(self) -> float:
-        """No cut is faster: the slowest stage is at least the mean and the largest unit, and
-        the slowest gradient tail at least the mean one (calls >= bytes / bucket)."""
-        slowest = self.balanced()
-        total = float(self.grad_bytes.sum())
-        tail = (total * (self.per_byte + self.latency / self.bucket)
-                + float(self.optimizer.sum())) / self.p
-        return (self.m + self.p - 1) * slowest + tail
+        """No cut is faster (see `bound_and_cuts`)."""
+        return self.bound_and_cuts()[0]
