@@ -4,20 +4,35 @@ Every formula is the expression `limits` evaluates, in the aggregate symbols of
 `planner.cost.symbols`, with the values that hold for the chosen model, hardware and the
 roofline piece at the optimum. Substituting those values gives `value`, which is what
 `limits` reports.
+
+A formula may also carry a display form: `display` written with named parts (`T_iter`,
+`n_star`) and `where`, the expressions those names stand for, so a paper can print
+`S = T_1 / T_iter` next to `T_iter = ...` instead of one line that repeats T(n). The display
+form and `expression` are the same function of the values. Rendering (text, LaTeX, Python)
+is generic: it reads `Derived` and nothing about the model family.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import functools
+import keyword
+from dataclasses import dataclass, field
 
 import sympy as sp
+from sympy.printing.printer import Printer
+from sympy.printing.pycode import PythonCodePrinter
+from sympy.printing.str import StrPrinter
 
+from planner import latex as tex
 from planner.cost import symbols as S
 from planner.errors import SpecError
 from planner.scaling import Limits
+from planner.tidy import evaluate, tidy_checked
 
 FORMULAS = ("iteration_time", "speedup", "efficiency", "memory", "optimal_nodes",
             "max_speedup", "required_bandwidth", "time_to_train_batch")
+DIMENSIONLESS = "dimensionless"
 
 
 @dataclass(frozen=True)
@@ -25,9 +40,11 @@ class Derived:
     name: str
     description: str
     unit: str
-    expression: sp.Expr
+    expression: sp.Expr  # in the glossary symbols only
     values: dict  # symbol -> number, for every free symbol
     note: str = ""
+    display: sp.Expr | None = None  # `expression` written with the names defined in `where`
+    where: tuple = field(default=())  # ((name symbol, expression), ...), in order of use
 
     @property
     def value(self) -> float | None:
@@ -40,8 +57,33 @@ class Derived:
     def substituted(self, names: set[str] | None) -> Derived:
         """The same formula with the named symbols (or all, for None) replaced by numbers."""
         subs = {s: v for s, v in self.values.items() if names is None or s.name in names}
+        display = None if self.display is None else self.display.subs(subs)
+        where = tuple((sym, e.subs(subs)) for sym, e in self.where)
         return Derived(self.name, self.description, self.unit, self.expression.subs(subs),
-                       {s: v for s, v in self.values.items() if s not in subs}, self.note)
+                       {s: v for s, v in self.values.items() if s not in subs}, self.note,
+                       display, where)
+
+    @functools.cached_property
+    def tidied(self) -> sp.Expr:
+        """`expression` in paper form (`planner.tidy`), with the same value."""
+        return tidy_checked(self.expression, self.values)
+
+    def shown(self) -> tuple[sp.Expr, tuple]:
+        """(right-hand side, where) in paper form: tidied, each with the value of the raw
+        expression (`tidy_checked` keeps the raw one where a rewrite would not)."""
+        return self._shown
+
+    @functools.cached_property
+    def _shown(self) -> tuple[sp.Expr, tuple]:
+        if self.display is None:
+            return self.tidied, ()
+        env = dict(self.values)
+        where = []
+        for sym, e in self.where:
+            where.append((sym, tidy_checked(e, env)))
+            with contextlib.suppress(TypeError, ValueError):  # not numeric: show as it is
+                env[sym] = sp.Float(evaluate(e, env).real, 17)
+        return tidy_checked(self.display, env), tuple(where)
 
 
 def derive(lim: Limits) -> list[Derived]:
@@ -54,24 +96,33 @@ def derive(lim: Limits) -> list[Derived]:
                    S.q: (float(dp.memory["weights"]) + float(dp.memory["gradients"])
                          + float(dp.memory["optimizer"])) / dp.cnn.params,
                    S.A: float(dp.memory["activations"].subs(S.b, 1))}
+    per_iter = ((S.T_iter, T),)
     out = [
+        # T(n) = t_0 + c B / (g n) + exposed collective time (planner.scaling; seed paper sec. 3)
         Derived("iteration_time", "iteration time T(n) under strong scaling", "s", T, at_opt),
-        Derived("speedup", "speed-up over one device at the same global batch", "1",
-                S.T1 / T, at_opt),
-        Derived("efficiency", "parallel efficiency: speed-up per device", "1",
-                S.T1 / (S.g * S.n * T), at_opt),
+        # speed-up and efficiency against one device at the same global batch (seed paper)
+        Derived("speedup", "speed-up over one device at the same global batch", DIMENSIONLESS,
+                S.T1 / T, at_opt, display=S.T1 / S.T_iter, where=per_iter),
+        Derived("efficiency", "parallel efficiency: speed-up per device", DIMENSIONLESS,
+                S.T1 / (S.g * S.n * T), at_opt, display=S.T1 / (S.g * S.n * S.T_iter),
+                where=per_iter),
+        # weights + gradients + optimizer state + activations of b = B / (g n) samples
         Derived("memory", "bytes per device at b = B/(g n)", "B",
                 S.W * S.q + S.A * S.B / (S.g * S.n), memory_vals),
-        Derived("optimal_nodes", "node count minimising T(n)", "1", f_opt.expression, vals,
+        # dT/dn = 0 (or the active boundary) of T(n), planner.scaling.Limits.optimum
+        Derived("optimal_nodes", "node count minimising T(n)", "nodes", f_opt.expression, vals,
                 f_opt.note),
-        Derived("max_speedup", "speed-up at the optimal node count", "1",
-                S.T1 / T.subs(S.n, f_opt.expression), vals, f_opt.note),
+        Derived("max_speedup", "speed-up at the optimal node count", DIMENSIONLESS,
+                S.T1 / T.subs(S.n, f_opt.expression), vals, f_opt.note,
+                display=S.T1 / T.subs(S.n, S.n_star), where=((S.n_star, f_opt.expression),)),
     ]
     bw = lim.required_bandwidth()
     if bw is not None:
+        # beta solving T1 / (g n T(n, beta)) = target efficiency
         out.append(Derived("required_bandwidth", "bandwidth for the target efficiency", "B/s",
                            bw.expression, bw.values, bw.note))
     if lim.critical_batch is not None:
+        # McCandlish et al. 2018: minimise (1 + B_noise / B) T(n, B) over B
         f = lim.time_to_train_formula()
         out.append(Derived("time_to_train_batch", "global batch minimising the time to train "
                            "(1 + B_noise / B) T(n, B) at n nodes", "samples", f.expression,
@@ -80,9 +131,12 @@ def derive(lim: Limits) -> list[Derived]:
 
 
 def _only_free(d: Derived) -> Derived:
-    free = d.expression.free_symbols
+    """Only the values of symbols the formula uses (in `expression` or its display form)."""
+    free = set(d.expression.free_symbols)
+    for e in ([] if d.display is None else [d.display]) + [e for _, e in d.where]:
+        free |= e.free_symbols
     return Derived(d.name, d.description, d.unit, d.expression,
-                   {s: v for s, v in d.values.items() if s in free}, d.note)
+                   {s: v for s, v in d.values.items() if s in free}, d.note, d.display, d.where)
 
 
 def select(formulas: list[Derived], names: tuple[str, ...]) -> list[Derived]:
@@ -99,14 +153,143 @@ def select(formulas: list[Derived], names: tuple[str, ...]) -> list[Derived]:
     return [known[n] for n in names]
 
 
+def _meaning(sym: sp.Symbol) -> S.Meaning:
+    return S.GLOSSARY.get(sym, S.Meaning("", ""))
+
+
 def glossary(d: Derived) -> dict:
-    return {s.name: {"value": float(v), "unit": S.GLOSSARY[s].unit,
-                     "description": S.GLOSSARY[s].description}
+    return {s.name: {"value": float(v), "unit": _meaning(s).unit,
+                     "description": _meaning(s).description, "latex": tex.symbol_latex(s.name)}
             for s, v in sorted(d.values.items(), key=lambda kv: kv[0].name)}
 
 
+# --- rendering -------------------------------------------------------------------------------
+
+def _positive_first(printer, expr, order=None):
+    """The printer's order of a sum's terms, positive terms first (`c - h_1`)."""
+    terms = Printer._as_ordered_terms(printer, expr, order=order)
+    return sorted(terms, key=lambda t: t.could_extract_minus_sign())
+
+
+class _TextPrinter(StrPrinter):
+    """SymPy's string form (SymPy-readable), positive terms of a sum first."""
+
+    _as_ordered_terms = _positive_first
+
+
+def text(expr: sp.Expr) -> str:
+    return _TextPrinter().doprint(expr)
+
+
+def latex_rows(d: Derived, label: bool = True) -> list[tuple[str, str, str | None]]:
+    """(left-hand side, right-hand side, label) of the formula and of its `where` parts."""
+    rhs, where = d.shown()
+    rows = [(tex.lhs(d.name), tex.latex(rhs), d.name if label else None)]
+    return rows + [(tex.symbol_latex(sym.name), tex.latex(e), None) for sym, e in where]
+
+
+def latex_equation(d: Derived) -> str:
+    """The formula as a complete `equation` (or, with `where` parts, `align`) environment."""
+    return tex.environment(latex_rows(d))
+
+
 def as_json(d: Derived) -> dict:
+    full = d.tidied
     return {"name": d.name, "description": d.description, "unit": d.unit,
-            "expression": sp.sstr(d.expression), "latex": sp.latex(d.expression),
-            "python": sp.pycode(d.expression), "symbols": glossary(d), "value": d.value,
-            "note": d.note}
+            "expression": text(full), "latex": tex.latex(full), "latex_lhs": tex.lhs(d.name),
+            "latex_equation": latex_equation(d), "python": _python_printer().doprint(full),
+            "symbols": glossary(d), "value": d.value, "note": d.note}
+
+
+class _PythonPrinter(PythonCodePrinter):
+    _as_ordered_terms = _positive_first
+
+
+def _python_printer() -> PythonCodePrinter:
+    return _PythonPrinter({"fully_qualified_modules": True, "standard": "python3",
+                              "strict": True})
+
+
+def _identifier(name: str) -> str:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"not a Python identifier: {name!r}")  # our symbols never are
+    return name
+
+
+def _doc(text_: str) -> str:
+    """Text safe inside a triple-quoted docstring."""
+    return text_.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+
+
+def python_module(formulas: list[Derived]) -> str:
+    """A Python module that runs as printed: one function per formula, its symbols as
+    parameters with this problem's values as defaults, and a main block printing each value."""
+    printer = _python_printer()
+    functions = []
+    for d in formulas:
+        rhs, where = d.shown()
+        symbols = sorted(d.values, key=lambda x: x.name)
+        params = [f"    {_identifier(x.name)}={float(d.values[x])!r}," for x in symbols]
+        summary = f"{d.description} [{d.unit}]" + (f" ({d.note})" if d.note else "")
+        head = ([f"def {_identifier(d.name)}(", *params, "):"] if params
+                else [f"def {_identifier(d.name)}():"])
+        lines = [*head, f'    """{_doc(summary)}']
+        if symbols:
+            lines += [""] + [f"    {x.name}: {_doc(_meaning(x).description)} [{_meaning(x).unit}]"
+                             for x in symbols] + ['    """']
+        else:
+            lines[-1] += '"""'
+        lines += [f"    {_identifier(x.name)} = {printer.doprint(e)}" for x, e in where]
+        lines.append(f"    return {printer.doprint(rhs)}")
+        functions.append("\n".join(lines))
+    imports = sorted(printer.module_imports)
+    head = ['"""Formulas from `planner derive`: each function returns the formula\'s value; '
+            'its defaults are\nthe values of this problem."""', ""]
+    head += [f"import {m}" for m in imports] + ([""] if imports else [])
+    main = ['if __name__ == "__main__":']
+    main += [f'    print("{d.name} =", repr({d.name}()))' for d in formulas]
+    return "\n".join(head) + "\n\n" + "\n\n\n".join(functions) + "\n\n\n" + "\n".join(main) + "\n"
+
+
+def latex_block(formulas: list[Derived]) -> str:
+    """All formulas in one `align` (one formula: `equation`) environment, each `where` part
+    once, after comment lines with each formula's value and the symbols' values."""
+    comments = [r"% planner derive: needs \usepackage{amsmath}"]
+    rows, seen = [], set()
+    symbols: dict[str, dict] = {}  # name -> glossary entry, with the formulas per value
+    for d in formulas:
+        value = d.value
+        head = f"% {d.name}: {d.description}"
+        head += f"; value {value:.6g} {d.unit}" if value is not None else ""
+        head += f" [{d.note}]" if d.note else ""
+        comments.append(head)
+        for k, v in glossary(d).items():
+            symbols.setdefault(k, {**v, "uses": {}})["uses"].setdefault(v["value"], []).append(
+                d.name)
+        for row in latex_rows(d):
+            if row[2] is None and row[:2] in seen:
+                continue
+            seen.add(row[:2])
+            rows.append(row)
+    if symbols:
+        comments.append("% where")
+    for k, v in sorted(symbols.items()):
+        uses = v["uses"]
+        shown = "; ".join(f"{x:.6g} {v['unit']}" + (f" ({', '.join(names)})" if len(uses) > 1
+                                                      else "") for x, names in uses.items())
+        comments.append(f"%   ${v['latex']}$ ({k}) = {shown}: {v['description']}")
+    return "\n".join(comments) + "\n" + tex.environment(rows)
+
+
+def text_block(d: Derived) -> str:
+    """`name = expression` (SymPy-readable), its named parts, the value and the glossary."""
+    rhs, where = d.shown()
+    lines = [f"{d.name} = {text(rhs)}"]
+    lines += [f"  with {sym.name} = {text(e)}" for sym, e in where]
+    value = d.value
+    tail = f"  value = {value:.6g} {d.unit}" if value is not None else ""
+    note = f"  [{d.note}]" if d.note else ""
+    lines.append(f"where{note}{tail}")
+    lines += [f"    {k} = {v['value']:.6g} {v['unit']}  ({v['description']})"
+              for k, v in glossary(d).items()]
+    return "\n".join(lines)

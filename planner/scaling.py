@@ -68,6 +68,36 @@ def _solve_for_n(expr: sp.Expr) -> list[sp.Expr]:
     return [r.subs(coeffs) for r in sp.solve(reduced, S.n)]
 
 
+def _affine(expr: sp.Expr, x: sp.Symbol) -> tuple[sp.Expr, sp.Expr] | None:
+    """(a, k) with expr = a + k x, a and k free of x; None when expr is not affine in x."""
+    k = sp.diff(expr, x)
+    if k.has(x):
+        return None
+    return expr.subs(x, 0), k
+
+
+def _ttt_stationary_batch(t: sp.Expr) -> list[sp.Expr]:
+    """Roots in B of d/dB [(1 + B_noise / B) t(B)] = 0. Where t = a + k B on a smooth branch
+    (it is: compute c B / (g n) and the hidden backward h_1 B / (g n) are linear in B, the
+    collective does not depend on it), the root is B* = sqrt(B_noise a / k) with a = t(0)
+    kept as written (McCandlish et al. 2018, eq. for the optimal batch at a fixed cost per
+    sample); otherwise SymPy solves."""
+    ak = _affine(t, S.B)
+    if ak is None:
+        return sp.solve(sp.diff((1 + S.B_noise / S.B) * t, S.B), S.B)
+    a, k = ak
+    return [sp.sqrt(S.B_noise * a / k)]
+
+
+def _affine_root(expr: sp.Expr, x: sp.Symbol) -> list[sp.Expr]:
+    """Roots in x of expr = 0: -a / k where expr = a + k x, else SymPy's."""
+    ak = _affine(expr, x)
+    if ak is None:
+        return sp.solve(expr, x)
+    a, k = ak
+    return [] if k == 0 else [-a / k]
+
+
 def _rational(x: float) -> sp.Rational:
     """A float as a short exact fraction (0.8 -> 4/5) without SymPy parsing anything."""
     f = fractions.Fraction(x).limit_denominator(10**6)
@@ -402,12 +432,11 @@ class Limits:
                         ("communication hidden", self.compute_expr())]
         out = []
         for label, t in branches:
-            f = (1 + S.B_noise / S.B) * t
             out += [(f"stationary point of the time to train, {label}", r)
-                    for r in sp.solve(sp.diff(f, S.B), S.B)]
+                    for r in _ttt_stationary_batch(t)]
         if self.overlap:
             out += [("communication just hidden by the backward pass", r)
-                    for r in sp.solve(comm - hidden, S.B)]
+                    for r in _affine_root(comm - hidden, S.B)]
         return out
 
     @functools.cached_property

@@ -158,10 +158,12 @@ def _sweep() -> dict:
 
 
 def _derive() -> dict:
-    symbol = obj({"value": NUM, "unit": STR, "description": STR})
+    symbol = obj({"value": NUM, "unit": STR, "description": STR, "latex": STR})
+    # latex: the right-hand side; latex_equation: a complete equation / align environment
     formula = obj({"name": STR, "description": STR, "unit": STR, "expression": STR,
-                   "latex": STR, "python": STR, "value": {"type": ["number", "null"]},
-                   "note": STR, "symbols": {"type": "object", "additionalProperties": symbol}})
+                   "latex": STR, "latex_lhs": STR, "latex_equation": STR, "python": STR,
+                   "value": {"type": ["number", "null"]}, "note": STR,
+                   "symbols": {"type": "object", "additionalProperties": symbol}})
     return _envelope("derive", {"model": STR, "hardware": STR,
                                 "formulas": {"type": "array", "items": formula}}, ["formulas"])
 
