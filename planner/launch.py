@@ -14,10 +14,11 @@ LAUNCH_FORMATS = ("env", "slurm", "torchrun", "megatron", "deepspeed")
 
 
 def normalise(config: dict) -> dict:
-    """The launcher-facing fields of a data-parallel or hybrid `config` JSON object."""
+    """The launcher-facing fields of a `config` JSON object: a `planner.plan.Plan` (every
+    family), or a CNN split's (pipeline stages or per-layer modes)."""
     devices = config["devices"]
     dpn = config["devices_per_node"]
-    if "tp" in config:  # hybrid (transformer) plan
+    if "tp" in config:  # a Plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices,
                 "tp": config["tp"], "pp": config["pp"], "dp": config["dp"],
                 "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
@@ -30,6 +31,7 @@ def normalise(config: dict) -> dict:
                 "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
                 "gradient_accumulation": config["micro_batches"], "interleave": 1,
                 "recompute": "none", "sequence_parallel": False, "zero": 0}
+    # per-layer modes: data parallel outside the model-parallel layers
     return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
             "pp": 1, "dp": devices, "micro_batch": config["local_batch"],
             "global_batch": config["global_batch"], "gradient_accumulation": 1, "interleave": 1,

@@ -41,38 +41,33 @@ def pareto_plot(front: list[dict], path: str, title: str) -> None:
     _save(plt, fig, path)
 
 
-def sweep_plot(points, path: str, title: str) -> None:
+def sweep_plot(sweep, path: str, title: str) -> None:
+    """Any family's sweep: samples/s against devices with linear scaling from the smallest
+    point, and the iteration time's parts per point (MFU on a second axis where the family
+    reports it)."""
     plt = _pyplot(path)
-    nodes = [p.config.nodes for p in points]
+    pts = sorted(sweep.points, key=lambda p: p.plan.devices)
+    if not pts:
+        raise SpecError("plot: the sweep has no point to draw")
+    dev = [p.plan.devices for p in pts]
+    rate = [p.prediction.samples_per_s for p in pts]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    ax1.plot(nodes, [p.prediction.speedup for p in points], "o-", label="predicted")
-    ax1.plot(nodes, [p.config.devices for p in points], "k--", lw=0.8, label="linear")
-    ax1.set(xscale="log", yscale="log", xlabel="nodes", ylabel="speed-up over one device")
+    ax1.plot(dev, rate, "o-", label="predicted")
+    ax1.plot(dev, [rate[0] * d / dev[0] for d in dev], "k--", lw=0.8, label="linear")
+    ax1.set(xscale="log", yscale="log", xlabel="devices", ylabel="samples per second")
     ax1.legend()
-    ax2.plot(nodes, [p.prediction.compute_time_s for p in points], "o-", label="compute")
-    ax2.plot(nodes, [p.prediction.communication_time_s for p in points], "s-",
-             label="communication")
-    ax2.plot(nodes, [p.prediction.exposed_communication_time_s for p in points], "^-",
-             label="exposed communication")
-    ax2.set(xscale="log", yscale="log", xlabel="nodes", ylabel="seconds per iteration")
-    ax2.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    _save(plt, fig, path)
-
-
-def transformer_sweep_plot(points, path: str, title: str) -> None:
-    """Tokens/s against devices (with linear scaling from the smallest point) and MFU."""
-    plt = _pyplot(path)
-    dev = [p.solution.plan.devices for p in points]
-    tok = [p.solution.prediction["tokens_per_s"] for p in points]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    ax1.plot(dev, tok, "o-", label="predicted")
-    ax1.plot(dev, [tok[0] * d / dev[0] for d in dev], "k--", lw=0.8, label="linear")
-    ax1.set(xscale="log", yscale="log", xlabel="devices", ylabel="tokens per second")
-    ax1.legend()
-    ax2.plot(dev, [p.solution.prediction["mfu"] for p in points], "o-")
-    ax2.set(xscale="log", xlabel="devices", ylabel="model FLOPs utilisation", ylim=(0, 1))
+    parts = list(dict.fromkeys(k for p in pts for k in p.prediction.time_breakdown))
+    for part in parts:
+        values = [p.prediction.time_breakdown.get(part, 0.0) for p in pts]
+        if any(v > 0 for v in values):
+            ax2.plot(dev, [v if v > 0 else float("nan") for v in values], "o-", ms=3,
+                     label=part)
+    ax2.set(xscale="log", yscale="log", xlabel="devices", ylabel="seconds per iteration")
+    ax2.legend(fontsize="small")
+    if all(p.prediction.mfu is not None for p in pts):
+        ax3 = ax2.twinx()
+        ax3.plot(dev, [p.prediction.mfu for p in pts], "k:", label="MFU")
+        ax3.set(ylabel="model FLOPs utilisation (dotted)", ylim=(0, 1))
     fig.suptitle(title)
     fig.tight_layout()
     _save(plt, fig, path)

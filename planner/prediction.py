@@ -1,71 +1,91 @@
-"""Predict one data-parallel configuration: every number comes from `DataParallelModel`'s
-expressions, evaluated at the configuration's (n, g, b)."""
+"""What a plan is predicted to do: one type for every model family, and the CNN's prediction.
+
+The keys are the same for every family; a family leaves out (None) what it does not model:
+a transformer has no single-device speed-up, a CNN no tokens or MFU here. `predict` goes
+straight down: a plan in, `DataParallelModel`'s expressions evaluated at its (n, g, b), a
+`Prediction` out. The transformer's prediction is `planner.search.hybrid.predict`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import dataclass
 
 from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
 from planner.errors import SpecError
-
-
-@dataclass(frozen=True)
-class Config:
-    nodes: int
-    devices_per_node: int
-    global_batch: int
-    collective: Collective
-    overlap: bool
-
-    def __post_init__(self):
-        for key in ("nodes", "devices_per_node", "global_batch"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"{key}: must be a positive integer, got {value!r}")
-        if self.global_batch % self.devices:
-            raise SpecError(
-                f"global_batch: {self.global_batch} is not divisible by {self.devices} devices "
-                f"({self.nodes} nodes x {self.devices_per_node})"
-            )
-
-    @property
-    def devices(self) -> int:
-        return self.nodes * self.devices_per_node
-
-    @property
-    def local_batch(self) -> int:
-        return self.global_batch // self.devices
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d.update(devices=self.devices, local_batch=self.local_batch,
-                 collective=self.collective.value)
-        return d
+from planner.plan import Plan
 
 
 @dataclass(frozen=True)
 class Prediction:
     iteration_time_s: float
-    throughput_samples_per_s: float
+    samples_per_s: float
     compute_time_s: float
-    communication_time_s: float
-    exposed_communication_time_s: float
+    exposed_communication_time_s: float  # communication the compute does not hide
     optimizer_time_s: float
+    time_breakdown: dict  # the parts of the iteration time: compute, *_comm*, optimizer, ...
     memory_bytes_per_device: float
-    memory_breakdown: dict
+    memory_breakdown: dict  # weights, gradients, optimizer, activations
     memory_capacity_bytes: float
     fits_memory: bool
-    speedup: float
-    efficiency: float
+    communication_time_s: float | None = None  # all of it, hidden or not
+    tokens_per_s: float | None = None
+    speedup: float | None = None  # over one device running the whole global batch
+    efficiency: float | None = None  # speed-up / devices
+    model_flops_per_iteration: float | None = None
+    hardware_flops_per_iteration: float | None = None  # with recomputation
+    tflops_per_device_model: float | None = None
+    tflops_per_device_hardware: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    # CNN splits (per-layer modes, pipeline stages)
+    activation_communication_time_s: float | None = None
+    bubble_fraction: float | None = None
+    stage_time_s: float | None = None
+    p2p_time_s: float | None = None
+
+    @property
+    def throughput_samples_per_s(self) -> float:
+        return self.samples_per_s
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return self.fits_memory
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Every key the family fills, with the older names kept: `throughput_samples_per_s`
+        (= samples_per_s) and `fits_in_memory` (= fits_memory)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
+        out["throughput_samples_per_s"] = self.samples_per_s
+        out["fits_in_memory"] = self.fits_memory
+        return out
+
+    def __getitem__(self, key: str):
+        """Read as the JSON document (`pred["iteration_time_s"]`): kept for code written
+        against the old dict predictions; prefer attributes."""
+        doc = self.to_json()
+        if key not in doc:
+            raise KeyError(key)
+        return doc[key]
 
 
-def predict(model: DataParallelModel, config: Config) -> Prediction:
-    n, g, b = config.nodes, config.devices_per_node, config.local_batch
-    col, ov = config.collective, config.overlap
+def Config(nodes: int, devices_per_node: int, global_batch: int,  # noqa: N802
+           collective: Collective | str, overlap: bool = True) -> Plan:
+    """A data-parallel `Plan` (the name of the CNN's former configuration type)."""
+    return Plan.data_parallel(nodes, devices_per_node, global_batch, collective, overlap)
+
+
+def predict(model: DataParallelModel, plan: Plan) -> Prediction:
+    if plan.tp != 1 or plan.pp != 1:
+        raise SpecError(f"tp: tp({plan.tp}) x pp({plan.pp}): the data-parallel CNN model "
+                        "predicts tp = pp = 1 plans (solve --strategy hybrid or pipeline splits)")
+    n, g, b = plan.nodes, plan.devices_per_node, plan.local_batch
+    col, ov = plan.collective or Collective.ring, plan.overlap
     if g > model.system.devices_per_node:
         raise SpecError(
             f"devices_per_node: {g} exceeds the {model.system.devices_per_node} devices per node "
@@ -74,21 +94,23 @@ def predict(model: DataParallelModel, config: Config) -> Prediction:
     val = lambda name: float(model.numeric(name, col, ov)(n, g, b))  # noqa: E731
     t_iter = val("iteration")
     # Speed-up against one device processing the whole global batch without communication.
-    t_one = float(model.numeric("compute")(1, 1, config.global_batch)) + val("optimizer")
+    t_one = float(model.numeric("compute")(1, 1, plan.global_batch)) + val("optimizer")
     speedup = t_one / t_iter
     mem = {k: val(f"memory.{k}") for k in model.memory}
     capacity = model.system.device.memory_bytes
+    compute, exposed, optimizer = val("compute"), val("exposed"), val("optimizer")
     return Prediction(
         iteration_time_s=t_iter,
-        throughput_samples_per_s=config.global_batch / t_iter,
-        compute_time_s=val("compute"),
+        samples_per_s=plan.global_batch / t_iter,
+        compute_time_s=compute,
         communication_time_s=val("comm"),
-        exposed_communication_time_s=val("exposed"),
-        optimizer_time_s=val("optimizer"),
+        exposed_communication_time_s=exposed,
+        optimizer_time_s=optimizer,
+        time_breakdown={"compute": compute, "dp_comm_exposed": exposed, "optimizer": optimizer},
         memory_bytes_per_device=sum(mem.values()),
         memory_breakdown=mem,
         memory_capacity_bytes=capacity,
         fits_memory=sum(mem.values()) <= capacity,
         speedup=speedup,
-        efficiency=speedup / config.devices,
+        efficiency=speedup / plan.devices,
     )

@@ -1,8 +1,8 @@
 """JSON Schema (draft 2020-12) of the JSON documents the commands print: `planner schema`.
 
-One schema per command; `evaluate` and `solve` accept either the data-parallel (CNN) or the
-hybrid (transformer) form. Tests validate real outputs against these, so a key added to an
-output without its schema fails CI.
+One schema per command; a plan and its prediction have one form for every model family
+(`CONFIG`, `PREDICTION`); `solve` has a second form for the CNN's layer splits. Tests validate
+real outputs against these, so a key added to an output without its schema fails CI.
 """
 
 from __future__ import annotations
@@ -24,41 +24,50 @@ def _envelope(command: str, body: dict, required: list[str]) -> dict:
     return obj(props, ["schema_version", "command", *required])
 
 
-DP_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
-                 "local_batch": INT, "collective": STR, "overlap": BOOL})
-DP_PREDICTION = obj({
-    "iteration_time_s": NUM, "throughput_samples_per_s": NUM, "compute_time_s": NUM,
-    "communication_time_s": NUM, "exposed_communication_time_s": NUM, "optimizer_time_s": NUM,
+# One plan (`planner.plan.Plan`) for every family: a CNN's data-parallel plan has tp = pp = 1
+# and names its collective; a transformer's leaves the collective out.
+CONFIG = obj({
+    "nodes": INT, "devices_per_node": INT, "devices": INT, "tp": INT, "pp": INT, "dp": INT,
+    "micro_batch": INT, "global_batch": INT, "gradient_accumulation": INT, "local_batch": INT,
+    "interleave": INT, "recompute": {"enum": ["none", "selective", "full"]},
+    "sequence_parallel": BOOL, "zero": {"enum": [0, 1, 2, 3]},
+    "schedule": {"enum": ["1f1b", "gpipe"]}, "collective": STR, "overlap": BOOL,
+    "flash_attention": BOOL},
+    required=["nodes", "devices_per_node", "devices", "tp", "pp", "dp", "micro_batch",
+              "global_batch", "gradient_accumulation", "local_batch", "interleave",
+              "recompute", "sequence_parallel", "zero", "schedule", "overlap",
+              "flash_attention"])
+DP_CONFIG = CONFIG  # former names
+HYBRID_CONFIG = CONFIG
+TRAINING_KEYS = {"steps": NUM, "samples": NUM, "tokens": NUM, "time_to_train_s": NUM,
+                 "cost_usd": NUM}
+# One prediction (`planner.prediction.Prediction`) for every family; a family leaves out what
+# it does not model (a transformer: speed-up; a CNN: tokens, FLOPs, MFU).
+PREDICTION = obj({
+    "iteration_time_s": NUM, "samples_per_s": NUM, "throughput_samples_per_s": NUM,
+    "tokens_per_s": NUM, "compute_time_s": NUM, "communication_time_s": NUM,
+    "exposed_communication_time_s": NUM, "optimizer_time_s": NUM,
+    "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "pp_bubble", "pp_comm",
+                                            "dp_comm_exposed", "comm_exposed", "optimizer")},
+                          required=["compute", "optimizer"]),
     "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_memory": BOOL,
+    "fits_in_memory": BOOL,
     "memory_breakdown": obj({k: NUM for k in ("weights", "gradients", "optimizer",
                                               "activations")}),
     "speedup": NUM, "efficiency": NUM,
-    # with --critical-batch (time to train)
-    "steps": NUM, "samples": NUM, "time_to_train_s": NUM, "cost_usd": NUM,
-}, required=["iteration_time_s", "throughput_samples_per_s", "memory_bytes_per_device",
-             "speedup", "efficiency"])
-HYBRID_CONFIG = obj({
-    "devices": INT, "nodes": INT, "devices_per_node": INT, "tp": INT, "pp": INT, "dp": INT,
-    "micro_batch": INT, "global_batch": INT, "interleave": INT,
-    "recompute": {"enum": ["none", "selective", "full"]}, "sequence_parallel": BOOL,
-    "zero": {"enum": [0, 1, 2, 3]}, "schedule": {"enum": ["1f1b", "gpipe"]}, "overlap": BOOL,
-    "flash_attention": BOOL, "gradient_accumulation": INT})
-HYBRID_PREDICTION = obj({
-    "iteration_time_s": NUM, "samples_per_s": NUM, "tokens_per_s": NUM,
     "model_flops_per_iteration": NUM, "hardware_flops_per_iteration": NUM,
     "tflops_per_device_model": NUM, "tflops_per_device_hardware": NUM, "mfu": NUM, "hfu": NUM,
-    "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "pp_bubble", "pp_comm",
-                                            "dp_comm_exposed", "optimizer")}),
-    "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_in_memory": BOOL,
-    "memory_breakdown": obj({k: NUM for k in ("weights", "gradients", "optimizer",
-                                              "activations")}),
-    # solve with --critical-batch (time to train)
-    "steps": NUM, "samples": NUM, "tokens": NUM, "time_to_train_s": NUM, "cost_usd": NUM,
-}, required=["iteration_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_iteration",
-             "hardware_flops_per_iteration", "tflops_per_device_model",
-             "tflops_per_device_hardware", "mfu", "hfu", "time_breakdown",
-             "memory_bytes_per_device", "memory_capacity_bytes", "fits_in_memory",
-             "memory_breakdown"])
+    # CNN splits
+    "activation_communication_time_s": NUM, "bubble_fraction": NUM, "stage_time_s": NUM,
+    "p2p_time_s": NUM,
+    # with --critical-batch (time to train)
+    **TRAINING_KEYS,
+}, required=["iteration_time_s", "samples_per_s", "throughput_samples_per_s", "compute_time_s",
+             "exposed_communication_time_s", "optimizer_time_s", "time_breakdown",
+             "memory_bytes_per_device", "memory_capacity_bytes", "fits_memory",
+             "fits_in_memory", "memory_breakdown"])
+DP_PREDICTION = PREDICTION  # former names
+HYBRID_PREDICTION = PREDICTION
 OBJECTIVE = obj({"name": STR, "value": NUM, "solver_value": NUM, "unit": STR},
                 required=["name", "value", "unit"])
 
@@ -73,9 +82,7 @@ SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "glob
                     "micro_batches": INT, "collective": STR, "overlap": BOOL},
                    required=["nodes", "devices_per_node", "devices", "global_batch",
                              "collective", "overlap"])
-SPLIT_PREDICTION = {**DP_PREDICTION, "properties": {
-    **DP_PREDICTION["properties"], "activation_communication_time_s": NUM,
-    "bubble_fraction": NUM, "stage_time_s": NUM, "p2p_time_s": NUM}}
+SPLIT_PREDICTION = PREDICTION
 LAYER_PLAN = obj({"name": STR, "mode": {"enum": ["data", "model"]}, "degree": INT,
                   "compute_time_s": NUM, "communication_time_s": NUM})
 STAGE_PLAN = obj({"layers": {"type": "array", "items": STR}, "devices": INT, "time_s": NUM,
@@ -87,38 +94,32 @@ SPLIT_PLAN = {"oneOf": [obj({"layers": {"type": "array", "items": LAYER_PLAN}}),
 
 def _evaluate() -> dict:
     spec = {"model": STR, "hardware": STR, "line": INT}
-    dp = _envelope("evaluate", {**spec, "config": DP_CONFIG, "prediction": DP_PREDICTION},
-                   ["config", "prediction"])
-    hybrid = _envelope("evaluate", {**spec, "config": HYBRID_CONFIG,
-                                    "prediction": HYBRID_PREDICTION}, ["config", "prediction"])
+    plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
+                     ["config", "prediction"])
     error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
-    return {"oneOf": [dp, hybrid, error]}
+    return {"oneOf": [plan, error]}
 
 
 def _solve() -> dict:
     spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
             "objective": OBJECTIVE}
-    dp = _envelope("solve", {
-        **spec, "strategy": {"const": "data"}, "config": DP_CONFIG, "prediction": DP_PREDICTION,
-        "pareto": pareto(DP_CONFIG),
-        "solve_time_s": NUM, "build_time_s": NUM,
-        "search": obj({"points": INT, "branches": INT, "gap": NUM}),
-        "alternatives": {"type": "array", "items": obj({"config": DP_CONFIG,
-                                                        "prediction": DP_PREDICTION})},
-    }, ["status", "config", "prediction", "objective", "search"])
-    hybrid = _envelope("solve", {
-        **spec, "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION,
-        "pareto": pareto(HYBRID_CONFIG),
-        "search": obj({"rows": INT, "build_time_s": NUM, "solve_time_s": NUM, "gap": NUM}),
-    }, ["status", "config", "prediction", "objective", "search"])
+    plan = _envelope("solve", {
+        **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
+        "pareto": pareto(CONFIG), "solve_time_s": NUM, "build_time_s": NUM,
+        "search": obj({"points": INT, "rows": INT, "branches": INT, "gap": NUM,
+                       "build_time_s": NUM, "solve_time_s": NUM},
+                      required=["points", "rows", "branches", "gap"]),
+        "alternatives": {"type": "array", "items": obj({"config": CONFIG,
+                                                        "prediction": PREDICTION})},
+    }, ["status", "config", "prediction", "objective", "search", "alternatives"])
     split = _envelope("solve", {
         **spec, "strategy": {"enum": ["hybrid", "pipeline"]}, "config": SPLIT_CONFIG,
         "plan": SPLIT_PLAN, "prediction": SPLIT_PREDICTION,
         "data_parallel": {"oneOf": [{"type": "null"}, obj({
-            "config": DP_CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
+            "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
         "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
     }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
-    return {"oneOf": [dp, hybrid, split]}
+    return {"oneOf": [plan, split]}
 
 
 def _limits() -> dict:
@@ -139,22 +140,18 @@ def _limits() -> dict:
 
 
 def _sweep() -> dict:
-    point = obj({**DP_CONFIG["properties"], **DP_PREDICTION["properties"],
-                 "bandwidth_GBps": NUM},
-                required=[*DP_CONFIG["required"], "bandwidth_GBps", "iteration_time_s",
-                          "throughput_samples_per_s", "speedup", "efficiency"])
-    dp = _envelope("sweep", {"model": STR, "hardware": STR,
-                             "points": {"type": "array", "items": point},
-                             "skipped_nodes": {"type": "array", "items": INT}},
-                   ["points", "skipped_nodes"])
-    hybrid_point = obj({"nodes": INT, "bandwidth_GBps": NUM, "scaling_efficiency": NUM,
-                        "config": HYBRID_CONFIG, "prediction": HYBRID_PREDICTION})
+    # each point as config + prediction, and the same keys flat (the first sweep's form)
+    flat = {**CONFIG["properties"], **PREDICTION["properties"]}
+    point = obj({**flat, "bandwidth_GBps": NUM, "scaling_efficiency": NUM, "config": CONFIG,
+                 "prediction": PREDICTION},
+                required=[*CONFIG["required"], *PREDICTION["required"], "bandwidth_GBps",
+                          "scaling_efficiency", "config", "prediction"])
     skipped = obj({"nodes": INT, "global_batch": INT, "bandwidth_GBps": NUM, "reason": STR})
-    hybrid = _envelope("sweep", {"model": STR, "hardware": STR,
-                                 "points": {"type": "array", "items": hybrid_point},
-                                 "skipped": {"type": "array", "items": skipped}},
-                       ["points", "skipped"])
-    return {"oneOf": [dp, hybrid]}
+    return _envelope("sweep", {"model": STR, "hardware": STR,
+                               "points": {"type": "array", "items": point},
+                               "skipped": {"type": "array", "items": skipped},
+                               "skipped_nodes": {"type": "array", "items": INT}},
+                     ["points", "skipped", "skipped_nodes"])
 
 
 def _derive() -> dict:

@@ -73,13 +73,24 @@ def test_solver_objective_equals_expression_at_its_answer(model, hw, problem):
 
 
 def test_runners_up_follow_brute_force_order():
+    """--top: the runners-up are the next best (nodes, devices per node, batch) points in
+    brute-force order, each with its best collective: never the chosen plan (or another
+    runner-up) with only the collective swapped."""
     dp = build("alexnet", "k80-fdr")
     problem = Problem(global_batch=256, nodes_max=8, top=4)
     sol = DataParallelSolver(dp, problem).solve()
-    bf = brute_force(dp, problem)
+    best_per_point, seen = [], set()
+    for v, c in brute_force(dp, problem):
+        if (c.nodes, c.devices_per_node, c.global_batch) not in seen:
+            seen.add((c.nodes, c.devices_per_node, c.global_batch))
+            best_per_point.append(v)
     got = [sol.objective["value"]] + [DataParallelSolver(dp, problem).objective_value(c)
                                       for c, _ in sol.alternatives]
-    assert [round(v, 12) for v in got] == [round(v, 12) for v, _ in bf[:5]]
+    assert len(got) == 5
+    assert [round(v, 12) for v in got] == [round(v, 12) for v in best_per_point[:5]]
+    points = [(c.nodes, c.devices_per_node, c.global_batch)
+              for c in [sol.config, *(c for c, _ in sol.alternatives)]]
+    assert len(set(points)) == len(points)
 
 
 def test_fewest_nodes_within_tolerance():

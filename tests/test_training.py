@@ -251,7 +251,7 @@ def test_transformer_time_to_train_picks_a_smaller_batch_than_throughput(run_jso
                                   tp=c["tp"], pp=c["pp"], micro_batch=c["micro_batch"],
                                   interleave=c["interleave"], recompute=c["recompute"],
                                   sequence_parallel=c["sequence_parallel"], zero=c["zero"])
-    assert ev.prediction["iteration_time_s"] == pred["iteration_time_s"]
+    assert ev.prediction.iteration_time_s == pred["iteration_time_s"]
 
 
 def test_transformer_pareto_front_and_launcher_agree(run, run_json):
@@ -298,7 +298,7 @@ def test_transformer_sweep_points_are_the_pinned_solves(run, run_json, tmp_path)
         sol = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
                                     devices=p["nodes"] * 8)
         assert p["config"]["devices"] == p["nodes"] * 8
-        assert p["prediction"]["iteration_time_s"] == sol.prediction["iteration_time_s"]
+        assert p["prediction"]["iteration_time_s"] == sol.prediction.iteration_time_s
         steps = 3e11 / 2048 / 4096 * (1 + 4096 / 1536)
         assert math.isclose(p["prediction"]["steps"], steps, rel_tol=1e-12)
     a, b = doc["points"]

@@ -96,12 +96,13 @@ def _every_plan(m, system, B: int, budget: int):
             for v, rec, sp, zero, sched in itertools.product(
                     [1, 2, 3, 4, 6, 12], ["none", "selective", "full"], [False, True],
                     [0, 1, 2, 3], ["1f1b", "gpipe"]):
-                plan = Plan(t, p, d, mb, B, v, rec, sp and t > 1, zero, sched)
                 try:
+                    plan = Plan.split(t, p, d, mb, B, node_size=8, interleave=v, recompute=rec,
+                                      sequence_parallel=sp and t > 1, zero=zero, schedule=sched)
                     pred = predict(m, system, Precision.bf16, plan)
                 except SpecError:
                     continue
-                if pred["fits_in_memory"]:
+                if pred.fits_memory:
                     yield plan, pred
 
 
@@ -109,10 +110,10 @@ def test_solver_equals_brute_force_over_every_plan():
     name, hwname = _tiny()
     m, system = load_model(name), load_system(hwname)
     B, budget = 32, 16
-    best = min(pred["iteration_time_s"] for _, pred in _every_plan(m, system, B, budget))
+    best = min(pred.iteration_time_s for _, pred in _every_plan(m, system, B, budget))
     sol = HybridSolver(m, system, Precision.bf16, Search(global_batch=B, devices_max=budget)).solve()
     assert sol.status == "optimal"
-    assert math.isclose(sol.prediction["iteration_time_s"], best, rel_tol=1e-12)
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
 def test_time_to_train_over_a_batch_range_equals_brute_force():
@@ -123,7 +124,7 @@ def test_time_to_train_over_a_batch_range_equals_brute_force():
     budget, price = 16, 2.0
     tr = Training(critical_batch=40, target_steps=1000, price_per_device_hour=price)
     assert candidate_batches(16, 48) == [16, 24, 32, 48]
-    every = [(plan, pred["iteration_time_s"] * tr.steps(plan.global_batch))
+    every = [(plan, pred.iteration_time_s * tr.steps(plan.global_batch))
              for B in (16, 24, 32, 48) for plan, pred in _every_plan(m, system, B, budget)]
     cost = [(plan, ttt * plan.devices * price / 3600) for plan, ttt in every]
     for objective, table in (("time-to-train", every), ("cost", cost)):
@@ -132,7 +133,7 @@ def test_time_to_train_over_a_batch_range_equals_brute_force():
         sol = HybridSolver(m, system, Precision.bf16, q).solve()
         assert math.isclose(sol.objective["value"], min(v for _, v in table), rel_tol=1e-12)
         assert sol.training["time_to_train_s"] == pytest.approx(
-            sol.prediction["iteration_time_s"] * tr.steps(sol.plan.global_batch), rel=1e-12)
+            sol.prediction.iteration_time_s * tr.steps(sol.plan.global_batch), rel=1e-12)
     # the front: no plan is both faster and cheaper than a front point, and along it cost
     # rises as time falls
     front = sol.pareto
@@ -161,13 +162,13 @@ def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():
                                   interleave=p.interleave, recompute=p.recompute,
                                   sequence_parallel=p.sequence_parallel, zero=p.zero,
                                   schedule=p.schedule)
-    assert ev.prediction["iteration_time_s"] == sol.prediction["iteration_time_s"]
-    assert sol.objective["value"] == sol.prediction["iteration_time_s"] / 1536  # s/sample
-    assert sol.prediction["fits_in_memory"] and p.devices <= 4096
+    assert ev.prediction.iteration_time_s == sol.prediction.iteration_time_s
+    assert sol.objective["value"] == sol.prediction.iteration_time_s / 1536  # s/sample
+    assert sol.prediction.fits_memory and p.devices <= 4096
     pinned = api.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
                                    devices_max=4096, tp=4, recompute="full")
     assert pinned.plan.tp == 4 and pinned.plan.recompute == "full"
-    assert pinned.prediction["iteration_time_s"] >= sol.prediction["iteration_time_s"]
+    assert pinned.prediction.iteration_time_s >= sol.prediction.iteration_time_s
 
 
 def test_sc21_table1_within_10_percent():
@@ -185,8 +186,8 @@ def test_unequal_stages_and_output_layer_set_the_pace():
     m, system = load_model("llama2-70b"), load_system("dgx-a100-80gb")
 
     def stage(pp):
-        plan = Plan(tp=8, pp=pp, dp=1, micro_batch=1, global_batch=80, recompute="full")
-        return predict(m, system, Precision.bf16, plan)["time_breakdown"]["compute"] / 80
+        plan = Plan.split(8, pp, 1, 1, 80, node_size=8, recompute="full")
+        return predict(m, system, Precision.bf16, plan).time_breakdown["compute"] / 80
 
     layer = stage(40) - stage(80)  # 2 L + out  -  (L + out)
     out = stage(80) - layer

@@ -43,12 +43,14 @@ def _brute(m, system, B, budget):
                     range(1, m.layers + 1), RECOMPUTE, [False, True], [0, 1, 2, 3],
                     ["1f1b", "gpipe"]):
                 try:
-                    pred = predict(m, system, Precision.bf16,
-                                   Plan(t, p, d, mb, B, v, rec, sp and t > 1, zero, sched))
+                    plan = Plan.split(t, p, d, mb, B, node_size=system.devices_per_node,
+                                      interleave=v, recompute=rec, sequence_parallel=sp and t > 1,
+                                      zero=zero, schedule=sched)
+                    pred = predict(m, system, Precision.bf16, plan)
                 except SpecError:
                     continue
-                if pred["fits_in_memory"]:
-                    best = min(best, pred["iteration_time_s"])
+                if pred.fits_memory:
+                    best = min(best, pred.iteration_time_s)
     return best
 
 
@@ -62,8 +64,8 @@ def test_solver_equals_brute_force_on_random_transformers(m, B, budget):
         assert best == math.inf
         return
     assert sol.status == "optimal"
-    assert math.isclose(sol.prediction["iteration_time_s"], best, rel_tol=1e-12)
-    assert sol.prediction["iteration_time_s"] / B == sol.objective["value"]  # s/sample
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+    assert sol.prediction.iteration_time_s / B == sol.objective["value"]  # s/sample
 
 
 def _with_links(system, factor):
@@ -79,9 +81,9 @@ def _with_links(system, factor):
 def test_more_bandwidth_never_predicts_slower(m, t, p, factor):
     if m.heads % t or m.kv_heads % t or p > m.layers:
         return
-    plan = Plan(tp=t, pp=p, dp=2, micro_batch=1, global_batch=8)
-    slow = predict(m, SYSTEM, Precision.bf16, plan)["iteration_time_s"]
-    fast = predict(m, _with_links(SYSTEM, factor), Precision.bf16, plan)["iteration_time_s"]
+    plan = Plan.split(t, p, 2, 1, 8, node_size=SYSTEM.devices_per_node)
+    slow = predict(m, SYSTEM, Precision.bf16, plan).iteration_time_s
+    fast = predict(m, _with_links(SYSTEM, factor), Precision.bf16, plan).iteration_time_s
     assert fast <= slow * (1 + 1e-12)
 
 

@@ -26,6 +26,7 @@ from planner.cost.data_parallel import DataParallelModel
 from planner.cost.layer_modes import LayerModes
 from planner.cost.stages import Stages
 from planner.errors import InfeasibleError, SpecError
+from planner.prediction import Prediction
 from planner.search.data_parallel import DataParallelSolver, Problem, Solution
 from planner.search.layer_modes import best_modes
 from planner.search.stages import best_cut
@@ -49,7 +50,7 @@ class SplitSolution:
     status: str  # optimal | feasible (time or solve limit reached before the bound closed)
     config: dict
     plan: dict  # {"layers": [...]} or {"stages": [...]}
-    prediction: dict
+    prediction: Prediction
     objective: dict
     data_parallel: dict | None  # {config, iteration_time_s, objective} of the best DP plan
     search: dict = field(default_factory=dict)
@@ -77,13 +78,13 @@ class SplitSearch:
     def _points(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows (n, g, b, collective index), objective factor per row) allowed by every
         constraint except memory, which the split changes."""
-        built = self.dp_solver.build()
+        built = self.dp_solver.table()
         mask = np.ones(len(built.rows), dtype=bool)
-        for name, allowed in built.rm.masks.items():
-            if name != "memory":
-                mask &= allowed
+        for gate in built.table.gates:
+            if gate.name != "memory":
+                mask &= gate.allowed
         if not mask.any():
-            raise self.dp_solver._explain()
+            raise self.dp_solver.explain()
         rows = built.rows[mask]
         self.smallest_local_batch = int(rows[:, 2].min())
         N = rows[:, 0] * rows[:, 1]
@@ -181,8 +182,8 @@ class SplitSearch:
         pred = self._prediction(br.iteration_time_s, n * g, n * g * b_, br.compute_time_s,
                                 br.activation_comm_s + br.gradient_comm_s,
                                 br.activation_comm_s + br.exposed_gradient_comm_s,
-                                br.optimizer_time_s, br.memory_bytes, br.memory_breakdown)
-        pred["activation_communication_time_s"] = br.activation_comm_s
+                                br.optimizer_time_s, br.memory_bytes, br.memory_breakdown,
+                                activation_communication_time_s=br.activation_comm_s)
         return self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
                               dp_sol, stats)
 
@@ -234,9 +235,9 @@ class SplitSearch:
                   "overlap": False}
         comm = sp.p2p_time_s + sp.gradient_comm_s
         pred = self._prediction(sp.iteration_time_s, n * g, B, sp.compute_time_s, comm, comm,
-                                sp.optimizer_time_s, sp.memory_bytes, sp.memory_breakdown)
-        pred.update(bubble_fraction=sp.bubble_fraction, stage_time_s=sp.stage_time_s,
-                    p2p_time_s=sp.p2p_time_s)
+                                sp.optimizer_time_s, sp.memory_bytes, sp.memory_breakdown,
+                                bubble_fraction=sp.bubble_fraction, stage_time_s=sp.stage_time_s,
+                                p2p_time_s=sp.p2p_time_s)
         return self._solution("pipeline", proven, config, {"stages": sp.stages}, pred, best[0],
                               dp_sol, stats)
 
@@ -247,15 +248,16 @@ class SplitSearch:
     # --- results ---------------------------------------------------------------------------------
 
     def _prediction(self, t_iter, devices, batch, compute, comm, exposed, opt, mem_total,
-                    mem) -> dict:
+                    mem, **split) -> Prediction:
         one = float(self.m.numeric("compute")(1, 1, float(batch))) + float(self.m.t_opt)
-        return {"iteration_time_s": t_iter, "throughput_samples_per_s": batch / t_iter,
-                "compute_time_s": compute, "communication_time_s": comm,
-                "exposed_communication_time_s": exposed, "optimizer_time_s": opt,
-                "memory_bytes_per_device": mem_total, "memory_breakdown": mem,
-                "memory_capacity_bytes": self.capacity,
-                "fits_memory": mem_total <= self.capacity,
-                "speedup": one / t_iter, "efficiency": one / t_iter / devices}
+        return Prediction(
+            iteration_time_s=t_iter, samples_per_s=batch / t_iter, compute_time_s=compute,
+            communication_time_s=comm, exposed_communication_time_s=exposed,
+            optimizer_time_s=opt, time_breakdown={"compute": compute, "comm_exposed": exposed,
+                                                  "optimizer": opt},
+            memory_bytes_per_device=mem_total, memory_breakdown=mem,
+            memory_capacity_bytes=self.capacity, fits_memory=mem_total <= self.capacity,
+            speedup=one / t_iter, efficiency=one / t_iter / devices, **split)
 
     def _solution(self, strategy, proven, config, plan, pred, value, dp_sol, stats):
         tr = self.p.training
@@ -263,12 +265,11 @@ class SplitSearch:
         if tr is not None:
             steps = tr.steps(config["global_batch"])
             training = {"steps": steps, "samples": steps * config["global_batch"],
-                        "time_to_train_s": steps * pred["iteration_time_s"]}
+                        "time_to_train_s": steps * pred.iteration_time_s}
             if tr.price_per_device_hour is not None:
                 training["cost_usd"] = training["time_to_train_s"] / 3600 * config["devices"] \
                     * tr.price_per_device_hour
-        unit = {"throughput": "s/sample", "iteration-time": "s", "efficiency": "1/efficiency",
-                "time-to-train": "s", "cost": "USD"}[self.p.objective.value]
+        unit = self.p.objective.unit
         baseline = None
         if dp_sol is not None:
             baseline = {"config": dp_sol.config.to_json(),

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from planner.errors import SpecError
 
 
@@ -58,7 +56,7 @@ class Training:
         return out
 
 
-def check_training(training: Training | None, objective: str, pareto: bool) -> None:
+def check_training(training: Training | None, objective, pareto: bool) -> None:
     """The objectives and outputs that need a Training have one, and it is consistent."""
     needs = objective in ("time-to-train", "cost") or pareto
     if needs and training is None:
@@ -67,12 +65,3 @@ def check_training(training: Training | None, objective: str, pareto: bool) -> N
                         "--target-tokens")
     if training is not None:
         training.check(wants_price=objective == "cost" or pareto)
-
-
-def pareto_front(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """Indices of the non-dominated (time, cost) points, fastest first: sorted by time (ties by
-    cost), a point joins the front when it is cheaper than every faster one."""
-    order = np.lexsort((cost, time_s))
-    c = cost[order]
-    before = np.concatenate([[math.inf], np.minimum.accumulate(c)[:-1]])
-    return order[c < before * (1 - 1e-12)]

@@ -1,0 +1,205 @@
+"""One parallel plan for every model family: how the devices are split and the batch is cut.
+
+    devices      = nodes x devices_per_node = tp x pp x dp
+    global batch = dp x micro_batch x accumulation
+
+A CNN data-parallel plan is the same type with tp = pp = 1 (dp = devices, micro-batch = local
+batch, accumulation 1). The plan checks itself when built and its errors spell out the
+arithmetic with the values given; the checks that need a model (tp divides the heads, pp at most
+the layers) are in `check_for_model`, the only place that knows the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+
+from planner.cost.collectives import Collective
+from planner.errors import SpecError
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core),
+    full (every layer's forward again in backward)."""
+
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+    @property
+    def code(self) -> int:
+        """The cost model's encoding (0, 1, 2)."""
+        return list(Recompute).index(self)
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule: 1F1B (Narayanan et al. SC21) or GPipe (Huang et al. 2019)."""
+
+    one_f_one_b = "1f1b"
+    gpipe = "gpipe"
+
+
+def _choice(cls, value, key: str):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)
+        raise SpecError(f"{key}: unknown value {value!r} (allowed: {allowed})") from None
+
+
+def _positive(key: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{key}: must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: int
+    devices_per_node: int  # devices used per node
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int  # samples (sequences) per micro-batch per data-parallel replica
+    global_batch: int
+    interleave: int = 1  # virtual pipeline stages per device
+    recompute: Recompute = Recompute.none
+    sequence_parallel: bool = False
+    zero: int = 0  # ZeRO / FSDP sharding stage
+    schedule: Schedule = Schedule.one_f_one_b
+    collective: Collective | None = None  # the gradient allreduce, where the family chooses it
+    overlap: bool = True  # gradient communication overlaps the backward pass
+    flash_attention: bool = True
+
+    def __post_init__(self):
+        for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
+                    "global_batch", "interleave"):
+            _positive(key, getattr(self, key))
+        set_ = object.__setattr__
+        set_(self, "recompute", _choice(Recompute, self.recompute, "recompute"))
+        set_(self, "schedule", _choice(Schedule, self.schedule, "schedule"))
+        if self.collective is not None:
+            set_(self, "collective", _choice(Collective, self.collective, "collective"))
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
+        # every device holds one (tp, pp, dp) coordinate (Megatron-LM's world size)
+        split = self.tp * self.pp * self.dp
+        if split != self.devices:
+            raise SpecError(f"devices: tp({self.tp}) x pp({self.pp}) x dp({self.dp}) = {split} "
+                            f"!= {self.devices} devices ({self.nodes} nodes x "
+                            f"{self.devices_per_node})")
+        # each replica runs whole micro-batches, `accumulation` of them per iteration
+        per_step = self.dp * self.micro_batch
+        if self.global_batch % per_step:
+            raise SpecError(f"global_batch: global batch {self.global_batch} is not divisible "
+                            f"by dp({self.dp}) x micro-batch({self.micro_batch}) = {per_step}")
+        if self.interleave > 1:
+            # Megatron-LM's interleaved 1F1B: virtual stages need a pipeline, the 1F1B
+            # schedule, and a multiple of pp micro-batches per iteration
+            if self.pp == 1:
+                raise SpecError(f"interleave: {self.interleave} virtual stages need pp > 1")
+            if self.schedule is not Schedule.one_f_one_b:
+                raise SpecError("interleave: virtual stages need --schedule 1f1b")
+            if self.accumulation % self.pp:
+                raise SpecError(f"interleave: the interleaved schedule needs the "
+                                f"{self.accumulation} micro-batches per iteration to be a "
+                                f"multiple of pp({self.pp})")
+
+    # --- derived sizes ---------------------------------------------------------------------
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per replica per iteration (gradient accumulation steps)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def local_batch(self) -> int:
+        """Samples per data-parallel replica per iteration (= micro-batch for a CNN)."""
+        return self.global_batch // self.dp
+
+    # --- constructors ------------------------------------------------------------------------
+
+    @classmethod
+    def data_parallel(cls, nodes: int, devices_per_node: int, global_batch: int,
+                      collective: Collective | str, overlap: bool = True) -> Plan:
+        """Pure data parallelism: every device holds a replica and a local batch."""
+        for key, value in (("nodes", nodes), ("devices_per_node", devices_per_node),
+                           ("global_batch", global_batch)):
+            _positive(key, value)
+        devices = nodes * devices_per_node
+        if global_batch % devices:
+            raise SpecError(f"global_batch: {global_batch} is not divisible by {devices} devices "
+                            f"({nodes} nodes x {devices_per_node})")
+        return cls(nodes, devices_per_node, 1, 1, devices, global_batch // devices, global_batch,
+                   collective=collective, overlap=overlap)
+
+    @classmethod
+    def split(cls, tp: int, pp: int, dp: int, micro_batch: int, global_batch: int, *,
+              node_size: int, **choices) -> Plan:
+        """A tp x pp x dp plan on whole nodes of `node_size` devices (or part of one node)."""
+        for key, value in (("tp", tp), ("pp", pp), ("dp", dp)):
+            _positive(key, value)
+        devices = tp * pp * dp
+        if devices > node_size and devices % node_size:
+            raise SpecError(f"devices: tp({tp}) x pp({pp}) x dp({dp}) = {devices} is more than "
+                            f"one node and not a multiple of {node_size} devices per node")
+        nodes, per_node = (devices // node_size, node_size) if devices > node_size else (1, devices)
+        return cls(nodes, per_node, tp, pp, dp, micro_batch, global_batch, **choices)
+
+    def replace(self, **changes) -> Plan:
+        return dataclasses.replace(self, **changes)
+
+    # --- output -------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        """The `config` document: the same keys for every family (collective where chosen)."""
+        out = {"nodes": self.nodes, "devices_per_node": self.devices_per_node,
+               "devices": self.devices, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+               "micro_batch": self.micro_batch, "global_batch": self.global_batch,
+               "gradient_accumulation": self.accumulation, "local_batch": self.local_batch,
+               "interleave": self.interleave, "recompute": self.recompute.value,
+               "sequence_parallel": self.sequence_parallel, "zero": self.zero,
+               "schedule": self.schedule.value, "overlap": self.overlap,
+               "flash_attention": self.flash_attention}
+        if self.collective is not None:
+            out["collective"] = self.collective.value
+        return out
+
+
+def check_for_model(model, plan: Plan) -> None:
+    """The checks that need the model: a pin that fails here can never be valid for it (bad
+    input, exit 2), whatever the hardware."""
+    from planner.spec.transformer import Transformer
+
+    if not isinstance(model, Transformer):
+        if plan.tp > 1 or plan.pp > 1:
+            raise SpecError(f"tp: tp({plan.tp}) x pp({plan.pp}): CNN plans here are data "
+                            "parallel (use solve --strategy hybrid or pipeline for splits)")
+        return
+    check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave)
+
+
+def check_pins(m, tp: int | None = None, pp: int | None = None,
+               interleave: int | None = None) -> None:
+    """Transformer pins that no plan can meet for this model (each rule with its source)."""
+    # Megatron-LM splits attention heads (and key/value groups) over the tensor-parallel ranks
+    if tp is not None and (m.heads % tp or m.kv_heads % tp):
+        raise SpecError(f"tp: {tp} does not divide heads {m.heads} and kv_heads {m.kv_heads} of "
+                        f"'{m.name}'")
+    # a pipeline stage holds at least one layer
+    if pp is not None and pp > m.layers:
+        raise SpecError(f"pp: {pp} stages for {m.layers} layers of '{m.name}'")
+    if interleave is not None and interleave > 1:
+        # each of the pp x interleave virtual stages holds the same whole number of layers
+        if m.layers % interleave or m.layers // interleave < 2:
+            raise SpecError(f"interleave: {interleave} virtual stages per device need layers "
+                            f"{m.layers} of '{m.name}' divisible by pp x {interleave} with pp > 1")
+        if pp is not None and m.layers % (pp * interleave):
+            raise SpecError(f"interleave: layers {m.layers} of '{m.name}' are not divisible by "
+                            f"pp({pp}) x interleave({interleave}) = {pp * interleave}")

@@ -1,0 +1,243 @@
+"""What `evaluate`, `solve` and `sweep` show, for every model family: one renderer each for a
+plan with its prediction, a solution, and a sweep (JSON documents and text for people)."""
+
+from __future__ import annotations
+
+from planner.render import duration, key_values, si, table
+
+
+def evaluation_doc(plan, pred) -> dict:
+    return {"config": plan.to_json(), "prediction": pred.to_json()}
+
+
+def _split(plan) -> str:
+    return (f"{plan.tp}x{plan.pp}" + (f"(v{plan.interleave})" if plan.interleave > 1 else "")
+            + f"x{plan.dp}")
+
+
+def plan_text(plan) -> str:
+    where = (f"{plan.nodes} nodes x {plan.devices_per_node} devices = {plan.devices} devices")
+    if plan.collective is not None:  # data parallel, the collective chosen
+        return (f"{where}, global batch {plan.global_batch} (local {plan.local_batch}), "
+                f"{plan.collective.value}, overlap {'on' if plan.overlap else 'off'}")
+    return (f"{where}: tp {plan.tp} x pp {plan.pp}"
+            + (f" (x{plan.interleave} interleaved)" if plan.interleave > 1 else "")
+            + f" x dp {plan.dp}; micro-batch {plan.micro_batch} x {plan.accumulation} "
+            f"accumulation, global batch {plan.global_batch}")
+
+
+def config_text(plan) -> str:
+    """One line saying what the plan is (the name the data-parallel text used)."""
+    return plan_text(plan)
+
+
+def evaluation_text(plan, pred) -> str:
+    mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred.memory_breakdown.items())
+    times = ", ".join(f"{k} {si(v, 's')}" for k, v in pred.time_breakdown.items())
+    pairs = [("plan" if plan.collective is None else "config", plan_text(plan))]
+    if plan.collective is None:
+        pairs.append(("options", f"recompute {plan.recompute.value}, sequence parallel "
+                                 f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}, "
+                                 f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
+                                 f"flash attention {'on' if plan.flash_attention else 'off'}"))
+    pairs.append(("iteration time", f"{si(pred.iteration_time_s, 's')} ({times})"))
+    rate = f"{pred.samples_per_s:,.1f} samples/s"
+    if pred.tokens_per_s is not None:
+        rate = f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s"
+    pairs.append(("throughput", rate))
+    if pred.communication_time_s is not None:
+        pairs.append(("communication", f"{si(pred.communication_time_s, 's')} "
+                                       f"({si(pred.exposed_communication_time_s, 's')} exposed)"))
+    if pred.mfu is not None:
+        pairs.append(("per device", f"{pred.tflops_per_device_model:.1f} TFLOP/s model, "
+                                    f"{pred.tflops_per_device_hardware:.1f} hardware; MFU "
+                                    f"{pred.mfu:.1%}, HFU {pred.hfu:.1%}"))
+    pairs.append(("memory/device", f"{si(pred.memory_bytes_per_device, 'B')} of "
+                                   f"{si(pred.memory_capacity_bytes, 'B')} ({mem})"
+                                   + ("" if pred.fits_memory else "  DOES NOT FIT")))
+    if pred.speedup is not None:
+        pairs.append(("speed-up", f"{pred.speedup:.2f} x (efficiency {pred.efficiency:.1%})"))
+    return key_values(pairs)
+
+
+# --- solve ----------------------------------------------------------------------------------
+
+
+def solution_doc(sol) -> dict:
+    """The solve document of every family (a CNN split has its own: `split_doc`)."""
+    from planner.search.strategy import SplitSolution
+
+    if isinstance(sol, SplitSolution):
+        return split_doc(sol)
+    search = {"points": sol.points, "rows": sol.rows, "branches": sol.branches, "gap": sol.gap,
+              "build_time_s": sol.build_time_s, "solve_time_s": sol.solve_time_s}
+    return {
+        **({"strategy": "data"} if sol.plan.collective is not None else {}),
+        "status": sol.status,
+        "objective": sol.objective,
+        "config": sol.plan.to_json(),
+        "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
+        **({"pareto": sol.pareto} if sol.pareto is not None else {}),
+        "solve_time_s": sol.solve_time_s,
+        "build_time_s": sol.build_time_s,
+        "search": search,
+        "alternatives": [evaluation_doc(p, pr) for p, pr in sol.alternatives],
+    }
+
+
+def time_to_train_pair(training: dict) -> tuple[str, str]:
+    cost = f", {training['cost_usd']:,.2f} USD" if "cost_usd" in training else ""
+    return ("time to train", f"{duration(training['time_to_train_s'])} "
+                             f"({training['steps']:,.0f} steps{cost})")
+
+
+def _training_text(training: dict | None, pareto: list[dict] | None) -> list[str]:
+    """Time to train of the chosen plan and the Pareto front, as text blocks."""
+    out = [key_values([time_to_train_pair(training)])] if training else []
+    if pareto:
+        rows = [[p["config"]["nodes"], p["config"]["devices"],
+                 f"{p['config']['tp']}x{p['config']['pp']}x{p['config']['dp']}",
+                 p["config"]["global_batch"], duration(p["time_to_train_s"]),
+                 f"{p['cost_usd']:,.2f}"] for p in pareto]
+        head = ["nodes", "devices", "tp x pp x dp", "batch", "time to train", "cost USD"]
+        shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * len(head)] + rows[-5:]
+        out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(head, shown))
+    return out
+
+
+def _rate(pred) -> str:
+    return (f"{pred.tokens_per_s:,.0f} tok/s" if pred.tokens_per_s is not None
+            else f"{pred.samples_per_s:,.0f}/s")
+
+
+def _use(pred) -> str:
+    return f"MFU {pred.mfu:.1%}" if pred.mfu is not None else f"eff. {pred.efficiency:.1%}"
+
+
+def solution_text(sol) -> str:
+    from planner.search.strategy import SplitSolution
+
+    if isinstance(sol, SplitSolution):
+        return split_text(sol)
+    out = [f"status: {sol.status} (CP-SAT: the minimum of {sol.rows:,} priced plans, "
+           f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.plan, sol.prediction)]
+    out += _training_text(sol.training, sol.pareto)
+    if sol.alternatives:
+        rows = [[p.nodes, p.devices_per_node, _split(p), p.global_batch, p.micro_batch,
+                 p.collective.value if p.collective else "-", si(pr.iteration_time_s, "s"),
+                 _rate(pr), _use(pr)] for p, pr in sol.alternatives]
+        out.append("runners-up:\n" + table(
+            ["nodes", "dev/node", "tp x pp x dp", "batch", "micro", "collective", "iteration",
+             "throughput", "use"], rows))
+    return "\n\n".join(out)
+
+
+def split_doc(sol) -> dict:
+    """A hybrid or pipeline CNN plan (`planner.search.strategy.SplitSolution`)."""
+    return {"strategy": sol.strategy, "status": sol.status, "config": sol.config,
+            "plan": sol.plan, "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
+            "objective": sol.objective, "data_parallel": sol.data_parallel,
+            "search": sol.search}
+
+
+def split_text(sol) -> str:
+    c, p = sol.config, sol.prediction
+    head = (f"status: {sol.status} ({sol.strategy}; {sol.search['candidates']:,} points, "
+            f"{sol.search['inner_solves']} solved by CP-SAT, the rest pruned by bound)")
+    where = (f"{c['nodes']} nodes x {c['devices_per_node']} devices = {c['devices']} devices, "
+             f"global batch {c['global_batch']}, {c['collective']}")
+    if "layers" in sol.plan:
+        where += f", local batch {c['local_batch']}"
+        rows = [[l["name"], l["mode"], l["degree"], si(l["compute_time_s"], "s"),
+                 si(l["communication_time_s"], "s")]
+                for l in sol.plan["layers"] if l["compute_time_s"] or l["communication_time_s"]]
+        plan = "layers:\n" + table(["layer", "mode", "degree", "compute", "communication"], rows)
+    else:
+        where += (f", {c['stages']} stages x {c['replicas']} replicas, {c['micro_batches']} "
+                  f"micro-batches of {c['micro_batch']}")
+        rows = [[j, f"{s['layers'][0]} .. {s['layers'][-1]}", len(s["layers"]), s["devices"],
+                 si(s["time_s"], "s"), si(s["memory_bytes"], "B")]
+                for j, s in enumerate(sol.plan["stages"])]
+        plan = "stages:\n" + table(["stage", "layers", "count", "devices", "time/micro-batch",
+                                      "memory"], rows)
+    pairs = [("config", where), ("iteration time", si(p.iteration_time_s, "s")),
+             ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
+             ("compute", si(p.compute_time_s, "s")),
+             ("communication", f"{si(p.communication_time_s, 's')} "
+                               f"({si(p.exposed_communication_time_s, 's')} exposed)"),
+             ("memory/device", f"{si(p.memory_bytes_per_device, 'B')} of "
+                               f"{si(p.memory_capacity_bytes, 'B')}"),
+             ("speed-up", f"{p.speedup:.2f} x (efficiency {p.efficiency:.1%})")]
+    if p.bubble_fraction is not None:
+        pairs.insert(2, ("pipeline bubble", f"{p.bubble_fraction:.1%}"))
+    if sol.training:
+        pairs.append(time_to_train_pair(sol.training))
+    base = sol.data_parallel
+    if base is not None:
+        bc = base["config"]
+        pairs.append(("best data parallel", f"{si(base['iteration_time_s'], 's')} on "
+                                            f"{bc['devices']} devices (objective "
+                                            f"{sol.objective['value'] / base['objective_value']:.3f}"
+                                            " x of it here)"))
+    else:
+        pairs.append(("best data parallel", "none fits in memory"))
+    return "\n\n".join([head, key_values(pairs), plan])
+
+
+# --- sweep ----------------------------------------------------------------------------------
+
+
+def scaling(points) -> list[float]:
+    """Samples/s per device at each point over that of the point with the fewest devices (1.0
+    = linear scaling from there)."""
+    base = min(points, key=lambda p: p.plan.devices)
+    rate = base.prediction.samples_per_s / base.plan.devices
+    return [p.prediction.samples_per_s / p.plan.devices / rate for p in points]
+
+
+def sweep_doc(sw) -> dict:
+    """Each point as `config` and `prediction` (with the time to train), and the same keys
+    flat (the data-parallel sweep's original form)."""
+    points = []
+    for p, eff in zip(sw.points, scaling(sw.points) if sw.points else [], strict=True):
+        config = p.plan.to_json()
+        prediction = {**p.prediction.to_json(), **(p.training or {})}
+        points.append({**config, "bandwidth_GBps": p.bandwidth_GBps, **prediction,
+                       "scaling_efficiency": eff, "config": config, "prediction": prediction})
+    skipped = [{"nodes": s.nodes, "global_batch": s.global_batch,
+                "bandwidth_GBps": s.bandwidth_GBps, "reason": s.reason} for s in sw.skipped]
+    return {"points": points, "skipped": skipped, "skipped_nodes": sw.skipped_nodes}
+
+
+def sweep_text(sw) -> str:
+    pts = sw.points
+    show_bw = len({p.bandwidth_GBps for p in pts} | {s.bandwidth_GBps for s in sw.skipped}) > 1
+    show_split = any(p.plan.collective is None for p in pts)
+    show_train = any(p.training for p in pts)
+    rows = []
+    for p, eff in zip(pts, scaling(pts) if pts else [], strict=True):
+        plan, pred = p.plan, p.prediction
+        row = [plan.nodes, plan.devices, plan.global_batch]
+        row += [f"{p.bandwidth_GBps:g}"] if show_bw else []
+        row += [_split(plan), plan.micro_batch] if show_split else [plan.local_batch]
+        row += [si(pred.iteration_time_s, "s"), si(pred.compute_time_s, "s"),
+                si(pred.exposed_communication_time_s, "s"), _rate(pred)]
+        row += ([f"{pred.mfu:.1%}", f"{eff:.1%}"] if pred.mfu is not None
+                else [f"{pred.speedup:.2f}", f"{pred.efficiency:.1%}"])
+        if show_train:
+            cost = p.training.get("cost_usd") if p.training else None
+            row += [duration(p.training["time_to_train_s"]) if p.training else "n/a",
+                    "n/a" if cost is None else f"{cost:,.0f}"]
+        rows.append(row + ["yes" if pred.fits_memory else "NO"])
+    head = ["nodes", "devices", "batch"] + (["GB/s"] if show_bw else [])
+    head += ["tp x pp x dp", "micro"] if show_split else ["local"]
+    head += ["iteration", "compute", "exposed comm", "throughput"]
+    head += ["MFU", "scaling"] if show_split else ["speed-up", "eff."]
+    head += (["to train", "cost USD"] if show_train else []) + ["fits"]
+    text = table(head, rows)
+    if sw.skipped:
+        text += "\nno plan:\n" + "\n".join(
+            f"  {s.nodes} nodes, batch {s.global_batch}"
+            + (f", {s.bandwidth_GBps:g} GB/s" if show_bw else "") + f": {s.reason}"
+            for s in sw.skipped)
+    return text

@@ -1,0 +1,157 @@
+"""`planner sweep`: predictions over node counts, global batches and network bandwidths, for
+every model family (`planner.api.sweep`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from planner.cost.collectives import Collective
+from planner.cost.data_parallel import DataParallelModel
+from planner.errors import InfeasibleError, SpecError
+from planner.inputs import (
+    CNN_ONLY,
+    TRANSFORMER_ONLY,
+    build,
+    enum_value,
+    is_transformer,
+    only_for,
+    request,
+    samples_of_tokens,
+    training_of,
+    transformer_setup,
+)
+from planner.plan import Plan
+from planner.prediction import Prediction, predict
+from planner.search.solution import Solution
+
+# --- sweep --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    plan: Plan
+    prediction: Prediction
+    bandwidth_GBps: float  # per NIC, as swept (or the spec's)
+    training: dict | None = None  # steps and time_to_train_s with a critical batch
+    solution: Solution | None = None  # transformers: the search's answer at this point
+
+    @property
+    def config(self) -> Plan:
+        return self.plan
+
+    @property
+    def nodes(self) -> int:
+        return self.plan.nodes
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A swept point with no plan, and why."""
+
+    nodes: int
+    global_batch: int
+    bandwidth_GBps: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    points: list[SweepPoint]
+    skipped: list[Skipped]
+    nodes: tuple[int, ...]  # the node counts swept
+
+    @property
+    def skipped_nodes(self) -> list[int]:
+        """Node counts with no plan at any batch or bandwidth."""
+        have = {p.nodes for p in self.points}
+        return [n for n in self.nodes if n not in have]
+
+    def __iter__(self):
+        """`points, skipped_nodes = sweep(...)`, as the CNN sweep returned before."""
+        return iter((self.points, self.skipped_nodes))
+
+
+def with_inter_node_bandwidth(system, gbps: float):
+    """The system with another per-NIC network bandwidth (a `sweep --bandwidth` point)."""
+    if not (0 < gbps <= 1e6):
+        raise SpecError(f"bandwidth: must be in (0, 1e6] GB/s, got {gbps}")
+    link = system.inter_node.model_copy(update={"bandwidth_GBps": gbps})
+    return dataclasses.replace(system, inter_node=link)
+
+
+def sweep(model: str, hardware: str, *, nodes: list[int],
+          global_batch: int | list[int] | None = None, local_batch: int | None = None,
+          bandwidths_GBps: list[float] | None = None, overlap: bool = True,
+          precision: str | None = None, critical_batch: float | None = None,
+          target_steps: float | None = None, target_samples: float | None = None,
+          target_tokens: float | None = None, price_per_device_hour: float | None = None,
+          collective: str | None = None, optimizer: str | None = None,
+          servers: int | None = None, seq_len: int | None = None, time_limit_s: float = 10.0,
+          on_point=None, **pins) -> Sweep:
+    """Every (bandwidth, nodes, global batch) combination, all devices of the nodes used: a CNN
+    point is the data-parallel plan there (`local_batch` for weak scaling); a transformer point
+    is the best tp x pp x dp plan there (`pins` are fields of `planner.search.hybrid.Search`:
+    tp, pp, recompute, ...). A point with no plan is in `skipped` with the reason. With
+    `critical_batch` and a target each point carries its steps, time and cost to train (the
+    price defaults to the device spec's). `on_point` is called once per combination tried."""
+    train = dict(critical_batch=critical_batch, target_steps=target_steps,
+                 price_per_device_hour=price_per_device_hour, deadline_s=None, budget_usd=None)
+    batches = global_batch if isinstance(global_batch, list) else [global_batch]
+    if is_transformer(model):
+        only_for("transformer", {"local_batch": local_batch, "collective": collective,
+                                 "optimizer": optimizer, "servers": servers}, CNN_ONLY)
+        if global_batch is None:
+            raise SpecError("global_batch: give --global-batch for a transformer sweep")
+        m, base, prec = transformer_setup(model, hardware, precision, seq_len)
+        training = training_of(base.device.price_per_hour_usd,
+                               target_samples=samples_of_tokens(m, target_samples,
+                                                                target_tokens), **train)
+        systems = [(bw, with_inter_node_bandwidth(base, bw)) for bw in bandwidths_GBps or []] \
+            or [(base.inter_node.bandwidth_GBps, base)]
+        g = base.devices_per_node
+
+        def point(system, bw, n_val, batch):
+            from planner.search.hybrid import HybridSolver, Search
+
+            q = request(Search, {"global_batch": batch, "nodes": n_val, "overlap": overlap,
+                                 "time_limit_s": time_limit_s, **pins}, training=training)
+            sol = HybridSolver(m, system, prec, q).solve()
+            return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
+    else:
+        only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len, **pins},
+                 TRANSFORMER_ONLY)
+        if (global_batch is None) == (local_batch is None):
+            raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
+                            "--local-batch (weak scaling)")
+        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
+        training = training_of(cnn.system.device.price_per_hour_usd,
+                               target_samples=target_samples, **train)
+        col = enum_value(Collective, collective or "ring", "collective")
+        systems = [(bw, DataParallelModel(cnn.cnn, with_inter_node_bandwidth(cnn.system, bw),
+                                          cnn.options)) for bw in bandwidths_GBps or []] \
+            or [(cnn.system.inter_node.bandwidth_GBps, cnn)]
+        g = cnn.system.devices_per_node
+
+        def point(dpm, bw, n_val, batch):
+            if batch % (n_val * g):
+                raise InfeasibleError(f"global batch {batch} does not split into whole local "
+                                      f"batches over {n_val * g} devices")
+            plan = Plan.data_parallel(n_val, g, batch, col, overlap)
+            pred = predict(dpm, plan)
+            return SweepPoint(plan, pred, bw, None if training is None else
+                              training.report(batch, plan.devices, pred.iteration_time_s))
+
+    points, skipped = [], []
+    for bw, system in systems:
+        for n_val in nodes:
+            for given in batches:
+                if on_point is not None:
+                    on_point()
+                batch = given if given is not None else local_batch * n_val * g
+                try:
+                    points.append(point(system, bw, n_val, batch))
+                except InfeasibleError as exc:
+                    skipped.append(Skipped(n_val, batch, bw,
+                                           str(exc).removeprefix("infeasible: ")))
+    return Sweep(points, skipped, tuple(nodes))
