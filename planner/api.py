@@ -289,7 +289,7 @@ def derive(model: str, hardware: str, *, names: tuple[str, ...] = (), **kwargs):
     if is_transformer(model):
         from planner.analysis import transformer_formulas as tf
 
-        return tf.select(tf.derive(lim), names)
+        return tf.derive(lim, tuple(names))
     from planner import formulas as der
 
     return der.select(der.derive(lim), names)

@@ -391,7 +391,9 @@ class TransformerLimits:
             if z is not None:
                 return Closed("time_to_train_batch", root, point,
                               f"stationary point of the time to train at {d} replicas")
-        return None
+        # F falls until its stationary point: below the smallest batch, that batch is best
+        return Closed("time_to_train_batch", S.d * S.b, point,
+                      f"the smallest batch at {d} replicas: one micro-batch each")
 
     # --- at the plan, and everything together ------------------------------------------------
 
