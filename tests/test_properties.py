@@ -17,6 +17,7 @@ from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import InfeasibleError
 from planner.prediction import Config, predict
 from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Training
+from planner.search.objective import SUPPORTED
 from tests.test_solve import brute_force
 
 MODELS = ["alexnet", "googlenet", "resnet50", "vgg16"]
@@ -30,7 +31,7 @@ def problems(draw):
     else:
         lo = draw(st.integers(1, 256))
         batch = dict(global_batch_range=(lo, lo + draw(st.integers(0, 96))))
-    objective = draw(st.sampled_from(list(Objective)))
+    objective = draw(st.sampled_from(SUPPORTED["cnn"]))
     if objective is Objective.efficiency and "global_batch" not in batch:
         objective = Objective.throughput
     training = None
@@ -168,3 +169,22 @@ def test_more_memory_never_loses_feasibility(model, hw, factor, batch, nodes_max
     if small is not None:
         assert big is not None
         assert big.objective["value"] <= small.objective["value"] * (1 + 1e-9)
+
+
+@settings(max_examples=60)
+@given(model=st.sampled_from(MODELS), hw=st.sampled_from(SYSTEMS), lo=st.integers(1, 256),
+       width=st.integers(0, 512), nodes_max=st.integers(1, 8), critical=st.floats(1, 4096),
+       objective=st.sampled_from([Objective.time_to_train, Objective.cost]))
+def test_the_chosen_plan_is_on_its_pareto_front(model, hw, lo, width, nodes_max, critical,
+                                                objective):
+    training = Training(critical_batch=critical, target_steps=100.0, price_per_device_hour=2.0)
+    problem = Problem(global_batch_range=(lo, lo + width), nodes_max=nodes_max,
+                      objective=objective, training=training, pareto=True)
+    try:
+        sol = DataParallelSolver(api.build(model, hw), problem).solve()
+    except InfeasibleError:
+        return
+    assert sol.plan.to_json() in [p["config"] for p in sol.pareto]
+    t, c = sol.training["time_to_train_s"], sol.training["cost_usd"]
+    assert not any(p["time_to_train_s"] < t * (1 - 1e-9) and p["cost_usd"] < c * (1 - 1e-9)
+                   for p in sol.pareto)

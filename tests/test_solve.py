@@ -3,6 +3,7 @@
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from planner.api import build
@@ -127,3 +128,21 @@ def test_seed_example_is_proven_optimal():
     dp = build("alexnet", "k80-fdr")
     sol = DataParallelSolver(dp, Problem(global_batch=256)).solve()
     assert sol.status == "optimal" and sol.gap == 0
+
+
+def test_ties_go_to_the_other_objective_and_the_choice_is_on_the_front():
+    """Equal cost (to ~1e-13) goes to the faster plan, equal time to the cheaper one (issue 16:
+    1 device for 17 h was chosen over 32 devices for 32 min at the same cost); the chosen plan
+    is on the (time, cost) Pareto front."""
+    from planner.search import table as core
+
+    ttt = np.array([10.0, 5.0, 5.0, 7.0])
+    cost = np.array([5.0, 5.0 * (1 + 1e-15), 6.0, 5.0 * (1 - 1e-15)])
+    devices = np.array([1, 32, 64, 8])
+    by_cost = core.solve(core.Table(cost, ttt, devices, devices, []))
+    by_time = core.solve(core.Table(ttt, cost, devices, devices, []))
+    assert by_cost.best == 1 and by_time.best == 1
+    assert list(core.pareto_front(ttt, cost, devices)) == [1]
+    # without ties the objective alone decides, whatever the other says
+    assert core.solve(core.Table(np.array([2.0, 1.0]), np.array([1.0, 9.0]),
+                                 np.array([1, 9]), np.array([1, 9]), [])).best == 1

@@ -2,6 +2,7 @@
 the hybrid solver against brute force, evaluate == solve, and the CLI contract."""
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -106,11 +107,17 @@ def _every_plan(m, system, B: int, budget: int):
                     yield plan, pred
 
 
+@functools.cache
+def _plans(B: int, budget: int) -> list:
+    name, hwname = _tiny()
+    return list(_every_plan(load_model(name), load_system(hwname), B, budget))
+
+
 def test_solver_equals_brute_force_over_every_plan():
     name, hwname = _tiny()
     m, system = load_model(name), load_system(hwname)
     B, budget = 32, 16
-    best = min(pred.iteration_time_s for _, pred in _every_plan(m, system, B, budget))
+    best = min(pred.iteration_time_s for _, pred in _plans(B, budget))
     sol = HybridSolver(m, system, Precision.bf16, Search(global_batch=B, devices_max=budget)).solve()
     assert sol.status == "optimal"
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
@@ -125,7 +132,7 @@ def test_time_to_train_over_a_batch_range_equals_brute_force():
     tr = Training(critical_batch=40, target_steps=1000, price_per_device_hour=price)
     assert candidate_batches(16, 48) == [16, 24, 32, 48]
     every = [(plan, pred.iteration_time_s * tr.steps(plan.global_batch))
-             for B in (16, 24, 32, 48) for plan, pred in _every_plan(m, system, B, budget)]
+             for B in (16, 24, 32, 48) for plan, pred in _plans(B, budget)]
     cost = [(plan, ttt * plan.devices * price / 3600) for plan, ttt in every]
     for objective, table in (("time-to-train", every), ("cost", cost)):
         q = Search(global_batch_range=(16, 48), devices_max=budget, objective=objective,
@@ -151,6 +158,61 @@ def test_time_to_train_over_a_batch_range_equals_brute_force():
     sol = HybridSolver(m, system, Precision.bf16, q).solve()
     assert math.isclose(sol.objective["value"], min(c for (t, c) in pts if t <= deadline),
                         rel_tol=1e-12)
+
+
+def test_runners_up_and_fewest_nodes_equal_brute_force():
+    """--top: the next best splits (tp, pp, dp), each with its best micro-batch and choices,
+    never one split twice; --within: the fewest nodes whose plan is within the tolerance of the
+    best, and the best plan on that many nodes (against every plan)."""
+    m, system = load_model("gpt2"), load_system("dgx-a100-80gb")
+    every = _plans(32, 16)
+    per_split: dict = {}
+    for plan, pred in every:
+        key = (plan.tp, plan.pp, plan.dp)
+        per_split[key] = min(per_split.get(key, math.inf), pred.iteration_time_s)
+    ranked = sorted(per_split.values())
+    q = Search(global_batch=32, devices_max=16, top=4)
+    sol = HybridSolver(m, system, Precision.bf16, q).solve()
+    got = [sol.prediction.iteration_time_s] + [p.iteration_time_s for _, p in sol.alternatives]
+    assert len(got) == 5
+    assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(got, ranked, strict=False))
+    splits = [(p.tp, p.pp, p.dp) for p in [sol.plan, *(p for p, _ in sol.alternatives)]]
+    assert len(set(splits)) == 5
+    fastest = ranked[0]
+    for tol in (0.0, 0.3, 3.0):
+        q = Search(global_batch=32, devices_max=16, fewest_nodes_within=tol)
+        few = HybridSolver(m, system, Precision.bf16, q).solve()
+        ok = [(plan.nodes, pred.iteration_time_s) for plan, pred in every
+              if pred.iteration_time_s <= fastest * (1 + tol) * (1 + 1e-12)]
+        nodes = min(n for n, _ in ok)
+        assert few.plan.nodes == nodes
+        assert math.isclose(few.prediction.iteration_time_s,
+                            min(t for n, t in ok if n == nodes), rel_tol=1e-12)
+
+
+def test_top_and_within_on_the_command_line(run_json):
+    doc = run_json("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
+                   "--global-batch", "64", "--top", "3", "--within", "1.5")
+    assert len(doc["alternatives"]) == 3
+    splits = {(c["tp"], c["pp"], c["dp"]) for c in
+              [doc["config"], *(a["config"] for a in doc["alternatives"])]}
+    assert len(splits) == 4
+    assert doc["config"]["nodes"] == 1  # one node takes 2x the best (two nodes): within 150 %
+
+
+def test_equal_cost_goes_to_the_faster_plan_on_its_front(run_json):
+    """Issue 16: `--objective cost` chose 1 GPU for 17 h over 32 GPUs for 32 min at the same
+    cost. Data parallelism with a hidden allreduce and a sharded optimizer step costs the same
+    device-hours on 1 and on 32 GPUs; the tie goes to the faster plan, on its own front."""
+    args = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--critical-batch", "512",
+            "--target-tokens", "1e10", "--objective", "cost")
+    doc = run_json(*args, "--devices-max", "64", "--global-batch-range", "64:4096", "--pareto")
+    one = run_json(*args, "--devices", "1", "--global-batch", "64")
+    pred, alone = doc["prediction"], one["prediction"]
+    assert math.isclose(alone["cost_usd"], pred["cost_usd"], rel_tol=1e-12)  # the same cost
+    assert doc["config"]["devices"] == 32 and doc["config"]["global_batch"] == 64
+    assert pred["time_to_train_s"] < alone["time_to_train_s"] / 20
+    assert doc["config"] in [p["config"] for p in doc["pareto"]]
 
 
 def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from planner.catalog import load_system
 from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import RECOMPUTE, HybridSolver, Plan, Search, predict
+from planner.search.training import Training
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
@@ -99,3 +100,19 @@ def test_more_memory_never_loses_feasibility(m, factor):
         return
     big = HybridSolver(m, roomy, Precision.bf16, q).solve()
     assert big.objective["value"] <= small.objective["value"] * (1 + 1e-12)
+
+
+@given(transformers(), st.sampled_from([(2, 8), (4, 16), (1, 12)]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from(["time-to-train", "cost"]), st.floats(1.0, 64.0))
+def test_the_chosen_plan_is_on_its_pareto_front(m, batches, budget, objective, critical):
+    training = Training(critical_batch=critical, target_steps=100.0, price_per_device_hour=2.0)
+    q = Search(global_batch_range=batches, devices_max=budget, objective=objective,
+               training=training, pareto=True)
+    try:
+        sol = HybridSolver(m, SYSTEM, Precision.bf16, q).solve()
+    except InfeasibleError:
+        return
+    assert sol.plan.to_json() in [p["config"] for p in sol.pareto]
+    t, c = sol.training["time_to_train_s"], sol.training["cost_usd"]
+    assert not any(p["time_to_train_s"] < t * (1 - 1e-9) and p["cost_usd"] < c * (1 - 1e-9)
+                   for p in sol.pareto)
