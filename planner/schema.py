@@ -124,7 +124,7 @@ def _solve() -> dict:
 
 def _limits() -> dict:
     nullable = {"type": ["number", "null"]}
-    return _envelope("limits", {
+    cnn = _envelope("limits", {
         "model": STR, "hardware": STR, "optimal_nodes": NUM, "optimal_nodes_reason": STR,
         "max_speedup": NUM, "comm_bound_from_nodes": nullable, "local_batch_min": NUM,
         "max_useful_nodes": INT, "efficiency_at_nodes": obj({"nodes": NUM, "efficiency": NUM}),
@@ -137,6 +137,41 @@ def _limits() -> dict:
                               "nodes_chosen": BOOL, "nodes_max": INT, "reason": STR}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
         "required_bandwidth_GBps", "efficiency_at_nodes"])
+    return {"oneOf": [cnn, _transformer_limits()]}
+
+
+def _transformer_limits() -> dict:
+    """`limits` for a transformer: the plan the limits hold at, the memory floor per ZeRO stage
+    and recompute, and each limit with the whole plan that realises it."""
+    nullable, int_or_null = {"type": ["number", "null"]}, {"type": ["integer", "null"]}
+    floor = obj({"zero": INT, "recompute": STR, "tp": int_or_null, "pp": int_or_null,
+                 "dp": INT, "devices": INT, "memory_bytes_per_device": NUM},
+                required=["zero", "recompute", "tp", "pp"])
+    plan = obj({"tp": INT, "pp": INT, "dp": INT, "devices": INT, "micro_batch": INT,
+                "interleave": INT, "recompute": STR, "sequence_parallel": BOOL, "zero": INT,
+                "schedule": STR, "overlap": BOOL, "flash_attention": BOOL})
+    whole = obj({"dp": INT, "devices": INT, "iteration_time_s": NUM, "speedup": NUM})
+    return _envelope("limits", {
+        "model": STR, "hardware": STR, "global_batch": INT, "devices_per_node": INT,
+        "plan": plan, "iteration_time_s": NUM, "memory_bytes_per_device": NUM,
+        "memory_capacity_bytes": NUM, "memory_floor": {"type": "array", "items": floor},
+        "optimal_devices": obj({"dp": NUM, "devices": NUM, "reason": STR, "max_speedup": NUM,
+                                "whole_plan": whole}),
+        "comm_bound_from": {"oneOf": [{"type": "null"}, obj({
+            "dp": NUM, "devices": NUM, "first_whole_dp_exposed": int_or_null,
+            "reason": STR})]},
+        "max_useful_devices": obj({"devices": NUM, "smallest_efficient_micro_batch": INT,
+                                   "local_efficiency": NUM}),
+        "optimal_pp": obj({"pp": INT, "continuous": nullable, "at_dp": INT}),
+        "tp_comm_bound_from": {"oneOf": [{"type": "null"}, obj({
+            "tp": INT, "continuous": nullable, "reason": {"type": ["string", "null"]},
+            "at_dp": INT})]},
+        "required_bandwidth_GBps": nullable, "available_bandwidth_GBps": NUM,
+        "bandwidth_at_dp": INT, "target_efficiency": NUM,
+        "time_to_train": obj({"critical_batch": NUM, "dp": INT, "global_batch": NUM,
+                              "reason": STR}),
+    }, ["plan", "memory_floor", "optimal_devices", "comm_bound_from", "max_useful_devices",
+        "optimal_pp", "tp_comm_bound_from", "required_bandwidth_GBps"])
 
 
 def _sweep() -> dict:

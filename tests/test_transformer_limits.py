@@ -253,3 +253,16 @@ def test_cli_limits_json_and_errors(run):
     code, _, err = run("limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
                        "--tp", "2")
     assert code == 2 and "tp" in err
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("limits", ("limits", "-m", "bert-large", "-H", "dgx1-v100", "--global-batch", "4096",
+                "--critical-batch", "4096")),
+    ("derive", ("derive", "-m", "bert-large", "-H", "dgx1-v100", "--global-batch", "4096")),
+])
+def test_transformer_outputs_validate_against_the_schema(run_json, command, args):
+    import jsonschema
+
+    from planner.schema import schemas
+
+    jsonschema.validate(run_json(*args), schemas()[command])
