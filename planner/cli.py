@@ -630,10 +630,12 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
 def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, substitute,
            **kw):
     """The formulas behind `limits` (iteration time, speed-up, efficiency, memory, optimal
-    nodes, max speed-up), with a glossary of symbols and their values here.
+    nodes, max speed-up), with a glossary of symbols, their units and their values here.
 
-    The JSON form carries expression (SymPy-readable), latex, symbols and value; the expression
-    with those symbol values evaluates to value, which equals what `limits` reports.
+    latex prints one complete equation / align environment (needs amsmath); python prints a
+    module that runs as printed. The JSON form carries expression (SymPy-readable), latex,
+    latex_equation, symbols and value; the expression with those symbol values evaluates to
+    value, which equals what `limits` reports.
 
     \b
     Examples:

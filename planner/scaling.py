@@ -79,9 +79,9 @@ def _affine(expr: sp.Expr, x: sp.Symbol) -> tuple[sp.Expr, sp.Expr] | None:
 def _ttt_stationary_batch(t: sp.Expr) -> list[sp.Expr]:
     """Roots in B of d/dB [(1 + B_noise / B) t(B)] = 0. Where t = a + k B on a smooth branch
     (it is: compute c B / (g n) and the hidden backward h_1 B / (g n) are linear in B, the
-    collective does not depend on it), the root is B* = sqrt(B_noise a / k) with a = t(0)
-    kept as written (McCandlish et al. 2018, eq. for the optimal batch at a fixed cost per
-    sample); otherwise SymPy solves."""
+    collective does not depend on it), d/dB = k - B_noise a / B^2 = 0 gives
+    B* = sqrt(B_noise a / k), with a = t(0) kept as written so `derive` can print it
+    (the time-to-train model is McCandlish et al. 2018's); otherwise SymPy solves."""
     ak = _affine(t, S.B)
     if ak is None:
         return sp.solve(sp.diff((1 + S.B_noise / S.B) * t, S.B), S.B)

@@ -30,6 +30,7 @@ from planner.tidy import evaluate, tidy
 
 RESNET = ("-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096")
 CASES = [(c.value, True) for c in Collective] + [("ring", False)]
+TRANSFORMER = ("gpt3-175b", None)
 RING_OPTIMUM = {  # issue 13: n* = (1/g) sqrt((B (c - h_1) - 2 M / beta) / (2 k alpha))
     True: r"\frac{1}{g} \sqrt{\frac{B \left(c - h_{1}\right) - \frac{2 M}{\beta_{\mathrm{inter}}}}"
           r"{2 \alpha_{\mathrm{inter}} k}}",
@@ -42,10 +43,14 @@ DOUBLE_NEGATIVE = re.compile(r"--|\+-|\{-|\(-|\\left\(-|-\\frac\{-|-\\left\(-")
 
 @pytest.fixture(scope="module")
 def derived():
-    """Every formula for each collective (overlap on; ring also off), with time to train."""
-    return {case: derive(api.limits("alexnet", "k80-fdr", global_batch=1024, collective=case[0],
-                                    overlap=case[1], critical_batch=2048.0, at_nodes=8))
-            for case in CASES}
+    """Every formula for each collective (overlap on; ring also off), with time to train, and
+    a transformer's (the renderers know no family)."""
+    out = {case: derive(api.limits("alexnet", "k80-fdr", global_batch=1024, collective=case[0],
+                                   overlap=case[1], critical_batch=2048.0, at_nodes=8))
+           for case in CASES}
+    out[TRANSFORMER] = api.derive("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
+                                  critical_batch=500.0)
+    return out
 
 
 def _all(derived):
@@ -57,8 +62,11 @@ def _close(x: complex, value: float, rel: float = 1e-12) -> bool:
 
 
 def test_every_formula_of_every_case_is_derived(derived):
-    for case, ds in derived.items():
-        names = {d.name for d in ds}
+    names = {d.name for d in derived[TRANSFORMER]}
+    assert {"iteration_time", "bubble_fraction", "mfu", "optimal_devices"} <= names
+    assert names <= set(LHS)
+    for case in CASES:
+        names = {d.name for d in derived[case]}
         assert {"iteration_time", "optimal_nodes", "max_speedup", "time_to_train_batch"} <= names
         assert names <= set(FORMULAS), case
 
@@ -121,7 +129,7 @@ def test_latex_has_upright_subscripts_and_no_double_negatives(derived):
     for case, ds in derived.items():
         block = latex_block(ds)
         body = block[block.index(r"\begin{align}"):]
-        assert r"\beta_{\mathrm{inter}}" in body, case
+        assert r"\beta_{\mathrm{inter}}" in body or case == TRANSFORMER, case
         if any(S.B_noise in d.values for d in ds):
             assert r"B_{\mathrm{noise}}" in body, case
         assert not re.search(r"_\{[A-Za-z]{2,}", body), case  # multi-letter and not upright
@@ -129,7 +137,9 @@ def test_latex_has_upright_subscripts_and_no_double_negatives(derived):
         flat = re.sub(r"\s+", "", body)
         assert not DOUBLE_NEGATIVE.search(flat), (case, DOUBLE_NEGATIVE.search(flat))
         if case == ("hierarchical", True):
-            assert r"\alpha_{\mathrm{intra}}" in body
+            assert r"\alpha_{\mathrm{intra}}" in body, case
+        if case == TRANSFORMER:
+            assert r"f_{\mathrm{bubble}} &= \frac{p - 1}{m v}" in body
 
 
 def test_text_and_python_have_no_double_negatives(derived):
@@ -184,6 +194,14 @@ def _run_python(module: str) -> dict[str, float]:
         name, _, value = line.partition(" = ")
         out[name] = float(value)
     return out
+
+
+def test_python_module_of_every_case_runs_and_gives_the_values(derived):
+    for case, ds in derived.items():
+        printed = _run_python(python_module(ds))
+        assert list(printed) == [d.name for d in ds], case
+        for d in ds:
+            assert math.isclose(printed[d.name], d.value, rel_tol=1e-12), (case, d.name)
 
 
 @pytest.mark.parametrize("extra", [(), ("--collective", "tree", "--critical-batch", "4096",
