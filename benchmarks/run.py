@@ -1,5 +1,7 @@
 """Benchmarks: solve time by node budget, cold `planner solve` vs a bare import, calibration error,
-and the transformer ones (`benchmarks/transformer_runs.py`: SC21 accuracy, hybrid solve time).
+the transformer ones (`benchmarks/transformer_runs.py`: SC21 accuracy, hybrid solve time) and
+the GPT-3 175B search speed on 4,096 and 65,536 GPUs, five runs each
+(`benchmarks/search_speed.py`).
 
     python benchmarks/run.py
 """
@@ -48,6 +50,7 @@ def calibration():
 
 
 if __name__ == "__main__":
+    import search_speed
     import transformer_runs
 
     solve_times()
@@ -57,3 +60,5 @@ if __name__ == "__main__":
     transformer_runs.sc21_table()
     transformer_runs.bert_table()
     transformer_runs.solve_times()
+    print()
+    search_speed.main()

@@ -33,7 +33,7 @@ def measure(runs: int) -> dict[int, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    runs = ap.parse_args().runs
+    runs = ap.parse_known_args()[0].runs
     print(f"gpt3-175b search on dgx-a100-80gb, global batch 1536 ({runs} runs each)")
     print(f"{'devices_max':>11} {'min_s':>7} {'median_s':>8} {'max_s':>7}")
     for budget, times in measure(runs).items():
