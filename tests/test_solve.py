@@ -146,3 +146,15 @@ def test_ties_go_to_the_other_objective_and_the_choice_is_on_the_front():
     # without ties the objective alone decides, whatever the other says
     assert core.solve(core.Table(np.array([2.0, 1.0]), np.array([1.0, 9.0]),
                                  np.array([1, 9]), np.array([1, 9]), [])).best == 1
+
+
+def test_table_order_is_lexsort_order():
+    """The fast sort of a priced table (one stable sort, ties resolved apart) gives exactly
+    np.lexsort's order, index last, on random keys with many ties."""
+    from planner.search.table import sorted_by
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        keys = [rng.integers(0, int(rng.integers(1, 5)), n) for _ in range(int(rng.integers(1, 4)))]
+        assert (sorted_by(keys) == np.lexsort((np.arange(n), *reversed(keys)))).all()
