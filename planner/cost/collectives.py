@@ -31,9 +31,11 @@ def one_rank(p) -> bool:
 
 def ring_allreduce(p, m, alpha, beta, calls=1):
     # Patarasuk & Yuan 2009: reduce-scatter + all-gather, each (p-1) steps of m/p bytes.
+    # Written with (p - 1) as a factor, which SymPy keeps, so a symbolic p that is 1 (a
+    # tensor-parallel degree, the replicas on a node) also costs exactly 0.
     if one_rank(p):
         return sp.Integer(0)
-    return 2 * (p - 1) * alpha * calls + 2 * (p - 1) / p * m / beta
+    return (p - 1) * (2 * alpha * calls + 2 * m / (p * beta))
 
 
 def halving_doubling_allreduce(p, m, alpha, beta, calls=1):

@@ -58,14 +58,19 @@ def backward_work(cnn: CNN, precision: Precision) -> list[Work]:
     return work
 
 
+def bound(flops, bytes_, flop_rate, byte_rate) -> sp.Expr:
+    """The roofline of one kernel, a CNN layer or a transformer matmul alike (Williams et al.
+    2009): its FLOPs at the achievable FLOP rate or its bytes at the achievable memory
+    bandwidth, whichever takes longer. Unevaluated: SymPy would try to order the two."""
+    if flops == 0:
+        return bytes_ / byte_rate
+    return sp.Max(flops / flop_rate, bytes_ / byte_rate, evaluate=False)
+
+
 def time(work: Work, device: Device, precision: Precision, b: sp.Expr) -> sp.Expr:
-    compute = work.flops_per_sample * b / (device.efficiency.compute * device.peak_flops(precision))
-    memory = (work.bytes_fixed + work.bytes_per_sample * b) / (
-        device.efficiency.memory * device.memory_bandwidth_Bps
-    )
-    if work.flops_per_sample == 0:
-        return memory
-    return sp.Max(compute, memory, evaluate=False)
+    return bound(work.flops_per_sample * b, work.bytes_fixed + work.bytes_per_sample * b,
+                 device.efficiency.compute * device.peak_flops(precision),
+                 device.efficiency.memory * device.memory_bandwidth_Bps)
 
 
 def total_time(works: list[Work], device: Device, precision: Precision, b: sp.Expr) -> sp.Expr:

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 import sympy as sp
 
 from planner.cost import symbols as S
+from planner.cost.collectives import ring_allreduce
 from planner.cost.numeric import Program
+from planner.cost.roofline import bound
 from planner.cost.symbols import b, d, m, p, t, v
 from planner.expr.rewrite import substitute
 
@@ -76,10 +78,9 @@ def _if(cond, then, otherwise):
 
 
 def ring(ranks, size, bw, lat):
-    """Ring allreduce of `size` bytes over `ranks` (Patarasuk and Yuan 2009; Thakur et al.
-    2005). Written with (ranks - 1) as a factor, which SymPy keeps (it would distribute
-    2 (ranks - 1) into terms that cancel only to rounding), so one rank costs exactly 0."""
-    return (ranks - 1) * (2 * size / (bw * ranks) + 2 * lat)
+    """Ring allreduce of `size` bytes over `ranks` at bandwidth `bw` and latency `lat`: the one
+    formula of `planner.cost.collectives` (exactly 0 on one rank)."""
+    return ring_allreduce(ranks, size, lat, bw)
 
 
 class TransformerExpressions:
@@ -94,9 +95,9 @@ class TransformerExpressions:
         """Roofline of one matmul (Williams et al. 2009): FLOPs at the matmul rate or operands
         at the memory bandwidth, whichever is slower."""
         hw = self.hw
-        flops = 2 * rows * inner * cols * count
-        bytes_ = hw.value_bytes * (rows * inner + inner * cols + rows * cols) * count
-        return _max(flops / hw.matmul_flops, bytes_ / hw.mem_bw)
+        return bound(2 * rows * inner * cols * count,
+                     hw.value_bytes * (rows * inner + inner * cols + rows * cols) * count,
+                     hw.matmul_flops, hw.mem_bw)
 
     def forward_parts(self):
         """Forward time of one layer per micro-batch on one of t devices: (projections and
