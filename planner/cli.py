@@ -346,6 +346,36 @@ def _read_lines(path: str) -> list[str]:
         raise SpecError(f"{shown(path)}: not UTF-8") from None
 
 
+def _check_batch_values(req: dict, where: str) -> None:
+    """A --batch line's values go through the same types and ranges as evaluate's flags: an
+    integer flag takes a JSON integer, a float flag a number, a choice a string, a switch true
+    or false; model and hardware are strings."""
+    params = {p.name: p for p in evaluate.params}
+    for key in ("model", "hardware"):
+        if not isinstance(req.get(key), str):
+            raise SpecError(f"{where}: key '{key}' must be a string")
+    for key, value in req.items():
+        param = params.get(key)
+        if param is None or key in ("model", "hardware"):
+            continue
+        kind = param.type
+        if isinstance(kind, click.types.BoolParamType) or getattr(param, "is_flag", False):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(kind, click.types.IntParamType):
+            ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(kind, click.types.FloatParamType):
+            ok, want = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+        else:
+            ok, want = isinstance(value, str), "a string"
+        if not ok:
+            raise SpecError(f"{where}: key '{key}' must be {want}, got {short(value)}")
+        if not isinstance(kind, click.types.BoolParamType):
+            try:
+                kind.convert(value, param, None)
+            except click.BadParameter as exc:
+                raise SpecError(f"{where}: key '{key}': {exc.message}") from None
+
+
 def _evaluate_jsonl(path: str) -> None:
     from planner import api
     from planner.catalog import shown
@@ -373,23 +403,7 @@ def _evaluate_jsonl(path: str) -> None:
             unknown = sorted(set(req) - EVAL_KEYS - set(TRANSFORMER_KEYS))
             if unknown:
                 raise SpecError(f"{path}:{k}: unknown key '{unknown[0]}'")
-            for key in ("model", "hardware"):
-                if not isinstance(req.get(key), str):
-                    raise SpecError(f"{path}:{k}: key '{key}' must be a string")
-            for key in ("nodes", "devices", "devices_per_node", "global_batch", "local_batch",
-                        "servers", "tp", "pp", "dp", "micro_batch", "interleave"):
-                v = req.get(key)
-                if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                    raise SpecError(f"{path}:{k}: key '{key}' must be a positive integer, got {v!r}")
-            for key in ("overlap", "sequence_parallel", "flash_attention"):
-                if key in req and not isinstance(req[key], bool):
-                    raise SpecError(f"{path}:{k}: key '{key}' must be true or false")
-            z = req.get("zero")
-            if z is not None and (not isinstance(z, int) or isinstance(z, bool)):
-                raise SpecError(f"{path}:{k}: key 'zero' must be 0, 1, 2 or 3, got {z!r}")
-            for key in ("recompute", "schedule", "collective", "precision", "optimizer"):
-                if key in req and not isinstance(req[key], str):
-                    raise SpecError(f"{path}:{k}: key '{key}' must be a string")
+            _check_batch_values(req, f"{path}:{k}")
             model, hardware = req.pop("model"), req.pop("hardware")
             if api.is_transformer(model):
                 cnn_only = sorted(set(req) & {"devices_per_node", "local_batch", "collective",

@@ -10,6 +10,14 @@ minimises the iteration time over the layer split (`search/layer_modes.py`,
 order of a lower bound on their objective, and the search stops when the bound reaches the
 best plan found. The pure data-parallel optimum (which the hybrid space contains: every
 segment in data mode) starts as that best plan.
+
+Each point first gets an exact bound of its own (`Stages.bound_and_cuts`,
+`LayerModes.bound_and_plans`) and the plans that bound suggests are priced; when one of them
+fits and meets the bound the point is solved without CP-SAT, which then runs only where a gap
+remains. The search stops on a deterministic budget (points priced, CP-SAT solves, and each
+solve's deterministic work), so the same question gets the same answer on any machine under any
+load. The wall-clock `time_limit_s` only guards against runaways: a search it stops is marked
+`feasible` with `stopped_by = "time-limit"`, and the CLI says so.
 """
 
 from __future__ import annotations
@@ -21,17 +29,29 @@ from enum import Enum
 
 import numpy as np
 
-from planner.cost.cnn_layout import LayerArrays, data_layer_times, rates, units
+from planner.cost.cnn_layout import (
+    LayerArrays,
+    allreduce_terms,
+    data_layer_times,
+    link,
+    units,
+    weighted_layer_floor,
+)
+from planner.cost.collectives import Collective
 from planner.cost.data_parallel import DataParallelModel
 from planner.cost.layer_modes import LayerModes
-from planner.cost.stages import Stages
+from planner.cost.stages import Stages, slowest_stage_floor
 from planner.errors import InfeasibleError, SpecError
 from planner.prediction import Prediction
 from planner.search.data_parallel import DataParallelSolver, Problem, Solution
-from planner.search.layer_modes import best_modes
-from planner.search.stages import best_cut
+from planner.search.layer_modes import Inner, solve_modes
+from planner.search.stages import solve_cut
 
-MAX_INNER_SOLVES = 4000
+# The deterministic budget of one split search (see the module docstring), sized to end in a
+# few seconds on a laptop core: a point costs a few milliseconds to bound, a solve tens.
+MAX_POINTS = 1000  # points whose own bound is computed
+MAX_INNER_SOLVES = 100  # CP-SAT solves, each within INNER_DETERMINISTIC_TIME
+_TIE = 1e-9  # relative: a plan this close to its point's bound is optimal there
 
 
 class Strategy(str, Enum):
@@ -55,6 +75,10 @@ class SplitSolution:
     data_parallel: dict | None  # {config, iteration_time_s, objective} of the best DP plan
     search: dict = field(default_factory=dict)
     training: dict | None = None
+    # What ended the search before the bound closed: None (it closed: proven), "budget" (the
+    # deterministic budget: the same on every run) or "time-limit" (the wall-clock guard: this
+    # answer may differ between runs).
+    stopped_by: str | None = None
 
 
 def _divisors(x: int) -> list[int]:
@@ -111,38 +135,72 @@ class SplitSearch:
     # --- branch and bound ------------------------------------------------------------------------
 
     def _branch_and_bound(self, candidates, incumbent: float, build, solve_point):
-        """candidates: (lower bound on the objective, key) pairs. build(key) -> a priced point
-        (`LayerModes` or `Stages`: `lower_bound()`, `evaluate(plan)`); solve_point(point,
-        capacity, time limit, workers) -> (plan, optimal) or None (CP-SAT). Returns the best
-        (objective, key, point, plan), whether that is proven, and counts."""
+        """candidates: (lower bound on the objective, key) pairs. build(key) -> (share, point):
+        a priced point (`LayerModes` or `Stages`: `bound_and_plans()` or `bound_and_cuts()`,
+        `evaluate(plan)`) and a hashable `share`, equal for keys that price alike (they are
+        bounded and solved once); solve_point(point, capacity, wall-clock guard, workers) ->
+        `Inner` (CP-SAT). Returns the best (objective, key, point, plan), whether that is
+        proven, what stopped the search early (None, "budget" or "time-limit"), and counts."""
         heap = list(candidates)
         heapq.heapify(heap)
         best = None
-        solves, proven, t0 = 0, True, time.perf_counter()
+        bounds: dict = {}  # share -> (its own bound, the plans it suggests)
+        solved: dict = {}  # share -> (plan or None, iteration time, proven)
+        points = solves = 0
+        proven, stopped, t0 = True, None, time.perf_counter()
         while heap:
             lb, key = heapq.heappop(heap)
             if lb >= incumbent * (1 - 1e-12):
                 break
-            if solves >= MAX_INNER_SOLVES or time.perf_counter() - t0 > self.p.time_limit_s:
-                proven = False
+            if points >= MAX_POINTS or solves >= MAX_INNER_SOLVES:
+                proven, stopped = False, stopped or "budget"
                 break
-            point = build(key)
+            left = self.p.time_limit_s - (time.perf_counter() - t0)
+            if left <= 0:
+                proven, stopped = False, "time-limit"
+                break
+            share, point = build(key)
             factor = key[-1]
-            if point.lower_bound() * factor >= incumbent * (1 - 1e-12):
+            if share not in bounds:
+                points += 1
+                bounds[share] = (point.bound_and_cuts() if hasattr(point, "bound_and_cuts")
+                                 else point.bound_and_plans())
+            if bounds[share][0] * factor >= incumbent * (1 - 1e-12):
                 continue
-            solves += 1
-            got = solve_point(point, self.capacity, self.p.time_limit_s, self.p.workers)
-            if got is None:
-                continue
-            plan, optimal = got
-            t_iter = point.evaluate(plan).iteration_time_s
+            if share not in solved:
+                got, ran = self._solve_point(point, bounds[share], left, solve_point)
+                solves += ran
+                if got[3] is not None:
+                    stopped = "time-limit" if "time-limit" in (stopped, got[3]) else got[3]
+                solved[share] = got[:3]
+            plan, t_iter, optimal = solved[share]
             proven &= optimal
+            if plan is None:
+                continue
             obj = t_iter * factor
             if obj < incumbent and self._within_limits(t_iter, key[0] * key[1], self._batch(key)):
                 incumbent, best = obj, (obj, key, point, plan)
         stats = {"inner_solves": solves, "candidates": len(candidates),
                  "pruned": len(candidates) - solves, "time_s": time.perf_counter() - t0}
-        return best, proven, stats
+        return best, proven, (None if proven else stopped or "budget"), stats
+
+    def _solve_point(self, point, bound_and_guesses, guard_s: float, solve_point):
+        """(plan, iteration time, proven, stopped) of one point, and how many CP-SAT solves
+        it took (0 when a plan its bound suggests meets the bound)."""
+        bound, guesses = bound_and_guesses
+        plan, t_best = None, float("inf")
+        for guess in guesses:
+            ev = point.evaluate(guess)
+            if ev.memory_bytes <= self.capacity and ev.iteration_time_s < t_best:
+                plan, t_best = guess, float(ev.iteration_time_s)
+        if plan is not None and t_best <= bound * (1 + _TIE):
+            return (plan, t_best, True, None), 0
+        got: Inner = solve_point(point, self.capacity, guard_s, self.p.workers)
+        if got.plan is not None:
+            t = float(point.evaluate(got.plan).iteration_time_s)
+            if t < t_best:
+                plan, t_best = got.plan, t
+        return (plan, t_best, got.proven, got.stopped), 1
 
     @staticmethod
     def _batch(key) -> int:
@@ -153,12 +211,16 @@ class SplitSearch:
     def hybrid(self, dp_sol: Solution | None) -> SplitSolution | None:
         rows, factor = self._points()
         a = LayerArrays.of(self.m.cnn)
-        # Lower bound per point: weighted layers at their FLOP time (no mode beats it),
-        # weightless ones as in data parallelism, all communication hidden.
+        # Lower bound per point: weighted layers at the least roofline any mode allows,
+        # weightless ones as in data parallelism (the same in every mode), and the least
+        # communication any assignment of modes has.
         weighted = a.params > 0
-        flop_time = ((1 + a.bwd_factor) * a.flops)[weighted].sum() / rates(self.m)[0]
+        floor = weighted_layer_floor(self.m, a, rows[:, 2][:, None],
+                                     (rows[:, 0] * rows[:, 1])[:, None])
         rest = data_layer_times(self.m, a, rows[:, 2][:, None])
-        lb = (flop_time * rows[:, 2] + (rest * ~weighted).sum(axis=1)) * factor
+        comm = np.array([self._least_hybrid_comm(int(n), int(g), int(c))
+                         for n, g, _, c in rows[:, :4]])
+        lb = (floor + (rest * ~weighted).sum(axis=1) + comm) * factor
         cands = [(float(lb[i]), (*(int(x) for x in rows[i, :4]), float(factor[i])))
                  for i in range(len(rows))]
         incumbent = dp_sol.objective["value"] if dp_sol else float("inf")
@@ -168,9 +230,18 @@ class SplitSearch:
 
         def build(key):
             n, g, b_, c, _ = key
-            return LayerModes(self.m, n, g, b_, self.collectives[c], self.p.overlap)
+            return key[:4], LayerModes(self.m, n, g, b_, self.collectives[c], self.p.overlap)
 
-        best, proven, stats = self._branch_and_bound(cands, incumbent, build, best_modes)
+        best, proven, stopped, stats = self._branch_and_bound(cands, incumbent, build,
+                                                              solve_modes)
+        if best is None and stopped and dp_sol is not None:
+            # Stopped before meeting the data-parallel plan again: that plan (every segment
+            # in data mode) is still the best known, not an infeasible search.
+            cfg = dp_sol.config
+            key = (cfg.nodes, cfg.devices_per_node, cfg.local_batch,
+                   self.collectives.index(Collective(cfg.collective)), 0.0)
+            lm = build(key)[1]
+            best = (dp_sol.objective["value"], key, lm, [0] * lm.shape[0])
         if best is None:
             return None
         _, key, lm, assign = best
@@ -185,7 +256,29 @@ class SplitSearch:
                                 br.optimizer_time_s, br.memory_bytes, br.memory_breakdown,
                                 activation_communication_time_s=br.activation_comm_s)
         return self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
-                              dp_sol, stats)
+                              dp_sol, stats, stopped)
+
+    def _least_hybrid_comm(self, n: int, g: int, c: int) -> float:
+        """A floor on the communication of every mode assignment at one point, when none of it
+        can hide (no overlap, or no backward work after the first gradient bucket): a weighted
+        segment in model k < N joins an allreduce over N / k replicas (at least one call's
+        latency), and one in model N all-gathers its input over N devices ((N - 1) latencies).
+        0 when communication may hide, or there is nothing to exchange."""
+        N = n * g
+        hides = self.p.overlap and self.m.roofline["T_hide"].works
+        if N == 1 or hides or not self.m.cnn.params:
+            return 0.0
+        memo = self.__dict__.setdefault("_comm_floor", {})
+        if (n, g, c) not in memo:
+            widest = min(l.output_shape[0] for l in self.m.cnn.layers if l.params)
+            degrees = [k for k in range(1, N + 1) if N % k == 0 and (g % k == 0 or k % g == 0)
+                       and (k == 1 or k <= widest)]  # as `LayerModes` allows them
+            options = [allreduce_terms(self.m, self.collectives[c], N // k,
+                                       g // k if k <= g else 1)[0] for k in degrees if k < N]
+            if N in degrees:
+                options.append((N - 1) * link(self.m, g < N).alpha)
+            memo[n, g, c] = min(options)
+        return memo[n, g, c]
 
     # --- pipeline --------------------------------------------------------------------------------
 
@@ -193,10 +286,17 @@ class SplitSearch:
         if self.p.local_batch is not None or self.p.local_batch_min is not None:
             raise SpecError("local_batch: --local-batch / --local-batch-min apply to --strategy "
                             "data and hybrid (a pipeline is sized by its micro-batch)")
-        rows, factor = self._points()
         n_units = len(units(self.m.cnn))
-        sums = self.m.compute_sum  # forward + backward roofline of the whole network
-        unit_max: dict[int, float] = {}
+        if self.stages is not None and self.stages > n_units:
+            # A pin no hardware can satisfy: bad input, not an infeasible problem.
+            raise SpecError(f"stages: --stages {self.stages} exceeds the {n_units} units of "
+                            f"'{self.m.cnn.name}' (stages are cut between its top-level "
+                            "entries)")
+        rows, factor = self._points()
+        floors: dict[tuple[int, int, bool], float] = {}
+        tails: dict[tuple[int, int, int, bool, int], float] = {}
+        opt_total = float(self.m.t_opt)  # every stage's optimizer step together
+        grad_total = self.m.grad_bytes  # every stage's gradients together
         cands = []
         for i in range(len(rows)):
             n, g, b_, c = (int(x) for x in rows[i, :4])
@@ -205,12 +305,24 @@ class SplitSearch:
                 if not 2 <= p <= n_units or self.stages not in (None, p):
                     continue
                 per_copy = B // (N // p)
+                inside = p <= g and g % p == 0  # as `Stages` decides the link
                 for mu in _divisors(per_copy):
                     m = per_copy // mu
-                    if mu not in unit_max:
-                        unit_max[mu] = self._largest_unit(mu)
-                    slowest = max(float(sums(mu)) / p, unit_max[mu])
-                    cands.append(((m + p - 1) * slowest * float(factor[i]),
+                    if (p, mu, inside) not in floors:
+                        # The smallest slowest stage of any cut (exact, by dynamic
+                        # programming): it depends on the point only through p, mu and the link.
+                        floors[p, mu, inside] = slowest_stage_floor(self.m, p, mu, inside)
+                    slowest = floors[p, mu, inside]
+                    # The slowest tail is at least the mean one and, with replicas to
+                    # allreduce over, one call's latency (a stage with weights makes one).
+                    if (c, p, N // p, inside, g // p) not in tails:
+                        per_node = max(1, min(g // p if inside else 1, N // p))
+                        lat, per_byte = allreduce_terms(self.m, self.collectives[c], N // p,
+                                                        per_node)
+                        tails[c, p, N // p, inside, g // p] = max(
+                            lat if grad_total else 0.0, (grad_total * per_byte + opt_total) / p)
+                    tail = tails[c, p, N // p, inside, g // p]
+                    cands.append((((m + p - 1) * slowest + tail) * float(factor[i]),
                                   (n, g, B, c, p, mu, float(factor[i]))))
         if not cands:
             want = f"{self.stages}" if self.stages else "2 or more"
@@ -218,12 +330,22 @@ class SplitSearch:
                                   f"stages (the network has {n_units} units to cut between) "
                                   "with the global batch in whole micro-batches", ("pipeline",))
         incumbent = float("inf")
+        built: dict[tuple, Stages] = {}
 
         def build(key):
+            # Points that differ only in where their devices sit but price alike share one
+            # `Stages` (and so one inner solve): it depends on n and g only through the
+            # replicas, whether a copy fits in a node, and the replicas per node.
             n, g, B, c, p, mu, _ = key
-            return Stages(self.m, n, g, p, mu, B // (n * g // p) // mu, self.collectives[c])
+            inside = p <= g and g % p == 0
+            same = (n * g // p, inside, g // p if inside else 1, p, mu, B // (n * g // p) // mu, c)
+            if same not in built:
+                built[same] = Stages(self.m, n, g, p, mu, B // (n * g // p) // mu,
+                                     self.collectives[c])
+            return same, built[same]
 
-        best, proven, stats = self._branch_and_bound(cands, incumbent, build, best_cut)
+        best, proven, stopped, stats = self._branch_and_bound(cands, incumbent, build,
+                                                              solve_cut)
         if best is None:
             return None
         _, key, st, cut = best
@@ -239,11 +361,7 @@ class SplitSearch:
                                 bubble_fraction=sp.bubble_fraction, stage_time_s=sp.stage_time_s,
                                 p2p_time_s=sp.p2p_time_s)
         return self._solution("pipeline", proven, config, {"stages": sp.stages}, pred, best[0],
-                              dp_sol, stats)
-
-    def _largest_unit(self, mu: int) -> float:
-        t = data_layer_times(self.m, LayerArrays.of(self.m.cnn), mu)
-        return max(float(t[list(u.layers)].sum()) for u in units(self.m.cnn))
+                              dp_sol, stats, stopped)
 
     # --- results ---------------------------------------------------------------------------------
 
@@ -259,7 +377,7 @@ class SplitSearch:
             memory_capacity_bytes=self.capacity, fits_memory=mem_total <= self.capacity,
             speedup=one / t_iter, efficiency=one / t_iter / devices, **split)
 
-    def _solution(self, strategy, proven, config, plan, pred, value, dp_sol, stats):
+    def _solution(self, strategy, proven, config, plan, pred, value, dp_sol, stats, stopped):
         tr = self.p.training
         training = None
         if tr is not None:
@@ -277,7 +395,7 @@ class SplitSearch:
                         "objective_value": dp_sol.objective["value"]}
         return SplitSolution(strategy, "optimal" if proven else "feasible", config, plan, pred,
                              {"name": self.p.objective.value, "value": value, "unit": unit},
-                             baseline, stats, training)
+                             baseline, stats, training, stopped)
 
     # --- entry -----------------------------------------------------------------------------------
 
