@@ -44,6 +44,23 @@ class FiniteFloat(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+class DecimalInt(click.IntRange):
+    """An integer flag: plain ASCII decimal digits of bounded length, within the range. int()
+    takes '٣', '1_000' and ' 7 ', and refuses more than 4,300 digits with a message quoting them
+    all; every integer flag of planner uses this type instead."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            number = decimal_int(value)
+            if number is None:
+                self.fail(f"{short(value, 40)} is not a whole number in decimal digits", param,
+                          ctx)
+            value = number
+        return super().convert(value, param, ctx)
+
+
 def _emit(doc: dict, fmt: str, text: str, arch: dict | None = None) -> None:
     if fmt in LAUNCH_FORMATS:
         from planner.launch import render_launch
@@ -75,7 +92,7 @@ def spec_options(f=None, *, formats=FORMATS):
                      help="Compute precision [default: the device's default_precision]."),
         click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]),
                      default="momentum", show_default=True),
-        click.option("--servers", type=click.IntRange(1, 1_000_000), default=1, show_default=True,
+        click.option("--servers", type=DecimalInt(1, 1_000_000), default=1, show_default=True,
                      help="Parameter servers (for --collective parameter-server)."),
         click.option("--overlap/--no-overlap", default=True, show_default=True,
                      help="Overlap gradient allreduce with the backward pass."),
@@ -93,23 +110,23 @@ def transformer_options(f):
     """Hybrid-parallel choices (transformer models only). Unset means: evaluate uses the
     default shown, solve lets the solver choose."""
     opts = [
-        click.option("--tp", type=click.IntRange(1, 2**20), help="Tensor-parallel degree."),
-        click.option("--pp", type=click.IntRange(1, 2**20), help="Pipeline stages."),
-        click.option("--dp", type=click.IntRange(1, 2**23), help="Data-parallel replicas."),
-        click.option("--micro-batch", "micro_batch", type=click.IntRange(1, 2**30),
+        click.option("--tp", type=DecimalInt(1, 2**20), help="Tensor-parallel degree."),
+        click.option("--pp", type=DecimalInt(1, 2**20), help="Pipeline stages."),
+        click.option("--dp", type=DecimalInt(1, 2**23), help="Data-parallel replicas."),
+        click.option("--micro-batch", "micro_batch", type=DecimalInt(1, 2**30),
                      help="Sequences per micro-batch."),
-        click.option("--interleave", type=click.IntRange(1, 1024),
+        click.option("--interleave", type=DecimalInt(1, 1024),
                      help="Virtual stages per pipeline stage (interleaved 1F1B)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
                      help="Activation recomputation."),
         click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
                      default=None, help="Megatron sequence parallelism (with tp > 1)."),
-        click.option("--zero", type=click.IntRange(0, 3), help="ZeRO / FSDP sharding stage."),
+        click.option("--zero", type=DecimalInt(0, 3), help="ZeRO / FSDP sharding stage."),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]),
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,
                      show_default=True, help="Attention scores stay on chip (FlashAttention)."),
-        click.option("--seq-len", "seq_len", type=click.IntRange(1, 10_000_000),
+        click.option("--seq-len", "seq_len", type=DecimalInt(1, 10_000_000),
                      help="Train at this sequence length [default: the model's seq_len]."),
     ]
     return _with_options(f, opts)
@@ -263,12 +280,12 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 
 @cli.command()
 @spec_options(formats=PLAN_FORMATS)
-@click.option("--nodes", type=click.IntRange(1, 2**20), help="Nodes.")
-@click.option("--devices", type=click.IntRange(1, 2**23), help="Devices in total (instead of --nodes).")
-@click.option("--devices-per-node", type=click.IntRange(1, 1024),
+@click.option("--nodes", type=DecimalInt(1, 2**20), help="Nodes.")
+@click.option("--devices", type=DecimalInt(1, 2**23), help="Devices in total (instead of --nodes).")
+@click.option("--devices-per-node", type=DecimalInt(1, 1024),
               help="Devices used per node [default: all].")
-@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Global batch (strong scaling).")
-@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Local batch (weak scaling).")
+@click.option("--global-batch", type=DecimalInt(1, 2**40), help="Global batch (strong scaling).")
+@click.option("--local-batch", type=DecimalInt(1, 2**30), help="Local batch (weak scaling).")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
 @click.option("--batch", "batch_file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
@@ -429,17 +446,17 @@ def _evaluate_jsonl(path: str) -> None:
 
 @cli.command()
 @spec_options(formats=PLAN_FORMATS)
-@click.option("--nodes", type=click.IntRange(1, 2**20), help="Pin the node count.")
-@click.option("--nodes-max", type=click.IntRange(1, 2**20), help="Node budget.")
-@click.option("--devices", type=click.IntRange(1, 2**23), help="Pin the device count.")
-@click.option("--devices-max", type=click.IntRange(1, 2**23), help="Device budget.")
-@click.option("--devices-per-node", type=click.IntRange(1, 1024), help="Pin devices used per node.")
-@click.option("--global-batch", type=click.IntRange(1, 2**40), help="Fixed global batch.")
-@click.option("--global-batch-max", type=click.IntRange(1, 2**40),
+@click.option("--nodes", type=DecimalInt(1, 2**20), help="Pin the node count.")
+@click.option("--nodes-max", type=DecimalInt(1, 2**20), help="Node budget.")
+@click.option("--devices", type=DecimalInt(1, 2**23), help="Pin the device count.")
+@click.option("--devices-max", type=DecimalInt(1, 2**23), help="Device budget.")
+@click.option("--devices-per-node", type=DecimalInt(1, 1024), help="Pin devices used per node.")
+@click.option("--global-batch", type=DecimalInt(1, 2**40), help="Fixed global batch.")
+@click.option("--global-batch-max", type=DecimalInt(1, 2**40),
               help="Global batch up to this (same as --global-batch-range 1:MAX).")
 @click.option("--global-batch-range", help="Let the solver choose the global batch in A:B.")
-@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Pin the local batch.")
-@click.option("--local-batch-min", type=click.IntRange(1, 2**30),
+@click.option("--local-batch", type=DecimalInt(1, 2**30), help="Pin the local batch.")
+@click.option("--local-batch-min", type=DecimalInt(1, 2**30),
               help="Smallest local batch allowed (keep devices efficient).")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="Pin the collective [default: the solver chooses].")
@@ -461,12 +478,12 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--strategy", type=click.Choice(["data", "hybrid", "pipeline", "auto"]),
               default=None, help="CNNs: data parallel [default], per-layer data/model modes "
                                  "(hybrid), pipeline stages, or the best of them (auto).")
-@click.option("--stages", type=click.IntRange(2, 100_000),
+@click.option("--stages", type=DecimalInt(2, 100_000),
               help="With --strategy pipeline: pin the number of stages.")
 @click.option("--within", "fewest_nodes_within", type=FiniteFloat(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%; every model family).")
-@click.option("--top", type=click.IntRange(0, 100), default=0, show_default=True,
+@click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
               help="Also return this many runners-up, each a different split, device count or "
                    "batch (not the same plan with another collective or micro-batch).")
 @click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.01, 3600), default=10.0,
@@ -570,7 +587,7 @@ def _pareto_plot(front: list[dict], path: str, model: str, hardware: str) -> Non
 
 def limit_options(f):
     opts = [
-        click.option("--global-batch", type=click.IntRange(1, 2**40), required=True,
+        click.option("--global-batch", type=DecimalInt(1, 2**40), required=True,
                      help="Global batch: the largest that still generalises (seed paper)."),
         click.option("--collective", type=click.Choice(COLLECTIVES), default="ring",
                      show_default=True),
@@ -588,7 +605,7 @@ def limit_options(f):
         click.option("--critical-batch", type=FiniteFloat(min=0, min_open=True, max=1e15),
                      help="B_noise: also derive the node count and global batch minimising "
                           "time to train (or the batch alone at --at-nodes)."),
-        click.option("--nodes-max", type=click.IntRange(1, 2**20),
+        click.option("--nodes-max", type=DecimalInt(1, 2**20),
                      help="With --critical-batch: node counts the time-to-train optimum "
                           "searches [default: the solver's default space, 4096]."),
     ]
@@ -688,7 +705,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
                    "per device, at most 4096].")
 @click.option("--global-batch", "batch_spec", default=None,
               help="Strong scaling: one global batch or a list ('256,512', 'A:B:x2').")
-@click.option("--local-batch", type=click.IntRange(1, 2**30), help="Weak scaling.")
+@click.option("--local-batch", type=DecimalInt(1, 2**30), help="Weak scaling.")
 @click.option("--bandwidth", "bandwidth_spec", default=None,
               help="Network bandwidth per NIC in GB/s to sweep ('6.25,12.5,25') [default: the "
                    "spec's].")

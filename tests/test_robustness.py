@@ -17,7 +17,7 @@ import yaml
 from planner import api
 from planner import calibrate as cal
 from planner.catalog import list_models, load_model, load_system, read_file
-from planner.cli import FiniteFloat, cli
+from planner.cli import DecimalInt, FiniteFloat, cli
 from planner.cost import collectives as coll
 from planner.errors import InfeasibleError, SpecError
 from planner.search import strategy
@@ -343,6 +343,18 @@ def test_every_float_flag_refuses_nan_and_infinities():
         for bad in ("nan", "NaN", "inf", "-inf", "1_0", "٣"):
             with pytest.raises(click.BadParameter):
                 param.type.convert(bad, param, None)
+
+
+def test_every_integer_flag_takes_decimal_digits_only():
+    ints = [(name, p) for name, p in _all_options(cli)
+            if isinstance(p.type, click.types.IntParamType)]
+    assert len(ints) >= 20
+    for name, param in ints:
+        assert isinstance(param.type, DecimalInt), (name, param.name)
+        for bad in ("٣", "1_0", "²", "9" * 5000, "1e3", "0x10", " "):
+            with pytest.raises(click.BadParameter) as exc:
+                param.type.convert(bad, param, None)
+            assert len(exc.value.message) < 200
 
 
 @pytest.mark.parametrize("args", [
