@@ -10,6 +10,9 @@ full model by the callers (a closed form is only reported where its branch holds
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import sympy as sp
 
 from planner.cost import symbols as S
@@ -92,3 +95,22 @@ def laurent_form(x: sp.Symbol, powers) -> sp.Expr:
 def laurent_values(coeffs: dict[int, float]) -> dict[sp.Symbol, float]:
     names = {-1: S.a_inv, 0: S.a_0, 1: S.a_1, 2: S.a_2}
     return {names[k]: v for k, v in coeffs.items()}
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A closed form, the values of its symbols, what it evaluates to, and why it holds."""
+
+    name: str
+    expression: sp.Expr
+    values: dict
+    note: str
+
+    @property
+    def value(self) -> float:
+        return value_at(self.expression, self.values)
+
+
+def divisors(x: int) -> list[int]:
+    small = [k for k in range(1, math.isqrt(x) + 1) if x % k == 0]
+    return sorted(set(small + [x // k for k in small]))

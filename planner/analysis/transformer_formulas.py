@@ -9,7 +9,9 @@ from collections.abc import Callable
 import sympy as sp
 
 from planner.analysis import branches as br
-from planner.analysis.transformer_limits import Closed, TransformerLimits
+from planner.analysis.branches import Closed
+from planner.analysis.transformer_limits import TransformerLimits
+from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
 from planner.cost import symbols as S
 from planner.errors import SpecError
 from planner.expr.rewrite import substitute
@@ -98,13 +100,13 @@ def _at_dp(lim: TransformerLimits) -> int:
 
 def _optimal_pp(lim: TransformerLimits) -> Derived | None:
     return _closed(f"pipeline depth minimising T(p) at tp {lim.tp}, dp {_at_dp(lim)}",
-                   "stages")(lim, lim.optimal_pp(_at_dp(lim))[1])
+                   "stages")(lim, optimal_pp(lim, _at_dp(lim))[1])
 
 
 def _tp_bound(lim: TransformerLimits) -> Derived | None:
     return _closed(f"tensor-parallel degree whose collectives equal its compute (pp "
                    f"{lim.pp}, dp {_at_dp(lim)})", "devices")(
-        lim, lim.tp_comm_bound_from(_at_dp(lim))[1])
+        lim, tp_comm_bound_from(lim, _at_dp(lim))[1])
 
 
 def _bandwidth(lim: TransformerLimits) -> Derived | None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import sympy as sp
 
 from planner.analysis import branches as br
+from planner.analysis.branches import Closed, divisors
+from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
 from planner.cost import symbols as S
 from planner.cost.numeric import Program
 from planner.cost.transformer import Hardware
@@ -45,25 +46,6 @@ DEFAULT_TARGET_EFFICIENCY = 0.8
 # What `limits` assumes where nothing is pinned: Megatron-LM's usual settings for large runs
 # (selective recompute, sequence parallel, the distributed optimizer = ZeRO 1, 1F1B, flash)
 DEFAULT_CHOICES = Choices(recompute="selective", sequence_parallel=True, zero=1)
-
-
-@dataclass(frozen=True)
-class Closed:
-    """A closed form, the values of its symbols, what it evaluates to, and why it holds."""
-
-    name: str
-    expression: sp.Expr
-    values: dict
-    note: str
-
-    @property
-    def value(self) -> float:
-        return br.value_at(self.expression, self.values)
-
-
-def _divisors(x: int) -> list[int]:
-    small = [k for k in range(1, math.isqrt(x) + 1) if x % k == 0]
-    return sorted(set(small + [x // k for k in small]))
 
 
 class TransformerLimits:
@@ -133,7 +115,7 @@ class TransformerLimits:
 
     def valid_dps(self, t: int, p: int) -> np.ndarray:
         """Data-parallel degrees of whole plans: d b divides B, whole nodes beyond one."""
-        ds = np.array(_divisors(self.B // self.b), dtype=float)
+        ds = np.array(divisors(self.B // self.b), dtype=float)
         return ds[self.whole_node(t * p * ds)]
 
     # --- memory floor ------------------------------------------------------------------------
@@ -145,10 +127,10 @@ class TransformerLimits:
         node), searched on the memory expression; `inside_node` keeps tp <= devices per node,
         `fewest_devices` ranks by devices before tp x pp."""
         md = self.model
-        ts = [x for x in _divisors(math.gcd(md.heads, md.kv_heads)) if tp in (None, x)
+        ts = [x for x in divisors(math.gcd(md.heads, md.kv_heads)) if tp in (None, x)
               and (x <= self.g or not inside_node)]
         ps = [x for x in range(1, md.layers + 1) if pp in (None, x)]
-        ds = [x for x in _divisors(self.B // self.b) if dp in (None, x)]
+        ds = [x for x in divisors(self.B // self.b) if dp in (None, x)]
         t, p, d = (a.ravel().astype(float) for a in np.meshgrid(ts, ps, ds, indexing="ij"))
         mem = np.broadcast_to(self.run(choices, t=t, p=p, d=d, v=self.v)["memory"], t.shape)
         ok = (mem <= self.hw.memory_bytes) & self.whole_node(t * p * d)
@@ -294,66 +276,6 @@ class TransformerLimits:
         return Closed("max_useful_devices", S.t * S.p * sp.floor(S.B / S.b), point,
                       f"global batch over the smallest efficient micro-batch ({b_min})")
 
-    # --- along p and t: the cost on one branch as a Laurent polynomial ---------------------
-
-    def _line(self, term: str, var: sp.Symbol, fixed: dict) -> sp.Expr:
-        """The full expression of output `term` with every plan symbol but `var` fixed."""
-        ex = TransformerExpressions(self.model, self.hw, self.choices)
-        return substitute(ex.terms[term], fixed)
-
-    def optimal_pp(self, d: int) -> tuple[int, Closed | None]:
-        """(the best whole p at this t and d on the full model, the stationary point of T(p)
-        on the branch holding there: p* = sqrt(a_inv / a_1))."""
-        md = self.model
-        ps = np.arange(1, md.layers + 1, dtype=float)
-        ok = self.whole_node(self.tp * ps * d)
-        times = np.where(ok, np.asarray(self.run(p=ps, d=d, v=1)["time"], dtype=float), np.inf)
-        p_int = int(ps[np.argmin(times)])
-        fixed = {S.t: self.tp, S.d: d, S.b: self.b, S.m: self.B / (d * self.b), S.v: 1}
-        line = br.relax(br.branch_at(self._line("time", S.p, fixed), {S.p: p_int}))
-        try:
-            coeffs = br.laurent(line, S.p)
-        except ValueError:
-            return p_int, None
-        form = br.laurent_form(S.p, coeffs)
-        values = br.laurent_values(coeffs)
-        for root in br.solve_for(sp.diff(form, S.p), S.p):
-            z = br.real_in(root, values, 1.0, float(md.layers))
-            if z is not None:
-                return p_int, Closed("optimal_pp", root, values,
-                                     "stationary point of T(p): the bubble against the stage "
-                                     "time")
-        return p_int, None
-
-    def tp_comm_bound_from(self, d: int) -> tuple[int | None, Closed | None]:
-        """(the smallest whole t whose tensor-parallel communication is at least its compute,
-        on the full model; the root of tp_comm(t) - compute(t) on the branch there)."""
-        md = self.model
-        ts = np.array(_divisors(math.gcd(md.heads, md.kv_heads)), dtype=float)
-        r = self.run(t=ts, d=d)
-        over = np.asarray(r["tp_comm"]) >= np.asarray(r["compute"])
-        if not over.any():
-            return None, None
-        i = int(np.argmax(over))
-        t_int = int(ts[i])
-        fixed = {S.p: self.pp, S.d: d, S.b: self.b, S.m: self.B / (d * self.b), S.v: self.v}
-        gap = self._line("tp_comm", S.t, fixed) - self._line("compute", S.t, fixed)
-        lo = float(ts[i - 1]) if i else 1.0
-        line = br.relax(br.branch_at(gap, {S.t: t_int}))
-        try:
-            coeffs = br.laurent(line, S.t)
-        except ValueError:
-            return t_int, None
-        form, values = br.laurent_form(S.t, coeffs), br.laurent_values(coeffs)
-        for root in br.solve_for(form, S.t):
-            z = br.real_in(root, values, lo, float(t_int))
-            if z is not None:
-                return t_int, Closed("tp_comm_bound_from", root, values,
-                                     "tensor-parallel collectives equal the layer's compute")
-        return t_int, Closed("tp_comm_bound_from", sp.Integer(t_int), {},
-                             f"a step: at t = {t_int} the group "
-                             + ("leaves the node" if t_int > self.g else "crosses over"))
-
     # --- bandwidth and time to train ---------------------------------------------------------
 
     def required_bandwidth(self, d: float) -> Closed | None:
@@ -437,8 +359,8 @@ class TransformerLimits:
         run = self.run(d=float(self.dp))
         comm = self.comm_bound_from()
         useful = self.max_useful_devices()
-        p_int, p_star = self.optimal_pp(at)
-        t_int, t_star = self.tp_comm_bound_from(at)
+        p_int, p_star = optimal_pp(self, at)
+        t_int, t_star = tp_comm_bound_from(self, at)
         d_whole = self.best_whole_dp()[0]
         bw = self.required_bandwidth(d_whole)
         ttt = self.time_to_train_batch(d_whole)
