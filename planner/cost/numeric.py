@@ -24,6 +24,15 @@ _RELATIONS = {"Equality": np.equal, "Unequality": np.not_equal, "StrictLessThan"
 _UNARY = {"log": np.log, "exp": np.exp, "ceiling": np.ceil, "floor": np.floor, "Abs": np.abs}
 
 
+def _expr(e) -> sp.Basic:
+    """Our own Python numbers as SymPy numbers (an expression may fold to a plain 0)."""
+    if isinstance(e, bool | int):
+        return sp.Integer(int(e))
+    if isinstance(e, float):
+        return sp.Float(e)
+    return e
+
+
 def _fold(op: Op) -> Op:
     def folded(*xs):
         out = xs[0]
@@ -45,8 +54,7 @@ class Program:
         self.n_args = len(args)
         self.ops: list[tuple[Op, tuple[int, ...]]] = []
         self.constants: dict[int, float | bool] = {}
-        self.outputs = {name: self._node(sp.sympify(e) if isinstance(e, int | float) else e)
-                        for name, e in exprs.items()}
+        self.outputs = {name: self._node(_expr(e)) for name, e in exprs.items()}
         self._plan_frees()
 
     # --- building ----------------------------------------------------------------------------
