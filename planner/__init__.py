@@ -2,8 +2,11 @@
 
     import planner
     sol = planner.solve("alexnet", "k80-fdr", global_batch=256)
-    plan = planner.solve_transformer("gpt3-175b", "dgx-a100-80gb", global_batch=1536,
-                                     devices_max=4096)
+    sol = planner.solve("gpt3-175b", "dgx-a100-80gb", global_batch=1536, devices_max=4096)
+    lim = planner.limits("gpt3-175b", "dgx-a100-80gb", global_batch=1536).summary()
+
+Each verb dispatches on the model's family (CNN or transformer); `evaluate_transformer`,
+`solve_transformer` and `sweep_transformer` are the former names, kept as aliases.
 
 The operations live in `planner.api`; they are loaded on first use so that `import planner`
 stays cheap (SymPy and OR-Tools load only when a command needs them).
