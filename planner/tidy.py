@@ -24,21 +24,26 @@ _HALF = sp.S.Half
 
 
 def tidy(expr: sp.Expr) -> sp.Expr:
-    return _tidy(_expand_log_powers(sp.sympify(expr)))
+    return _tidy(_expand_log_powers(expr))
 
 
 def tidy_checked(expr: sp.Expr, values: dict, rel: float = 1e-12) -> sp.Expr:
     """`tidy(expr)` if it has the value of `expr` at `values` (to `rel`), else `expr`."""
     out = tidy(expr)
-    if not values and not expr.free_symbols:
-        return out if _close(out, expr, {}, rel) else expr
     return out if _close(out, expr, values, rel) else expr
 
 
 def evaluate(expr: sp.Expr, values: dict) -> complex:
     """The value of `expr` at `values`, the values put in as given (so a ceiling of
     log(8) / log(2) stays 3 as in `Derived.value`, not 3 + 1e-30 rounded up)."""
-    return complex(expr.xreplace({sym: sp.sympify(v) for sym, v in values.items()}))
+    return complex(expr.xreplace({sym: _number(v) for sym, v in values.items()}))
+
+
+def _number(v) -> sp.Expr:
+    """A value as a SymPy number: integers exact, floats as given (no text is parsed)."""
+    if isinstance(v, sp.Basic):
+        return v
+    return sp.Integer(v) if isinstance(v, int) else sp.Float(float(v))
 
 
 def _close(a: sp.Expr, b: sp.Expr, values: dict, rel: float) -> bool:
@@ -170,7 +175,7 @@ def _content(s: sp.Expr, signed: bool = True) -> tuple[sp.Expr, dict, sp.Expr]:
     split = [_factors(t) for t in sp.Add.make_args(s)]
     common = split[0]
     for t in split[1:]:
-        common = _common(common, t, numerator=False) or (
+        common = _common(common, t) or (
             _gcd(common[0], t[0]), {})
     c, powers = common
     if c != 1 and not _smaller_numbers([t[0] for t in split], c):
@@ -254,7 +259,7 @@ def _weight(powers: dict) -> int:
                if not b.is_Number)
 
 
-def _common(a: tuple, b: tuple, numerator: bool = True):
+def _common(a: tuple, b: tuple):
     """The common factor of two terms, as (coefficient, powers), or None if only a number."""
     (ca, pa), (cb, pb) = a, b
     common = {}
@@ -266,7 +271,7 @@ def _common(a: tuple, b: tuple, numerator: bool = True):
             common[base] = min(xa, xb)
         elif xa < 0 and xb < 0:
             common[base] = max(xa, xb)
-    if not common or (numerator and all(x < 0 for x in common.values())):
+    if not common:
         return None
     return _gcd(ca, cb), common
 
@@ -308,7 +313,7 @@ def _add(terms: list[sp.Expr]) -> sp.Expr:
     while len(split) > 1:
         best = None
         for i, j in combinations(range(len(split)), 2):
-            common = _common(split[i], split[j], numerator=False)
+            common = _common(split[i], split[j])
             if common is None or (all(x < 0 for x in common[1].values())
                                   and not _over_common_denominator(split[i], split[j], common)):
                 continue
