@@ -11,6 +11,7 @@ from planner.catalog import load_model, load_system
 from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
 from planner.cost.memory import Optimizer
 from planner.errors import SpecError
+from planner.plan import choice
 from planner.search.training import Training
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
@@ -23,13 +24,8 @@ TRANSFORMER_ONLY = ("tp", "pp", "dp", "micro_batch", "interleave", "recompute",
 
 
 def enum_value(cls, value, key: str):
-    if value is None or isinstance(value, cls):
-        return value
-    try:
-        return cls(value)
-    except ValueError:
-        allowed = ", ".join(m.value for m in cls)
-        raise SpecError(f"{key}: unknown value {value!r} (allowed: {allowed})") from None
+    """`plan.choice`, with None passed through (an option left unset)."""
+    return None if value is None else choice(cls, value, key)
 
 
 def only_for(family: str, given: dict, keys) -> None:

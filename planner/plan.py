@@ -40,7 +40,9 @@ class Schedule(str, Enum):
     gpipe = "gpipe"
 
 
-def _choice(cls, value, key: str):
+def choice(cls, value, key: str):
+    """`value` as a member of the enum `cls`, or a one-line error naming `key` and the allowed
+    values."""
     if isinstance(value, cls):
         return value
     try:
@@ -78,10 +80,10 @@ class Plan:
                     "global_batch", "interleave"):
             _positive(key, getattr(self, key))
         set_ = object.__setattr__
-        set_(self, "recompute", _choice(Recompute, self.recompute, "recompute"))
-        set_(self, "schedule", _choice(Schedule, self.schedule, "schedule"))
+        set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
+        set_(self, "schedule", choice(Schedule, self.schedule, "schedule"))
         if self.collective is not None:
-            set_(self, "collective", _choice(Collective, self.collective, "collective"))
+            set_(self, "collective", choice(Collective, self.collective, "collective"))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, pp, dp) coordinate (Megatron-LM's world size)
