@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
 from planner.errors import SpecError
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,

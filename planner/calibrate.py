@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 
 from planner.catalog import list_models, load_model, load_system, read_file, shown
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import SpecError
+from planner.expr.cnn import DataParallelModel, Options
+from planner.expr.collectives import Collective
 from planner.prediction import Config, predict
 from planner.spec.base import decimal_float, decimal_int, short
 from planner.spec.hardware import Precision, System

@@ -683,7 +683,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
     if substitute:
         wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
         if wanted is not None:
-            from planner.cost.symbols import GLOSSARY
+            from planner.expr.symbols import GLOSSARY
 
             unknown = sorted(wanted - {s.name for s in GLOSSARY})
             if unknown:

@@ -1,7 +1,7 @@
 """The formulas behind `limits`, as SymPy expressions with a glossary of their symbols.
 
 Every formula is the expression `limits` evaluates, in the aggregate symbols of
-`planner.cost.symbols`, with the values that hold for the chosen model, hardware and the
+`planner.expr.symbols`, with the values that hold for the chosen model, hardware and the
 roofline piece at the optimum. Substituting those values gives `value`, which is what
 `limits` reports.
 
@@ -25,8 +25,8 @@ from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
 from planner import latex as tex
-from planner.cost import symbols as S
 from planner.errors import SpecError
+from planner.expr import symbols as S
 from planner.scaling import Limits
 from planner.tidy import evaluate, tidy_checked
 

@@ -8,9 +8,9 @@ import dataclasses
 import functools
 
 from planner.catalog import load_model, load_system
-from planner.cost.data_parallel import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
-from planner.cost.memory import Optimizer
 from planner.errors import SpecError
+from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
+from planner.expr.memory import Optimizer
 from planner.plan import choice
 from planner.search.training import Training
 from planner.spec.cnn import CNN

@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.cost.collectives import Collective
 from planner.errors import SpecError
+from planner.expr.collectives import Collective
 
 
 class Recompute(str, Enum):

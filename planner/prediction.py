@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
 from planner.errors import SpecError
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 from planner.plan import Plan
 
 

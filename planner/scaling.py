@@ -7,7 +7,7 @@ into a function of the node count n alone:
     T(n) = t_0 + c B / (g n) + max(0, C(n) - h_0 - h_1 B / (g n))   (overlap)
 
 where (t_0, c) and (h_0, h_1) are the affine piece of the roofline sum that holds at b, and
-C(n) the collective's alpha-beta cost (seed paper, sec. 3; DESIGN.md sec. 3). Each limit is
+C(n) the collective's alpha-beta cost (seed paper, sec. 3; Thakur et al. 2005). Each limit is
 obtained by differentiating / solving that expression with SymPy, piece by piece, and checking
 the candidates against the full expression: nothing here is a hard-coded formula.
 """
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
-from planner.cost import collectives as coll
-from planner.cost import symbols as S
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
-from planner.cost.numeric import compile_expr
-from planner.cost.piecewise import piece_at
 from planner.errors import SpecError
+from planner.expr import collectives as coll
+from planner.expr import symbols as S
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
+from planner.expr.piecewise import piece_at
+from planner.numeric import compile_expr
 from planner.search.data_parallel import DEFAULT_NODES_MAX
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
 from planner.errors import InfeasibleError, SpecError
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,

@@ -7,7 +7,7 @@ product with perfect squares taken out (`sqrt(2) sqrt(X/a) / (2 sqrt(g) sqrt(k))
 `2 (g n - 1)(alpha k + M/(beta g n))`), integer content and signs taken out of sums so no sum
 reads as the negative of another (`-(-x + y)` becomes `x - y`), and logarithms of powers
 expanded. The rewrite relies on every symbol being positive (or nonnegative), as they are in
-`planner.cost.symbols`; `tidy_checked` keeps the original wherever the two differ in value.
+`planner.expr.symbols`; `tidy_checked` keeps the original wherever the two differ in value.
 
 The result may hold unevaluated products and powers: print it, evaluate it, never rebuild
 other expressions from it.

@@ -6,10 +6,10 @@ import pytest
 import sympy as sp
 
 from planner.api import build
-from planner.cost import collectives as coll
-from planner.cost.collectives import Collective
-from planner.cost.piecewise import affine_pieces
-from planner.cost.symbols import b, g, n
+from planner.expr import collectives as coll
+from planner.expr.collectives import Collective
+from planner.expr.piecewise import affine_pieces
+from planner.expr.symbols import b, g, n
 
 
 def test_ring_allreduce_formula():

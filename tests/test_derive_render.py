@@ -13,8 +13,8 @@ import pytest
 import sympy as sp
 
 from planner import api
-from planner.cost import symbols as S
-from planner.cost.collectives import Collective
+from planner.expr import symbols as S
+from planner.expr.collectives import Collective
 from planner.formulas import (
     FORMULAS,
     Derived,

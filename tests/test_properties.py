@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from planner import api
 from planner.catalog import load_model, load_system
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel, Options
 from planner.errors import InfeasibleError
+from planner.expr.cnn import DataParallelModel, Options
+from planner.expr.collectives import Collective
 from planner.prediction import Config, predict
 from planner.search.data_parallel import DataParallelSolver, Objective, Problem, Training
 from planner.search.objective import SUPPORTED

@@ -18,8 +18,8 @@ from planner import api
 from planner import calibrate as cal
 from planner.catalog import list_models, load_model, load_system, read_file
 from planner.cli import DecimalInt, FiniteFloat, cli
-from planner.cost import collectives as coll
 from planner.errors import InfeasibleError, SpecError
+from planner.expr import collectives as coll
 from planner.search import strategy
 from planner.search.data_parallel import DataParallelSolver, Problem
 from planner.search.strategy import SplitSearch, Strategy
@@ -391,7 +391,7 @@ TOY = {"kind": "cnn", "name": "toy", "input": [3, 32, 32], "layers": [
 
 
 def _toy_search(**kw):
-    from planner.cost.data_parallel import DataParallelModel, Options
+    from planner.expr.cnn import DataParallelModel, Options
     from planner.spec.cnn import build_cnn
     from planner.spec.hardware import Precision
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from planner.api import build
-from planner.cost.collectives import Collective
 from planner.errors import InfeasibleError
+from planner.expr.collectives import Collective
 from planner.prediction import Config, predict
 from planner.search.data_parallel import DataParallelSolver, Objective, Problem
 

@@ -13,10 +13,10 @@ import pytest
 
 from planner.api import build
 from planner.cost.cnn_layout import segments, units
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel, Options
 from planner.cost.layer_modes import LayerModes
 from planner.cost.stages import Stages
+from planner.expr.cnn import DataParallelModel, Options
+from planner.expr.collectives import Collective
 from planner.prediction import Config, predict
 from planner.search.data_parallel import Problem
 from planner.search.layer_modes import best_modes

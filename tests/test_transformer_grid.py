@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.data.make_transformer_grid import KEYS, model
-
 from planner.catalog import load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.spec.hardware import Precision
+from tests.data.make_transformer_grid import KEYS, model
 
 BLOCKS = json.loads((Path(__file__).parent / "data" / "transformer_grid.json").read_text())
 

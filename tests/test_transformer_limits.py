@@ -16,8 +16,8 @@ from planner import api
 from planner.analysis import branches as br
 from planner.analysis.transformer_formulas import FORMULAS
 from planner.catalog import load_model, load_system
-from planner.cost import symbols as S
 from planner.cost.transformer import Hardware, iteration
+from planner.expr import symbols as S
 from planner.expr.transformer import RECOMPUTE, TransformerExpressions
 from planner.spec.hardware import Precision
 

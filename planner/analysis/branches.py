@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from planner.cost import symbols as S
+from planner.expr import symbols as S
 
 
 def value_at(expr: sp.Expr, point: dict) -> float:

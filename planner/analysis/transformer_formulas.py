@@ -12,8 +12,8 @@ from planner.analysis import branches as br
 from planner.analysis.branches import Closed
 from planner.analysis.transformer_limits import TransformerLimits
 from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
-from planner.cost import symbols as S
 from planner.errors import SpecError
+from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
 from planner.expr.transformer import memory_form, time_form
 from planner.formulas import Derived

@@ -26,10 +26,9 @@ import sympy as sp
 from planner.analysis import branches as br
 from planner.analysis.branches import Closed, divisors
 from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
-from planner.cost import symbols as S
-from planner.cost.numeric import Program
 from planner.cost.transformer import Hardware
 from planner.errors import InfeasibleError, SpecError
+from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
 from planner.expr.transformer import (
     PLAN_SYMBOLS,
@@ -40,6 +39,7 @@ from planner.expr.transformer import (
     program,
     time_form,
 )
+from planner.numeric import Program
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9
 DEFAULT_TARGET_EFFICIENCY = 0.8

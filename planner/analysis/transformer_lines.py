@@ -17,7 +17,7 @@ import sympy as sp
 
 from planner.analysis import branches as br
 from planner.analysis.branches import Closed, divisors
-from planner.cost import symbols as S
+from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
 from planner.expr.transformer import TransformerExpressions
 

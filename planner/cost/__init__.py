@@ -1,9 +1,8 @@
-"""Symbolic cost model: SymPy expressions for compute, communication and memory of one iteration.
+"""The cost model evaluated: what the searches price, built from the expressions of
+`planner.expr`.
 
-- `symbols`     the fixed vocabulary (n, g, b, B, ...) with meaning and unit
-- `roofline`    per-layer forward/backward time, max(FLOPs / (eta P), bytes / (eta_mem beta_mem))
-- `collectives` alpha-beta costs of allreduce variants, reduce-scatter, all-gather
-- `memory`      bytes per device: weights, gradients, optimizer state, activations
-- `data_parallel` the above combined for data-parallel training, with overlap and buckets
-- `piecewise`   the convex piecewise-affine structure of roofline sums, used by `limits`
+- `transformer` the transformer expressions compiled once per (model, hardware, choices) and run
+                on arrays of plans (`iteration`), with the hardware rates they need
+- `cnn_layout`, `layer_modes`, `stages` a CNN's per-layer data / model modes and pipeline
+                stages as arrays over layer groups and units (the layer-split searches)
 """

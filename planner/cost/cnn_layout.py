@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.collectives import Collective, hierarchical_allreduce
-from planner.cost.data_parallel import DataParallelModel, LinkParams
+from planner.expr.cnn import DataParallelModel, LinkParams
+from planner.expr.collectives import Collective, hierarchical_allreduce
 from planner.spec.cnn import CNN
 
 

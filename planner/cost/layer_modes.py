@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost import cnn_layout
-from planner.cost import collectives as coll
 from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, link, roofline, segments
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
+from planner.expr import collectives as coll
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, data_layer_times, link, rates, units
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 
 
 @dataclass(frozen=True)

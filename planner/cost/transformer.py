@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.symbols import b, t
+from planner.expr.symbols import b, t
 from planner.expr.transformer import (
     OUTPUTS,
     RECOMPUTE,

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from planner.cost import symbols as S
-from planner.cost.collectives import ring_allreduce
-from planner.cost.numeric import Program
-from planner.cost.roofline import bound
-from planner.cost.symbols import b, d, m, p, t, v
+from planner.expr import symbols as S
+from planner.expr.collectives import ring_allreduce
 from planner.expr.rewrite import substitute
+from planner.expr.roofline import bound
+from planner.expr.symbols import b, d, m, p, t, v
+from planner.numeric import Program
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
@@ -79,7 +79,7 @@ def _if(cond, then, otherwise):
 
 def ring(ranks, size, bw, lat):
     """Ring allreduce of `size` bytes over `ranks` at bandwidth `bw` and latency `lat`: the one
-    formula of `planner.cost.collectives` (exactly 0 on one rank)."""
+    formula of `planner.expr.collectives` (exactly 0 on one rank)."""
     return ring_allreduce(ranks, size, lat, bw)
 
 

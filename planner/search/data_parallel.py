@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
-from planner.cost.symbols import b, g, n
 from planner.errors import InfeasibleError, SpecError
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
+from planner.expr.symbols import b, g, n
 from planner.plan import Plan
 from planner.prediction import Config, Prediction, predict  # noqa: F401  (Config: old name)
 from planner.search import table as core

@@ -37,11 +37,11 @@ from planner.cost.cnn_layout import (
     units,
     weighted_layer_floor,
 )
-from planner.cost.collectives import Collective
-from planner.cost.data_parallel import DataParallelModel
 from planner.cost.layer_modes import LayerModes
 from planner.cost.stages import Stages, slowest_stage_floor
 from planner.errors import InfeasibleError, SpecError
+from planner.expr.cnn import DataParallelModel
+from planner.expr.collectives import Collective
 from planner.prediction import Prediction
 from planner.search.data_parallel import DataParallelSolver, Problem, Solution
 from planner.search.layer_modes import Inner, solve_modes

@@ -38,7 +38,8 @@ Fraction = Field(gt=0, le=1)
 
 
 class Efficiency(Spec):
-    """Achievable fraction of peak; fitted to published runs (see `benchmarks/calibrate.py`)."""
+    """Achievable fraction of peak; fitted to published runs by `planner calibrate`
+    (planner/calibrate.py), each spec saying what its value was fitted to."""
 
     compute: float = Fraction
     memory: float = Fraction

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from planner.cost import collectives as coll
-from planner.cost import memory, roofline
-from planner.cost.collectives import Collective
-from planner.cost.memory import Optimizer
-from planner.cost.numeric import compile_expr
-from planner.cost.symbols import b, g, n
+from planner.expr import collectives as coll
+from planner.expr import memory, roofline
+from planner.expr.collectives import Collective
+from planner.expr.memory import Optimizer
+from planner.expr.symbols import b, g, n
+from planner.numeric import compile_expr
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision, System
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from planner.cost.piecewise import Piece
+from planner.expr.piecewise import Piece
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Precision
 
