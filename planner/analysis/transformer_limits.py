@@ -156,9 +156,14 @@ class TransformerLimits:
     # --- along d: the aggregates and the form ------------------------------------------------
 
     @functools.cached_property
+    def expressions(self) -> TransformerExpressions:
+        """The expressions of this model, hardware and choices (built once)."""
+        return TransformerExpressions(self.model, self.hw, self.choices)
+
+    @functools.cached_property
     def aggregates(self) -> dict:
         """The aggregates' values at this t x p (r at d >= its node share)."""
-        ex = TransformerExpressions(self.model, self.hw, self.choices)
+        ex = self.expressions
         keys = [S.tau, S.tau_p2p, S.M, S.H, S.T_opt, S.beta, S.alpha, S.beta_i, S.alpha_i]
         prog = Program({k: ex.aggregates[k] for k in keys}, PLAN_SYMBOLS)
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,
@@ -216,12 +221,11 @@ class TransformerLimits:
     def optimal_dp(self) -> Closed:
         """d* minimising T(d) at this t x p (continuous), with its closed form."""
         lo, hi = self.d_range
-        point = {k: v for k, v in self.aggregates.items()}
-        relaxed = Program({"t": br.relax(self.d_form)}, [S.d, *point])
+        point = dict(self.aggregates)
         kink = self._one_replica_per_node(allreduce_form() - S.H)
         cands = self._branch_candidates(self.d_form, S.d, lo, hi, point,
                                         [kink] if self.choices.overlap else [])
-        times = [float(relaxed(x, *point.values())["t"]) for x, _ in cands]
+        times = [self.relaxed_d_time(x) for x, _ in cands]
         x, best = cands[int(np.argmin(times))]
         return Closed("optimal_dp", best.expression, point, best.note)
 
@@ -259,7 +263,7 @@ class TransformerLimits:
     def smallest_efficient_micro_batch(self) -> int:
         """Smallest micro-batch at which the stage runs at `local_efficiency` of its
         large-batch rate per sequence (the roofline's weight traffic stops dominating)."""
-        tau = TransformerExpressions(self.model, self.hw, self.choices).aggregates[S.tau]
+        tau = self.expressions.aggregates[S.tau]
         f = Program({"tau": tau}, PLAN_SYMBOLS)
         big = 2.0**30
         t_big, t_2big = (float(np.asarray(f(self.tp, self.pp, 1, x, 1, self.v)["tau"]))
@@ -319,11 +323,10 @@ class TransformerLimits:
 
     # --- at the plan, and everything together ------------------------------------------------
 
-    @property
+    @functools.cached_property
     def plan_point(self) -> dict:
         """The plan symbols and the aggregates' values at (tp, pp, dp)."""
-        ex = TransformerExpressions(self.model, self.hw, self.choices)
-        prog = Program({k: e for k, e in ex.aggregates.items()}, PLAN_SYMBOLS)
+        prog = Program(dict(self.expressions.aggregates), PLAN_SYMBOLS)
         m = self.B / (self.dp * self.b)
         values = {k: float(np.asarray(x)) for k, x in
                   prog(self.tp, self.pp, self.dp, self.b, m, self.v).items()}
@@ -340,12 +343,14 @@ class TransformerLimits:
                 "whole_plan": {"dp": d_whole, "devices": self.tp * self.pp * d_whole,
                                "iteration_time_s": t_whole, "speedup": t_one / t_whole}}
 
+    @functools.cached_property
+    def _relaxed_d(self) -> Program:
+        return Program({"t": br.relax(self.d_form)}, [S.d, *self.aggregates])
+
     def relaxed_d_time(self, d: float) -> float:
         """T(d) on the relaxed form (ceilings as their argument): what the closed forms
         optimise."""
-        point = self.aggregates
-        f = Program({"t": br.relax(self.d_form)}, [S.d, *point])
-        return float(f(d, *point.values())["t"])
+        return float(self._relaxed_d(d, *self.aggregates.values())["t"])
 
     def summary(self) -> dict:
         c = self.choices

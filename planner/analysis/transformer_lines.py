@@ -19,13 +19,11 @@ from planner.analysis import branches as br
 from planner.analysis.branches import Closed, divisors
 from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
-from planner.expr.transformer import TransformerExpressions
 
 
 def _line(lim, term: str, fixed: dict) -> sp.Expr:
     """The full expression of output `term` with the plan symbols in `fixed` fixed."""
-    ex = TransformerExpressions(lim.model, lim.hw, lim.choices)
-    return substitute(ex.terms[term], fixed)
+    return substitute(lim.expressions.terms[term], fixed)
 
 
 def optimal_pp(lim, d: int) -> tuple[int, Closed | None]:
