@@ -14,6 +14,7 @@ built-in name or YAML path, exactly as on the command line.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
@@ -35,11 +36,13 @@ from planner.inputs import (
 from planner.plan import Plan
 from planner.prediction import Prediction, predict
 from planner.search.data_parallel import DataParallelSolver, Problem
+from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, check_headroom, within
 from planner.search.objective import objective_for
 from planner.search.solution import Solution
 from planner.search.strategy import SplitSearch, Strategy
 from planner.spec.hardware import Precision  # noqa: F401  (planner.api.Precision, as before)
-from planner.sweeping import Skipped, Sweep, SweepPoint, sweep, with_inter_node_bandwidth
+from planner.sweeping import Skipped, Sweep, SweepPoint, with_inter_node_bandwidth
+from planner.sweeping import sweep as _sweep
 
 _enum = enum_value  # the name `limits` uses
 __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", "derive",
@@ -95,10 +98,13 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              interleave: int | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
              schedule: str | None = None, flash_attention: bool | None = None,
-             seq_len: int | None = None) -> Evaluation:
+             seq_len: int | None = None,
+             memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x pp x dp (give any two of devices / nodes, dp),
-    micro-batch, interleave, recompute, sequence parallel, ZeRO, schedule."""
+    micro-batch, interleave, recompute, sequence parallel, ZeRO, schedule. The plan fits when
+    it needs at most (1 - memory_headroom) x the device memory."""
+    check_headroom(memory_headroom)
     given = dict(locals())
     if is_transformer(model):
         only_for("transformer", given, CNN_ONLY)
@@ -110,7 +116,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      sequence_parallel=bool(sequence_parallel), zero=zero or 0,
                                      schedule=schedule or "1f1b",
                                      flash_attention=flash_attention is not False,
-                                     seq_len=seq_len)
+                                     seq_len=seq_len, memory_headroom=memory_headroom)
     only_for("cnn", given, TRANSFORMER_ONLY)
     cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
     n, g = placement(cnn, nodes, devices, devices_per_node)
@@ -123,11 +129,12 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                         f"{global_batch}")
     plan = Plan.data_parallel(n, g, global_batch,
                               enum_value(Collective, collective or "ring", "collective"), overlap)
-    return Evaluation(plan, predict(cnn, plan))
+    return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.memory_bytes,
+                                   memory_headroom))
 
 
 def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, pp, dp,
-                          precision, seq_len, **choices) -> Evaluation:
+                          precision, seq_len, memory_headroom, **choices) -> Evaluation:
     from planner.plan import check_pins
     from planner.search.hybrid import predict as predict_transformer
 
@@ -153,7 +160,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     choices["sequence_parallel"] = choices["sequence_parallel"] and tp > 1
     plan = Plan.split(tp, pp, dp, micro_batch=choices.pop("micro_batch"),
                       global_batch=global_batch, node_size=g, **choices)
-    return Evaluation(plan, predict_transformer(m, system, prec, plan))
+    return Evaluation(plan, predict_transformer(m, system, prec, plan, memory_headroom))
 
 
 def evaluate_transformer(model: str, hardware: str, **kwargs) -> Evaluation:
@@ -293,6 +300,20 @@ def derive(model: str, hardware: str, *, names: tuple[str, ...] = (), **kwargs):
     from planner import formulas as der
 
     return der.select(der.derive(lim), names)
+
+
+def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
+          **kwargs) -> Sweep:
+    """`planner.sweeping.sweep`, each point's memory fit checked against (1 - memory_headroom)
+    x the device memory (a transformer point's search keeps only plans that fit it)."""
+    check_headroom(memory_headroom)
+    if is_transformer(model):
+        return _sweep(model, hardware, memory_headroom=memory_headroom, **kwargs)
+    sw = _sweep(model, hardware, **kwargs)
+    device_bytes = load_system(hardware).device.memory_bytes
+    points = [dataclasses.replace(p, prediction=within(p.prediction, device_bytes,
+                                                       memory_headroom)) for p in sw.points]
+    return dataclasses.replace(sw, points=points)
 
 
 def sweep_transformer(model: str, hardware: str, **kwargs) -> Sweep:

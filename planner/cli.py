@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import math
+import re
 import sys
 
 import click
@@ -20,7 +21,7 @@ from planner.search.objective import Objective
 from planner.spec.numbers import decimal_float, decimal_int, loads_json, short
 
 FORMATS = ["table", "json", "yaml"]
-LAUNCH_FORMATS = ["env", "slurm", "torchrun", "megatron", "deepspeed"]
+LAUNCH_FORMATS = ["env", "slurm", "torchrun", "megatron", "deepspeed", "torchtitan"]
 PLAN_FORMATS = FORMATS + LAUNCH_FORMATS
 COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
 PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -61,11 +62,12 @@ class DecimalInt(click.IntRange):
         return super().convert(value, param, ctx)
 
 
-def _emit(doc: dict, fmt: str, text: str, arch: dict | None = None) -> None:
+def _emit(doc: dict, fmt: str, text: str, target=None) -> None:
+    """Print `doc` in `fmt`; a launcher form takes `target` (a `planner.launch.Target`)."""
     if fmt in LAUNCH_FORMATS:
         from planner.launch import render_launch
 
-        click.echo(render_launch(fmt, doc, arch))
+        click.echo(render_launch(fmt, doc, target))
     elif fmt == "json":
         click.echo(render.to_json(doc))
     elif fmt == "yaml":
@@ -130,6 +132,18 @@ def transformer_options(f):
                      help="Train at this sequence length [default: the model's seq_len]."),
     ]
     return _with_options(f, opts)
+
+
+def headroom_option(f):
+    """--memory-headroom: how full a device may be (evaluate, solve, sweep)."""
+    from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM
+
+    return click.option(
+        "--memory-headroom", "memory_headroom", type=FiniteFloat(0, 1, max_open=True),
+        default=DEFAULT_MEMORY_HEADROOM, show_default=True,
+        help="Fraction of each device's memory kept free (CUDA context, NCCL buffers, "
+             "fragmentation): a plan fits when it needs at most (1 - FRACTION) x the device "
+             "memory. 0.05 keeps 5 % free.")(f)
 
 
 def _reject_transformer_flags(kw: dict) -> None:
@@ -275,7 +289,8 @@ def show(what, name, fmt):
 # --- evaluate -------------------------------------------------------------------------------
 
 EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "global_batch",
-             "local_batch", "collective", "overlap", "precision", "optimizer", "servers"}
+             "local_batch", "collective", "overlap", "precision", "optimizer", "servers",
+             "memory_headroom"}
 
 
 @cli.command()
@@ -290,6 +305,7 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 @click.option("--batch", "batch_file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
 @transformer_options
+@headroom_option
 def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
              devices_per_node, global_batch, local_batch, collective, batch_file, **hybrid):
     """Predict one data-parallel configuration, or many with --batch.
@@ -325,15 +341,22 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
     doc = render.document("evaluate", {"model": model, "hardware": hardware,
                                        **evaluation_doc(ev.plan, ev.prediction)})
     _emit(doc, fmt, evaluation_text(ev.plan, ev.prediction),
-          _arch(model, hybrid.get("seq_len")) if transformer else None)
+          _target(model, hardware, precision, hybrid.get("seq_len"), fmt))
 
 
-def _arch(model: str, seq_len: int | None) -> dict:
-    from planner.catalog import load_model
-    from planner.report import transformer_doc
-    from planner.spec.transformer import with_seq_len
+def _target(model: str, hardware: str, precision: str | None, seq_len: int | None,
+            fmt: str):
+    """What a launcher form needs beyond the plan (None for the other formats): the transformer
+    spec at the trained sequence length, and the precision the plan was priced at."""
+    if fmt not in LAUNCH_FORMATS:
+        return None
+    from planner.catalog import load_model, load_system
+    from planner.launch import Target
+    from planner.spec.transformer import Transformer, with_seq_len
 
-    return transformer_doc(with_seq_len(load_model(model), seq_len))
+    m = load_model(model)
+    m = with_seq_len(m, seq_len) if isinstance(m, Transformer) else None
+    return Target(m, precision or load_system(hardware).device.default_precision)
 
 
 def _require(model, hardware) -> None:
@@ -491,6 +514,7 @@ def _evaluate_jsonl(path: str) -> None:
                                       "(searches stop on a deterministic budget; one this "
                                       "guard stops says so).")
 @transformer_options
+@headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
               help="Token budget (transformers; with --objective token-budget).")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
@@ -558,8 +582,8 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     if plot_path:
         _pareto_plot(sol.pareto, plot_path, model, hardware)
-    _emit(doc, fmt, solution_text(sol), _arch(model, hybrid.get("seq_len")) if transformer
-          else None)
+    _emit(doc, fmt, solution_text(sol), _target(model, hardware, precision,
+                                                hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
 
 
@@ -716,6 +740,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
 @transformer_options
+@headroom_option
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, plot_path, **hybrid):
@@ -733,6 +758,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     from planner.report import sweep_doc, sweep_text
 
     _require(model, hardware)
+    headroom = hybrid.pop("memory_headroom")
     batches = int_list(batch_spec, "global_batch")
     bandwidths = float_list(bandwidth_spec, "bandwidth")
     nodes = int_list(nodes_spec, "nodes")
@@ -768,7 +794,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                        bandwidths_GBps=bandwidths, overlap=overlap, precision=precision,
                        critical_batch=critical_batch, target_steps=target_steps,
                        target_samples=target_samples,
-                       price_per_device_hour=price_per_device_hour,
+                       price_per_device_hour=price_per_device_hour, memory_headroom=headroom,
                        on_point=bar and (lambda: bar.update(1)), **family)
     if not sw.points:
         if transformer:
@@ -781,7 +807,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
 
         sweep_plot(sw, plot_path, f"{model} on {hardware}")
     doc = render.document("sweep", {"model": model, "hardware": hardware, **sweep_doc(sw)})
-    _emit(doc, fmt, sweep_text(sw), _arch(model, hybrid.get("seq_len")) if transformer else None)
+    _emit(doc, fmt, sweep_text(sw))
 
 
 @cli.command()
@@ -840,32 +866,82 @@ def schema(command):
 
 # --- entry point ----------------------------------------------------------------------------
 
+def _json_request(argv: list[str]) -> str | None:
+    """The command of `argv` when it asks for --format json (None otherwise): read from the
+    arguments themselves, so a request click refused to parse still gets its JSON error."""
+    args = [a for a in argv if isinstance(a, str)]
+    wants = "--format=json" in args or any(
+        a == "--format" and b == "json" for a, b in zip(args, args[1:], strict=False))
+    if not wants:
+        return None
+    return next((a for a in args if a in cli.commands), "planner")
+
+
+_GOT = re.compile(r"[(,] ?got (.{1,200}?)\)?$")
+_KEY = re.compile(r"key '([^']{1,200})'")
+_NAMED = re.compile(r"(?:unknown (\w{1,40})|Invalid value for '--([\w-]{1,60})':) '([^']{0,200})'")
+_LEAD = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]{0,99}): ")
+
+
+def _error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict:
+    """The JSON error document: kind, the one-line message, the conflicting constraints (exit
+    1), and the file, key and value it names where it names them (else null)."""
+    file = key = value = None
+    lead, _, rest = message.partition(": ")
+    if rest and ("/" in lead or lead.endswith((".yaml", ".yml", ".json", ".jsonl", ".csv"))
+                 or lead == "-"):
+        file = lead
+    elif (m := _LEAD.match(message)) and kind == "bad_input":
+        key = m.group(1)
+    if (m := _KEY.search(message)) is not None:
+        key = m.group(1)
+    if (m := _GOT.search(message)) is not None:
+        value = m.group(1)
+    if (m := _NAMED.search(message)) is not None:  # unknown model 'x', Invalid value for '--k': 'x'
+        key, value = m.group(1) or m.group(2), m.group(3)
+    param = getattr(exc, "param", None)
+    if param is not None and getattr(param, "name", None):
+        key = param.name
+    return render.document(command, {"error": {
+        "kind": kind, "message": message,
+        "constraints": list(getattr(exc, "conflicts", ()) or ()),
+        "file": file, "key": key, "value": value}})
+
+
+def _fail(argv: list[str], code: int, kind: str, message: str, exc: BaseException) -> None:
+    """One line on stderr; with --format json also the error document on stdout; exit."""
+    click.echo(f"planner: {message}", err=True)
+    command = _json_request(argv)
+    if command is not None and not isinstance(exc, CheckFailed):
+        # (calibrate --check has printed its document already; its exit 1 adds none)
+        with contextlib.suppress(Exception):
+            click.echo(render.to_json(_error_doc(command, kind, message, exc)))
+    sys.exit(code)
+
+
 def main(argv=None) -> None:
-    """Run the CLI; every failure becomes one line on stderr and a documented exit code."""
+    """Run the CLI; every failure becomes one line on stderr and a documented exit code (with
+    --format json, also a JSON error document on stdout)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("planner: aborted", err=True)
-        sys.exit(2)
+    except click.Abort as exc:
+        _fail(args, 2, "bad_input", "aborted", exc)
     except click.ClickException as exc:
-        click.echo(f"planner: {exc.format_message()}", err=True)
-        sys.exit(2)
+        _fail(args, 2, "bad_input", exc.format_message(), exc)
     except InfeasibleError as exc:
-        click.echo(f"planner: {exc}", err=True)
-        sys.exit(1)
+        _fail(args, 1, "infeasible", str(exc), exc)
     except PlannerError as exc:
-        click.echo(f"planner: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        kind = "infeasible" if exc.exit_code == 1 else "bad_input"
+        _fail(args, exc.exit_code, kind, str(exc), exc)
     except BrokenPipeError:
         sys.exit(0)
-    except RecursionError:
-        click.echo("planner: input nested too deeply", err=True)
-        sys.exit(2)
+    except RecursionError as exc:
+        _fail(args, 2, "bad_input", "input nested too deeply", exc)
     except Exception as exc:  # a bug: still one line, never a traceback
-        click.echo(f"planner: internal error: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(3)
+        _fail(args, 3, "internal", f"internal error: {type(exc).__name__}: {exc}", exc)
 
 
 if __name__ == "__main__":

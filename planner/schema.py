@@ -262,11 +262,26 @@ def _calibrate() -> dict:
     }, ["rows", "skipped", "efficiency_compute", "summary"])
 
 
+# The document a command prints with --format json when it fails (exit 1, 2 or 3): the kind,
+# the one-line message stderr also carries, the conflicting constraints of an infeasible
+# problem, and the file, key and value the message names (null where it names none).
+NULLABLE_STR = {"type": ["string", "null"]}
+ERROR = obj({"kind": {"enum": ["infeasible", "bad_input", "internal"]}, "message": STR,
+             "constraints": {"type": "array", "items": STR}, "file": NULLABLE_STR,
+             "key": NULLABLE_STR, "value": NULLABLE_STR})
+
+
+def error_schema(command: str) -> dict:
+    return _envelope(command, {"error": ERROR}, ["error"])
+
+
 def schemas() -> dict:
-    """{command: JSON Schema}."""
+    """{command: JSON Schema}: each command's document, or its error document."""
     out = {"evaluate": _evaluate(), "solve": _solve(), "limits": _limits(), "sweep": _sweep(),
            "derive": _derive(), "show": _show(), "list": _list(), "calibrate": _calibrate()}
     for name, sch in out.items():
+        forms = sch.get("oneOf", [sch])
+        out[name] = sch = {"oneOf": [*forms, error_schema(name)]}
         sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         sch["title"] = f"planner {name} --format json"
     return out

@@ -1,20 +1,101 @@
-"""Launcher outputs: each agrees with the JSON plan; env output is shell-evalable and quoted."""
+"""Launcher outputs: each is parsed by the real parser (the shell, json, tomllib, shlex) and
+agrees with the JSON plan; Megatron-LM flags and torchtitan keys exist at the commits named."""
 
 import json
 import re
+import shlex
 import subprocess
 
 import pytest
+import tomllib
+
+from planner.errors import SpecError
+from planner.launch import slurm_time, uneven_stages
 
 GPT3 = ("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "4096",
         "--global-batch", "1536")
 RESNET = ("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096")
+# Llama-3-70B on 4 DGX H100: tp 8 x pp 4 x dp 1, full recompute (fits: 80 GiB per device)
+LLAMA = ("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "32", "--tp", "8",
+         "--pp", "4", "--micro-batch", "1", "--global-batch", "64", "--recompute", "full",
+         "--sequence-parallel", "--precision", "bf16")
+# Llama-3-8B on one DGX A100: tp 2 x dp 4 at 96.7 % of the device memory with ZeRO 1
+TIGHT = ("evaluate", "-m", "llama3-8b", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "2",
+         "--micro-batch", "2", "--zero", "1", "--global-batch", "64")
+
+# Every Megatron-LM flag the megatron form may emit, read from megatron/training/arguments.py
+# (literal add_argument names) and the flags its ArgumentGroupFactory generates from
+# TransformerConfig / ModelParallelConfig / TokenizerConfig / CheckpointConfig fields
+# (megatron/training/argument_utils.py: `foo_bar` -> --foo-bar; `add_bias_linear` ->
+# --disable-bias-linear and `fp8` -> --fp8-format by their argparse_meta), at this commit:
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
+MEGATRON_FLAGS = frozenset({
+    "--num-layers", "--hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--ffn-hidden-size", "--swiglu", "--normalization",
+    "--position-embedding-type", "--max-position-embeddings", "--seq-length",
+    "--tokenizer-type", "--vocab-size", "--untie-embeddings-and-output-weights",
+    "--disable-bias-linear", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+    "--bf16", "--fp16", "--fp8-format", "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--sequence-parallel", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--attention-backend", "--use-distributed-optimizer",
+    "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
+    "--overlap-grad-reduce", "--micro-batch-size", "--global-batch-size",
+})
+MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
+    "--normalization": {"LayerNorm", "RMSNorm"},
+    "--position-embedding-type": {"learned_absolute", "rope", "yarn", "mrope", "relative",
+                                  "none"},
+    "--fp8-format": {"e4m3", "hybrid"},
+    "--recompute-granularity": {"full", "selective"},
+    "--recompute-method": {"uniform", "block"},
+    "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads",
+                                          "optim_grads_params"},
+    "--ckpt-format": {"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"},
+    "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},
+}
+
+# torchtitan/config/job_config.py at the last commit whose launcher reads a TOML job config
+# (`--job.config_file`; the next commit, 9810191, moved to Python config functions):
+TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"  # pytorch/torchtitan, 2026-02
+TORCHTITAN_KEYS = {
+    "model": {"name", "flavor", "converters"},
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "tensor_parallel_degree", "pipeline_parallel_degree",
+                    "context_parallel_degree", "fsdp_reshard_after_forward",
+                    "pipeline_parallel_microbatch_size",
+                    "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_schedule",
+                    "pipeline_parallel_layers_per_stage"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+    "quantize": {"linear"},
+}
+
+# DeepSpeed deepspeed/runtime/constants.py and zero/config.py at this commit:
+DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
+DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                  "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization"}
 
 
 def _out(run, *args):
     code, out, err = run(*args)
     assert code == 0, err
     return out
+
+
+def _megatron_flags(text: str) -> dict[str, list[str]]:
+    """The megatron form through shlex, as the shell would pass it: {flag: [values]}."""
+    tokens = shlex.split(text.replace("\\\n", " "))
+    flags: dict[str, list[str]] = {}
+    for tok in tokens:
+        if tok.startswith("--"):
+            flags[tok] = []
+            last = tok
+        else:
+            flags[last].append(tok)
+    return flags
 
 
 @pytest.mark.parametrize("args", [GPT3, RESNET])
@@ -36,34 +117,259 @@ def test_env_is_evaluated_by_the_shell_and_matches_json(run, run_json, args):
         cfg["global_batch"]
 
 
-def test_slurm_torchrun_megatron_deepspeed_agree_with_json(run, run_json):
-    cfg = run_json(*GPT3)["config"]
-    slurm = _out(run, *GPT3, "--format", "slurm")
-    assert f"#SBATCH --nodes={cfg['nodes']}\n" in slurm
-    assert f"#SBATCH --ntasks-per-node={cfg['devices_per_node']}\n" in slurm
-    assert f"#SBATCH --gpus-per-node={cfg['devices_per_node']}\n" in slurm
-    tr = _out(run, *GPT3, "--format", "torchrun")
-    assert f"--nnodes={cfg['nodes']} --nproc-per-node={cfg['devices_per_node']}" in tr
-    meg = _out(run, *GPT3, "--format", "megatron")
-    flags = dict(re.findall(r"--([a-z-]+) (\d+)", meg))
-    assert int(flags["tensor-model-parallel-size"]) == cfg["tp"]
-    assert int(flags["pipeline-model-parallel-size"]) == cfg["pp"]
-    assert int(flags["micro-batch-size"]) == cfg["micro_batch"]
-    assert int(flags["global-batch-size"]) == cfg["global_batch"]
-    assert ("--sequence-parallel" in meg) == cfg["sequence_parallel"]
+def test_megatron_gpt3_flags_exist_and_agree_with_json(run, run_json):
+    doc = run_json(*GPT3)
+    cfg = doc["config"]
+    flags = _megatron_flags(_out(run, *GPT3, "--format", "megatron"))
+    assert set(flags) <= MEGATRON_FLAGS, set(flags) - MEGATRON_FLAGS
+    for flag, choices in MEGATRON_CHOICES.items():
+        if flag in flags:
+            assert flags[flag][0] in choices
+    one = {k: int(v[0]) for k, v in flags.items() if len(v) == 1 and v[0].isdigit()}
+    assert one["--num-layers"] == 96 and one["--hidden-size"] == 12288
+    assert one["--num-attention-heads"] == 96 and one["--ffn-hidden-size"] == 4 * 12288
+    assert one["--seq-length"] == 2048 and one["--max-position-embeddings"] == 2048
+    assert one["--vocab-size"] == 50257
+    assert one["--tensor-model-parallel-size"] == cfg["tp"]
+    assert one["--pipeline-model-parallel-size"] == cfg["pp"]
+    assert one["--micro-batch-size"] == cfg["micro_batch"]
+    assert one["--global-batch-size"] == cfg["global_batch"]
+    assert ("--sequence-parallel" in flags) == cfg["sequence_parallel"]
     if cfg["interleave"] > 1:
-        assert int(flags["num-layers-per-virtual-pipeline-stage"]) * cfg["pp"] * \
-            cfg["interleave"] == 96
-    ds = json.loads(_out(run, *GPT3, "--format", "deepspeed"))
-    assert ds["train_batch_size"] == cfg["global_batch"]
+        assert one["--num-virtual-stages-per-pipeline-rank"] == cfg["interleave"]
+    assert flags["--position-embedding-type"] == ["learned_absolute"]
+    assert flags["--normalization"] == ["LayerNorm"]
+    assert "--swiglu" not in flags and "--disable-bias-linear" not in flags
+    assert "--fp16" in flags  # the A100's default precision in its spec
+    zero = {0: None, 1: "--use-distributed-optimizer", 2: "optim_grads",
+            3: "optim_grads_params"}[cfg["zero"]]
+    if cfg["zero"] >= 2:
+        assert flags["--data-parallel-sharding-strategy"] == [zero]
+        assert "--use-megatron-fsdp" in flags and flags["--ckpt-format"] == ["fsdp_dtensor"]
+    elif zero:
+        assert zero in flags
+
+
+def test_megatron_llama3_70b_defines_the_model(run, run_json):
+    doc = run_json(*LLAMA)
+    assert doc["prediction"]["fits_memory"]
+    flags = _megatron_flags(_out(run, *LLAMA, "--format", "megatron"))
+    assert set(flags) <= MEGATRON_FLAGS
+    want = {"--num-layers": ["80"], "--hidden-size": ["8192"], "--num-attention-heads": ["64"],
+            "--group-query-attention": [], "--num-query-groups": ["8"],
+            "--ffn-hidden-size": ["28672"], "--swiglu": [], "--normalization": ["RMSNorm"],
+            "--position-embedding-type": ["rope"], "--max-position-embeddings": ["8192"],
+            "--seq-length": ["8192"], "--vocab-size": ["128256"],
+            "--untie-embeddings-and-output-weights": [], "--disable-bias-linear": [],
+            "--bf16": [], "--tensor-model-parallel-size": ["8"],
+            "--pipeline-model-parallel-size": ["4"], "--sequence-parallel": [],
+            "--recompute-granularity": ["full"], "--recompute-method": ["uniform"],
+            "--recompute-num-layers": ["1"], "--micro-batch-size": ["1"],
+            "--global-batch-size": ["64"]}
+    for flag, values in want.items():
+        assert flags.get(flag) == values, flag
+    assert "--use-distributed-optimizer" not in flags  # ZeRO 0
+
+
+@pytest.mark.parametrize(("zero", "expect"), [
+    (1, ["--use-distributed-optimizer"]),
+    (3, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]),
+])
+def test_megatron_zero_maps_to_what_shards_the_same_state(run, zero, expect):
+    args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--tp",
+            "8", "--global-batch", "64", "--zero", str(zero), "--precision", "fp8")
+    code, out, err = run(*args, "--format", "megatron")
+    assert code == 0, err
+    tokens = shlex.split(out.replace("\\\n", " "))
+    assert set(t for t in tokens if t.startswith("--")) <= MEGATRON_FLAGS
+    joined = " ".join(tokens)
+    assert " ".join(expect) in joined
+    assert "--bf16 --fp8-format hybrid" in joined
+
+
+def test_megatron_uneven_pipeline_stages():
+    # pp divides the layers: no flags; otherwise first/last sizes with equal middle stages,
+    # none above ceil(L / pp), the layout the cost model prices
+    assert uneven_stages(96, 8) is None
+    for layers in range(2, 130):
+        for pp in range(2, min(layers, 17)):
+            most = -(-layers // pp)
+            try:
+                got = uneven_stages(layers, pp)
+            except SpecError:  # then no first / last / equal-middle layout exists: brute force
+                assert not any(
+                    layers - f - la >= 1 and (layers - f - la) % (pp - 2) == 0
+                    and (layers - f - la) // (pp - 2) <= most
+                    for f in range(1, most + 1) for la in range(1, most + 1))
+                continue
+            if layers % pp == 0:
+                assert got is None
+                continue
+            first, last = got
+            middle = layers - first - last
+            assert 1 <= first <= most and 1 <= last <= most
+            if pp > 2:
+                assert middle % (pp - 2) == 0 and 1 <= middle // (pp - 2) <= most
+            else:
+                assert middle == 0
+
+
+def test_megatron_and_torchtitan_need_a_transformer(run):
+    for fmt in ("megatron", "torchtitan"):
+        code, _, err = run(*RESNET, "--format", fmt)
+        assert code == 2 and "transformer" in err and len(err.strip().splitlines()) == 1
+
+
+def test_deepspeed_config_parses_and_batch_is_micro_x_accumulation_x_dp(run, run_json):
+    doc = run_json(*LLAMA)
+    cfg = doc["config"]
+    ds = json.loads(_out(run, *LLAMA, "--format", "deepspeed"))
+    assert set(ds) <= DEEPSPEED_KEYS
+    assert cfg["tp"] * cfg["pp"] > 1
+    assert ds["train_batch_size"] == cfg["micro_batch"] * cfg["gradient_accumulation"] * \
+        cfg["dp"] == cfg["global_batch"]
+    assert ds["train_batch_size"] != cfg["micro_batch"] * cfg["gradient_accumulation"] * \
+        cfg["devices"]  # data-parallel size, not world size
     assert ds["train_micro_batch_size_per_gpu"] == cfg["micro_batch"]
     assert ds["gradient_accumulation_steps"] == cfg["gradient_accumulation"]
     assert ds["zero_optimization"]["stage"] == cfg["zero"]
+    assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
+    fp16 = json.loads(_out(run, *LLAMA[:-2], "--precision", "fp16", "--format", "deepspeed"))
+    assert fp16["fp16"]["enabled"] is True and "bf16" not in fp16
 
 
-def test_megatron_format_needs_a_transformer(run):
-    code, _, err = run(*RESNET, "--format", "megatron")
-    assert code == 2 and "transformer" in err and len(err.strip().splitlines()) == 1
+def test_deepspeed_refuses_zero_2_with_a_pipeline(run):
+    code, _, err = run(*GPT3, "--format", "deepspeed", "--zero", "2", "--pp", "4")
+    assert code == 2 and "ZeRO" in err and len(err.strip().splitlines()) == 1
+
+
+def test_torchtitan_toml_parses_and_agrees_with_json(run, run_json):
+    for args in (LLAMA, GPT3):
+        doc = run_json(*args)
+        cfg = doc["config"]
+        toml = tomllib.loads(_out(run, *args, "--format", "torchtitan"))
+        for section, keys in toml.items():
+            assert set(keys) <= TORCHTITAN_KEYS[section], (section, keys)
+        par, tr = toml["parallelism"], toml["training"]
+        assert par["tensor_parallel_degree"] == cfg["tp"]
+        assert par["pipeline_parallel_degree"] == cfg["pp"]
+        assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == \
+            cfg["dp"]
+        assert (par["data_parallel_shard_degree"] > 1) == (cfg["zero"] > 0 and cfg["dp"] > 1)
+        assert tr["global_batch_size"] == cfg["global_batch"]
+        assert tr["global_batch_size"] % (tr["local_batch_size"] * cfg["dp"]) == 0
+        assert toml["activation_checkpoint"]["mode"] == cfg["recompute"]
+        if cfg["pp"] > 1:
+            assert par["pipeline_parallel_microbatch_size"] == cfg["micro_batch"]
+            assert tr["local_batch_size"] == cfg["micro_batch"] * cfg["gradient_accumulation"]
+    toml = tomllib.loads(_out(run, *LLAMA, "--format", "torchtitan"))
+    assert toml["model"] == {"name": "llama3", "flavor": "70B"}
+    assert toml["training"]["seq_len"] == 8192
+
+
+def test_torchtitan_float8_where_chosen(run):
+    args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "8",
+            "--global-batch", "64", "--precision", "fp8", "--format", "torchtitan")
+    toml = tomllib.loads(_out(run, *args))
+    assert toml["model"]["converters"] == ["quantize.linear.float8"]
+    assert toml["model"]["flavor"] == "8B"
+    assert "float8" in toml["quantize"]["linear"]
+
+
+def test_slurm_is_a_complete_script(run, run_json, tmp_path):
+    cfg = run_json(*GPT3)["config"]
+    text = _out(run, *GPT3, "--format", "slurm")
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert text.startswith("#!/bin/bash\n")
+    sbatch = dict(re.findall(r"^#SBATCH (--[a-z-]+)=(\S+)$", text, re.M))
+    assert int(sbatch["--nodes"]) == cfg["nodes"]
+    assert sbatch["--ntasks-per-node"] == "1"
+    assert int(sbatch["--gpus-per-node"]) == cfg["devices_per_node"]
+    assert sbatch["--time"] == "1-00:00:00"  # the default without a training target
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    words = shlex.split(srun)
+    assert words[:2] == ["srun", "torchrun"]
+    assert f"--nnodes={cfg['nodes']}" in words
+    assert f"--nproc-per-node={cfg['devices_per_node']}" in words
+    assert words[words.index("--rdzv-backend") + 1] == "c10d"
+    assert words[words.index("--rdzv-endpoint") + 1] == "$head_node:29500"
+
+
+def test_slurm_time_from_the_predicted_time_to_train(run, run_json):
+    args = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
+            "--global-batch", "64", "--critical-batch", "128", "--target-tokens", "1e9")
+    ttt = run_json(*args)["prediction"]["time_to_train_s"]
+    text = _out(run, *args, "--format", "slurm")
+    got = re.search(r"^#SBATCH --time=(\d+)-(\d\d):(\d\d):(\d\d)$", text, re.M).groups()
+    d, h, m, s = map(int, got)
+    seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    assert ttt * 1.25 + 15 * 60 <= seconds < ttt * 1.25 + 16 * 60
+    assert slurm_time(None) == "1-00:00:00" and slurm_time(0) == "0-00:15:00"
+    assert slurm_time(86400) == "1-06:15:00"
+
+
+def test_torchrun_agrees_with_json(run, run_json):
+    cfg = run_json(*GPT3)["config"]
+    tr = _out(run, *GPT3, "--format", "torchrun")
+    assert f"--nnodes={cfg['nodes']} --nproc-per-node={cfg['devices_per_node']}" in tr
+
+
+def test_no_launcher_config_for_a_plan_that_does_not_fit(run, run_json):
+    # Llama-3-70B, tp 8 x pp 3, no recompute: over the 80 GiB of an H100
+    args = ("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "24", "--tp", "8",
+            "--pp", "3", "--global-batch", "48")
+    doc = run_json(*args)
+    assert doc["prediction"]["fits_memory"] is False
+    code, out, _ = run(*args)
+    assert code == 0 and "DOES NOT FIT" in out
+    for fmt in ("env", "slurm", "torchrun", "megatron", "deepspeed", "torchtitan"):
+        code, out, err = run(*args, "--format", fmt)
+        assert code == 1 and out == "", fmt
+        assert "does not fit" in err and len(err.strip().splitlines()) == 1
+
+
+def test_memory_headroom_decides_the_fit(run, run_json):
+    # 96.7 % full: fits with no headroom, not with 5 % kept free
+    doc = run_json(*TIGHT, "--memory-headroom", "0")
+    pred = doc["prediction"]
+    assert pred["fits_memory"] and 0.95 < pred["memory_bytes_per_device"] / \
+        pred["memory_capacity_bytes"] < 1
+    doc = run_json(*TIGHT, "--memory-headroom", "0.05")
+    assert doc["prediction"]["fits_memory"] is False
+    assert doc["prediction"]["memory_capacity_bytes"] == pytest.approx(0.95 * 80 * 2**30)
+    assert run(*TIGHT, "--format", "megatron")[0] == 0
+    assert run(*TIGHT, "--memory-headroom", "0.05", "--format", "megatron")[0] == 1
+    # CNNs: resnet50 with 1080 samples per A100 is 95.2 % full
+    cnn = ("evaluate", "-m", "resnet50", "-H", "dgx-a100-80gb", "--devices", "8",
+           "--local-batch", "1080")
+    assert run_json(*cnn)["prediction"]["fits_memory"] is True
+    assert run_json(*cnn, "--memory-headroom", "0.05")["prediction"]["fits_memory"] is False
+
+
+def test_memory_headroom_in_solve_and_sweep(run, run_json):
+    args = ("solve", "-m", "llama3-8b", "-H", "dgx-a100-80gb", "--devices", "8",
+            "--global-batch", "64")
+    for headroom in ("0", "0.3"):
+        pred = run_json(*args, "--memory-headroom", headroom)["prediction"]
+        cap = (1 - float(headroom)) * 80 * 2**30
+        assert pred["memory_capacity_bytes"] == pytest.approx(cap)
+        assert pred["memory_bytes_per_device"] <= cap
+    sw = run_json("sweep", "-m", "resnet50", "-H", "dgx-a100-80gb", "--local-batch", "1080",
+                  "--nodes", "1,2", "--memory-headroom", "0.05")
+    assert all(p["fits_memory"] is False for p in sw["points"])
+    code, _, err = run(*args, "--memory-headroom", "1")
+    assert code == 2 and "memory-headroom" in err
+
+
+def test_memory_headroom_default_is_shown_in_help(run):
+    for cmd in ("evaluate", "solve", "sweep"):
+        code, out, _ = run(cmd, "--help")
+        assert code == 0
+        text = " ".join(out.split())
+        assert "--memory-headroom" in text and "[default: 0.0" in text.split(
+            "--memory-headroom", 1)[1][:400]
 
 
 def test_env_values_are_quoted(tmp_path, run):

@@ -24,6 +24,7 @@ from planner.expr.symbols import b, g, n
 from planner.plan import Plan
 from planner.prediction import Config, Prediction, predict  # noqa: F401  (Config: old name)
 from planner.search import table as core
+from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes, within
 from planner.search.objective import Objective, objective_for, other_objective
 from planner.search.solution import Solution, front_entry
 from planner.search.training import Training, check_training
@@ -57,6 +58,7 @@ class Problem:
     workers: int = 1  # one worker: a deterministic search
     training: Training | None = None
     pareto: bool = False
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
 
 
 @dataclass
@@ -78,6 +80,11 @@ class DataParallelSolver:
         self._check()
 
     # --- input checks (bad flags are exit code 2, not infeasibility) ---------------------------
+
+    def _predict(self, plan: Plan) -> Prediction:
+        """The prediction with the usable memory (the headroom taken off) as its capacity."""
+        return within(predict(self.m, plan), self.m.system.device.memory_bytes,
+                      self.p.memory_headroom)
 
     def _check(self):
         p = self.p
@@ -175,7 +182,7 @@ class DataParallelSolver:
 
         gates = []
         mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
-        cap = sysm.device.memory_bytes
+        cap = usable_bytes(sysm.device.memory_bytes, p.memory_headroom)
         fits = rows[mem <= cap, 2]
         b_small = int(rows[:, 2].min())
         need = float(m.numeric("memory")(1, 1, float(b_small)))
@@ -274,8 +281,8 @@ class DataParallelSolver:
                            time_limit_s=p.time_limit_s, workers=p.workers,
                            explain=lambda: self.table(explain=True).table, note=self._note)
         best = self._plan(priced, found.best)
-        prediction = predict(self.m, best)
-        alternatives = [(alt, predict(self.m, alt))
+        prediction = self._predict(best)
+        alternatives = [(alt, self._predict(alt))
                         for alt in (self._plan(priced, i) for i in found.alternatives)]
         return Solution(
             status=found.status, plan=best, prediction=prediction,

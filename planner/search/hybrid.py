@@ -29,6 +29,7 @@ from planner.errors import InfeasibleError, SpecError
 from planner.plan import Plan, Recompute, Schedule, check_for_model, check_pins
 from planner.prediction import Prediction
 from planner.search import table as core
+from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
 from planner.search.objective import Objective, objective_for, other_objective
 from planner.search.solution import Solution, front_entry
 from planner.search.training import Training, check_training
@@ -54,7 +55,8 @@ def _cfg(plan: Plan) -> dict:
             "overlap": plan.overlap, "flash": plan.flash_attention}
 
 
-def predict(m: Transformer, system: System, precision: Precision, plan: Plan) -> Prediction:
+def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
+            memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Prediction:
     """The prediction of one plan (times in s, memory in bytes)."""
     check_for_model(m, plan)
     g = system.devices_per_node
@@ -81,8 +83,9 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan) ->
         memory_bytes_per_device=r["memory"],
         memory_breakdown={"weights": r["weights"], "gradients": r["gradients"],
                           "optimizer": r["optimizer_state"], "activations": r["activations"]},
-        memory_capacity_bytes=system.device.memory_bytes,
-        fits_memory=r["memory"] <= system.device.memory_bytes,
+        memory_capacity_bytes=(cap := usable_bytes(system.device.memory_bytes,
+                                                   memory_headroom)),
+        fits_memory=r["memory"] <= cap,
         model_flops_per_iteration=model_flops,
         hardware_flops_per_iteration=hw_flops,
         tflops_per_device_model=model_flops / per_dev / 1e12,
@@ -125,6 +128,7 @@ class Search:
     fewest_nodes_within: float | None = None  # 0.05: the fewest nodes within 5% of the best
     time_limit_s: float = 10.0
     workers: int = 1
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
 
 
 def _divisors(x: int) -> list[int]:
@@ -227,7 +231,8 @@ class HybridSolver:
         memory is the one constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(_choices(self.q), dtype=np.int64)
         rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
-        cap, smallest, priced = self.hw.memory_bytes, math.inf, 0
+        cap, smallest, priced = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom), \
+            math.inf, 0
         rows, times = [], []
         for B in self.batches:
             st = _structures(self.m, self.hw.g, self.q, B)
@@ -328,8 +333,8 @@ class HybridSolver:
         found = core.solve(table, top=q.top, within=q.fewest_nodes_within,
                            time_limit_s=q.time_limit_s, workers=q.workers)
         plan = self._plan(rows[found.best])
-        pred = predict(self.m, self.system, self.precision, plan)
-        alternatives = [(p, predict(self.m, self.system, self.precision, p))
+        pred = predict(self.m, self.system, self.precision, plan, q.memory_headroom)
+        alternatives = [(p, predict(self.m, self.system, self.precision, p, q.memory_headroom))
                         for p in (self._plan(rows[i]) for i in found.alternatives)]
         value = float(table.objective[found.best])
         return Solution(

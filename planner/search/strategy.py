@@ -45,6 +45,7 @@ from planner.expr.collectives import Collective
 from planner.prediction import Prediction
 from planner.search.data_parallel import DataParallelSolver, Problem, Solution
 from planner.search.layer_modes import Inner, solve_modes
+from planner.search.memory_fit import usable_bytes
 from planner.search.stages import solve_cut
 
 # The deterministic budget of one split search (see the module docstring), sized to end in a
@@ -95,7 +96,7 @@ class SplitSearch:
         if unsupported:
             key = unsupported[0].replace("fewest_nodes_within", "within")
             raise SpecError(f"{key}: --{key} applies to --strategy data only")
-        self.capacity = model.system.device.memory_bytes
+        self.capacity = usable_bytes(model.system.device.memory_bytes, problem.memory_headroom)
 
     # --- the points both strategies share ------------------------------------------------------
 

@@ -1,0 +1,35 @@
+"""How full a device may be: the usable memory is (1 - headroom) x the device's memory.
+
+The headroom is what a real run loses before the model's own bytes: the CUDA context, NCCL's
+buffers, allocator fragmentation. The default 0 keeps the device's whole memory usable (the
+planner's numbers before the flag existed); `--memory-headroom 0.05` keeps 5 % free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from planner.errors import SpecError
+
+DEFAULT_MEMORY_HEADROOM = 0.0
+
+
+def check_headroom(headroom: float) -> float:
+    if (isinstance(headroom, bool) or not isinstance(headroom, int | float)
+            or not math.isfinite(headroom) or not 0 <= headroom < 1):
+        raise SpecError(f"memory_headroom: must be a fraction in [0, 1), got {headroom!r}")
+    return float(headroom)
+
+
+def usable_bytes(device_bytes: float, headroom: float) -> float:
+    """The bytes a plan may use on a device of `device_bytes`."""
+    return device_bytes * (1 - check_headroom(headroom))
+
+
+def within(prediction, device_bytes: float, headroom: float):
+    """`prediction` (a `planner.prediction.Prediction`) with its capacity the usable bytes and
+    `fits_memory` checked against them."""
+    cap = usable_bytes(device_bytes, headroom)
+    return dataclasses.replace(prediction, memory_capacity_bytes=cap,
+                               fits_memory=prediction.memory_bytes_per_device <= cap)
