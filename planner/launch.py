@@ -180,6 +180,10 @@ def _megatron_precision(precision: str) -> list[str]:
         return ["--fp16"]
     if precision == "fp8":  # Transformer Engine FP8: e4m3 forward, e5m2 gradients; bf16 elsewhere
         return ["--bf16", "--fp8-format", "hybrid"]
+    if precision == "mxfp8":  # block-scaled FP8 (Blackwell)
+        return ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+    if precision in ("nvfp4", "fp4"):  # NVFP4 block scaling (Blackwell)
+        return ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if precision in ("fp32", "tf32"):
         return []  # Megatron's default: fp32 parameters and compute (TF32 matmuls on Ampere+)
     raise SpecError(f"format: Megatron-LM has no {precision} training; use --precision bf16, "
@@ -276,7 +280,8 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
            "train_micro_batch_size_per_gpu": plan["micro_batch"],
            "gradient_accumulation_steps": plan["gradient_accumulation"]}
     p = target.precision
-    if p in ("bf16", "fp8"):  # fp8 runs through Transformer Engine in the model, bf16 around it
+    if p in ("bf16", "fp8", "mxfp8", "nvfp4", "fp4"):  # fp8 / fp4 run through Transformer
+        # Engine in the model, bf16 around it
         cfg["bf16"] = {"enabled": True}
     elif p == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
@@ -322,15 +327,16 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     dp, zero = plan["dp"], plan["zero"]
     # with a pipeline, every micro-batch of an iteration goes through it in one step
     local = plan["micro_batch"] * (plan["gradient_accumulation"] if plan["pp"] > 1 else 1)
-    if target.precision == "fp64":
-        raise SpecError("format: torchtitan has no fp64 training; use --precision bf16, fp16, "
-                        "fp8, tf32 or fp32")
-    low = target.precision in ("bf16", "fp16", "fp8")
+    if target.precision in ("fp64", "nvfp4", "fp4"):
+        raise SpecError(f"format: torchtitan has no {target.precision} training; use "
+                        "--precision bf16, fp16, fp8, mxfp8, tf32 or fp32")
+    low = target.precision in ("bf16", "fp16", "fp8", "mxfp8")
     if target.precision == "fp16":
         head.append("# precision: torchtitan trains in bf16 (same cost as the plan's fp16)")
     model = {"name": name, "flavor": flavor}
-    if target.precision == "fp8":
-        model["converters"] = ["quantize.linear.float8"]
+    if target.precision in ("fp8", "mxfp8"):
+        model["converters"] = ["quantize.linear.float8" if target.precision == "fp8"
+                               else "quantize.linear.mx"]
     training = {"local_batch_size": local, "global_batch_size": plan["global_batch"],
                 "seq_len": m.seq_len, "mixed_precision_param": "bfloat16" if low else "float32"}
     parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else 1,

@@ -35,7 +35,8 @@ MEGATRON_FLAGS = frozenset({
     "--position-embedding-type", "--max-position-embeddings", "--seq-length",
     "--tokenizer-type", "--vocab-size", "--untie-embeddings-and-output-weights",
     "--disable-bias-linear", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-    "--bf16", "--fp16", "--fp8-format", "--tensor-model-parallel-size",
+    "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+    "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--sequence-parallel", "--recompute-granularity", "--recompute-method",
@@ -48,6 +49,8 @@ MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
     "--position-embedding-type": {"learned_absolute", "rope", "yarn", "mrope", "relative",
                                   "none"},
     "--fp8-format": {"e4m3", "hybrid"},
+    "--fp8-recipe": {"tensorwise", "delayed", "mxfp8", "blockwise", "custom"},
+    "--fp4-format": {"e2m1"}, "--fp4-recipe": {"nvfp4", "custom"},
     "--recompute-granularity": {"full", "selective"},
     "--recompute-method": {"uniform", "block"},
     "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads",
@@ -382,3 +385,23 @@ def test_env_values_are_quoted(tmp_path, run):
     got = subprocess.run(["bash", "-c", env + '\necho "$PLANNER_MODEL"'], cwd=tmp_path,
                          check=True, capture_output=True, text=True).stdout.strip()
     assert got == str(spec) and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"])
+def test_megatron_precision_flags_exist(precision):
+    from planner.catalog import load_model
+    from planner.launch import Target, megatron, megatron_args
+
+    plan = {"nodes": 1, "devices_per_node": 8, "devices": 8, "tp": 8, "pp": 1, "dp": 1,
+            "micro_batch": 1, "global_batch": 8, "gradient_accumulation": 8, "interleave": 1,
+            "recompute": "none", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
+            "overlap": True, "flash_attention": True}
+    target = Target(load_model("llama3-8b"), precision)
+    flags = _megatron_flags(megatron({}, plan, target))
+    assert set(flags) <= MEGATRON_FLAGS
+    for flag, choices in MEGATRON_CHOICES.items():
+        if flag in flags:
+            assert flags[flag][0] in choices, flag
+    assert ("--bf16" in flags) == (precision in ("bf16", "fp8", "mxfp8", "nvfp4"))
+    assert megatron_args({}, plan, target) == shlex.split(
+        megatron({}, plan, target).replace("\\\n", " "))
