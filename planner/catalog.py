@@ -233,6 +233,11 @@ def load_system(ref: str) -> System:
         intra_node=part("intra_node", load_link, spec.intra_node),
         inter_node=part("inter_node.link", load_link, spec.inter_node.link),
         nics_per_node=spec.inter_node.count,
+        devices_per_scale_up_domain=spec.devices_per_scale_up_domain,
+        scale_up=part("scale_up", load_link, spec.scale_up) if spec.scale_up else None,
+        host_link=(part("host_offload.link", load_link, spec.host_offload.link)
+                   if spec.host_offload else None),
+        devices_per_host_link=spec.host_offload.devices_per_link if spec.host_offload else 1,
     )
 
 

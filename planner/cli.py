@@ -24,7 +24,7 @@ FORMATS = ["table", "json", "yaml"]
 LAUNCH_FORMATS = ["env", "slurm", "torchrun", "megatron", "deepspeed", "torchtitan"]
 PLAN_FORMATS = FORMATS + LAUNCH_FORMATS
 COLLECTIVES = ["ring", "halving-doubling", "tree", "parameter-server", "hierarchical"]
-PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
+PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4", "fp4"]
 
 
 class FiniteFloat(click.FloatRange):

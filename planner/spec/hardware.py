@@ -19,7 +19,15 @@ GiB = 2**30
 
 
 class Precision(str, Enum):
-    """Numeric formats a device may offer a peak for."""
+    """Numeric formats a device may offer a peak for.
+
+    The block-scaled formats (OCP Microscaling spec v1.0, 2023; NVIDIA Blackwell tuning guide):
+    `mxfp8` is E4M3/E5M2 with one E8M0 scale per 32 values; `nvfp4` is E2M1 with one E4M3 scale
+    per 16 values plus a tensor-wide fp32 scale; `fp4` is the 4-bit (E2M1) tensor-core rate of a
+    device whatever its block scaling (NVFP4 or MXFP4 on Blackwell, MXFP4 on AMD CDNA 4).
+    A device offers these formats only where its spec lists a peak for them: they never fall back
+    to another format's peak (Hopper and CDNA 3 have fp8 but no MX hardware).
+    """
 
     fp64 = "fp64"
     fp32 = "fp32"
@@ -27,11 +35,32 @@ class Precision(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
     fp8 = "fp8"
+    mxfp8 = "mxfp8"
+    nvfp4 = "nvfp4"
+    fp4 = "fp4"
 
     @property
     def bytes(self) -> int:
-        """Bytes per stored value (tf32 is stored as fp32)."""
-        return {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}[self.value]
+        """Bytes of one value in the format itself, rounded up to a whole byte (tf32 is stored as
+        fp32; the 4-bit formats pack two values per byte, so 1 here overstates nothing but is not
+        their size: use `storage_bytes` for what a training run stores and sends)."""
+        return {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "mxfp8": 1,
+                "nvfp4": 1, "fp4": 1}[self.value]
+
+    @property
+    def gemm_only(self) -> bool:
+        """True for the low-precision GEMM formats (fp8, mxfp8, nvfp4, fp4): in training only the
+        matmuls run in them (inputs cast, with their scales, just before each GEMM), while stored
+        activations, weights, gradients and communication stay 16-bit and master weights and
+        optimizer state keep theirs (Transformer Engine FP8 / MXFP8 / NVFP4 recipes; Micikevicius
+        et al. 2022, FP8 Formats for Deep Learning; NVIDIA, Pretraining LLMs with NVFP4, 2025)."""
+        return self.value in {"fp8", "mxfp8", "nvfp4", "fp4"}
+
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes per value a training run stores and communicates at this compute precision:
+        2 (bf16) for the GEMM-only formats, `bytes` otherwise."""
+        return 2 if self.gemm_only else self.bytes
 
 
 Fraction = Field(gt=0, le=1)
@@ -115,17 +144,43 @@ class InterNode(Spec):
     count: int = Field(ge=1, le=1024)
 
 
+class HostOffload(Spec):
+    """The CPU link a device offloads to (Grace: NVLink-C2C) and how many devices share it."""
+
+    link: str = Field(min_length=1)
+    devices_per_link: int = Field(default=1, ge=1, le=1024)
+
+
 class SystemSpec(Spec):
-    """A system as written in YAML: names (or paths) of a device and links."""
+    """A system as written in YAML: names (or paths) of a device and links.
+
+    `devices_per_node` is what SLURM and torchrun count (a DGX, a GB200 compute tray);
+    `devices_per_scale_up_domain` is what one NVLink / Infinity Fabric domain connects (8 on a
+    DGX, 72 on GB200 NVL72), a whole number of nodes, by default one node. `scale_up` names the
+    link inside the domain (default: `intra_node`).
+    """
 
     kind: Literal["system"]
     name: str = Field(min_length=1)
     description: str = ""
     device: str = Field(min_length=1)
     devices_per_node: int = Field(ge=1, le=1024)
+    devices_per_scale_up_domain: int | None = Field(default=None, ge=1, le=1_000_000)
     intra_node: str = Field(min_length=1)
+    scale_up: str | None = Field(default=None, min_length=1)
     inter_node: InterNode
+    host_offload: HostOffload | None = None
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _domain_is_whole_nodes(self) -> SystemSpec:
+        # A scale-up domain is built from whole nodes (NVL72 = 18 trays of 4), never a part of one.
+        g, domain = self.devices_per_node, self.devices_per_scale_up_domain
+        if domain is not None and (domain < g or domain % g):
+            raise ValueError(
+                f"key 'devices_per_scale_up_domain': {domain} must be a whole number of nodes "
+                f"(a multiple of devices_per_node = {g}, at least {g})")
+        return self
 
 
 @dataclass(frozen=True)
@@ -139,8 +194,37 @@ class System:
     intra_node: Link
     inter_node: Link
     nics_per_node: int
+    devices_per_scale_up_domain: int | None = None  # None at construction: one node
+    scale_up: Link | None = None  # None: the intra-node link (see scale_up_link)
+    host_link: Link | None = None  # CPU link for activation / optimizer offload (Grace C2C)
+    devices_per_host_link: int = 1
+
+    def __post_init__(self) -> None:
+        if self.devices_per_scale_up_domain is None:
+            object.__setattr__(self, "devices_per_scale_up_domain", self.devices_per_node)
+        domain, g = self.devices_per_scale_up_domain, self.devices_per_node
+        assert domain >= g and domain % g == 0, (domain, g)  # SystemSpec checked it for users
 
     @property
     def inter_node_bandwidth_Bps(self) -> float:
         """Aggregate achievable network bandwidth of one node (all NICs), per direction."""
         return self.inter_node.bandwidth_Bps * self.nics_per_node
+
+    @property
+    def nodes_per_scale_up_domain(self) -> int:
+        """Nodes one scale-up fabric (NVLink / Infinity Fabric) connects: a group inside the
+        domain communicates over `scale_up_link`, only traffic leaving it uses the NICs."""
+        return self.devices_per_scale_up_domain // self.devices_per_node
+
+    @property
+    def scale_up_link(self) -> Link:
+        """The link inside the scale-up domain (the intra-node link unless the spec names one)."""
+        return self.scale_up or self.intra_node
+
+    @property
+    def host_offload_bandwidth_Bps(self) -> float | None:
+        """Achievable device-to-host bandwidth per device, per direction, for offload (the host
+        link's share when several devices use one link); None when the system has none."""
+        if self.host_link is None:
+            return None
+        return self.host_link.bandwidth_Bps / self.devices_per_host_link
