@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.base import MAX_NUMBER_CHARS, short, validate
+from planner.spec.base import MAX_NUMBER_CHARS, did_you_mean, short, validate
 from planner.spec.hardware import Device, Link, System, SystemSpec
 
 DATA = Path(__file__).parent
@@ -158,26 +158,70 @@ def read_yaml(path: Path) -> Any:
     return data
 
 
-def _is_path(ref: str) -> bool:
-    return "/" in ref or ref.endswith((".yaml", ".yml")) or path_exists(ref)
+def _is_path(ref: str, base: Path | None = None) -> bool:
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        return True
+    return path_exists(base / ref) if base is not None else path_exists(ref)
 
 
 def _builtin_names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def _resolve(ref: str, folders: list[Path], what: str) -> tuple[dict, str]:
-    """Return (data, where) for a built-in name or a path."""
+def _at(ref: str, base: Path | None) -> Path:
+    """A path named inside a YAML file is relative to that file's folder (`base`)."""
+    path = Path(ref)
+    return path if base is None or path.is_absolute() else base / path
+
+
+def _resolve(ref: str, folders: list[Path], what: str,
+             base: Path | None = None) -> tuple[dict, str, Path | None]:
+    """Return (data, where, the file's path or None for a built-in) for a built-in name or a
+    path; `base` is the folder of the YAML file that names `ref` (None: the current folder)."""
     if not isinstance(ref, str) or not ref:
         raise SpecError(f"{what}: expected a name or a path, got {short(ref)}")
-    if _is_path(ref):
-        return read_yaml(Path(ref)), shown(ref)
+    if _is_path(ref, base):
+        path = _at(ref, base)
+        return read_yaml(path), shown(path), path
     for folder in folders:
         candidate = folder / f"{ref}.yaml"
         if path_exists(candidate):
-            return read_yaml(candidate), f"{what} '{ref}'"
-    known = ", ".join(n for f in folders for n in _builtin_names(f))
-    raise SpecError(f"unknown {what} {short(ref)} (built-in: {known})")
+            return read_yaml(candidate), f"{what} '{ref}'", None
+    names = [n for f in folders for n in _builtin_names(f)]
+    if what == "hardware":
+        _not_a_system(ref)
+    raise SpecError(f"unknown {what} {short(ref)}{did_you_mean(ref, names)} "
+                    f"(built-in: {', '.join(names)})")
+
+
+def systems_using(kind: str, name: str) -> list[str]:
+    """Built-in systems whose `kind` (device, or a link key) is the built-in `name`."""
+    out = []
+    for path in sorted((HARDWARE / "systems").glob("*.yaml")):
+        data = read_yaml(path)
+        if kind == "device":
+            refs = [data.get("device")]
+        else:
+            inter, host = data.get("inter_node"), data.get("host_offload")
+            refs = [data.get("intra_node"), data.get("scale_up"),
+                    inter.get("link") if isinstance(inter, dict) else None,
+                    host.get("link") if isinstance(host, dict) else None]
+        if name in refs:
+            out.append(path.stem)
+    return out
+
+
+def _not_a_system(ref: str) -> None:
+    """A device or link name given where a system is expected: say what it is and which
+    built-in systems use it."""
+    for kind in ("device", "link"):
+        if path_exists(HARDWARE / f"{kind}s" / f"{ref}.yaml"):
+            users = systems_using(kind, ref)
+            raise SpecError(
+                f"hardware: '{ref}' is a {kind}, not a system; --hardware takes a system"
+                + (f" (built-in systems with this {kind}: {', '.join(users)})" if users else
+                   f" (no built-in system uses it; write a system YAML naming "
+                   f"{kind}: {ref})"))
 
 
 def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
@@ -188,8 +232,15 @@ def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
 
 
 def load_model(ref: str):
-    """A CNN or a transformer from a built-in name or a YAML path."""
-    data, where = _resolve(ref, [MODELS], "model")
+    """A CNN or a transformer from a built-in name, a YAML path, or a Hugging Face config.json
+    (the file or a folder holding one)."""
+    if isinstance(ref, str) and ref:
+        from planner.spec.huggingface import config_path, load_config
+
+        hf = config_path(ref)
+        if hf is not None:
+            return load_config(hf)
+    data, where, _ = _resolve(ref, [MODELS], "model")
     kind = _expect_kind(data, where, ("cnn", "transformer"))
     if kind == "transformer":
         from planner.spec.transformer import build_transformer
@@ -200,28 +251,33 @@ def load_model(ref: str):
     return build_cnn(data, where)
 
 
-def load_device(ref: str) -> Device:
-    data, where = _resolve(ref, [HARDWARE / "devices"], "device")
+def load_device(ref: str, base: Path | None = None) -> Device:
+    """A device from a built-in name or a path (relative to `base`, the folder of the system
+    YAML naming it, when given)."""
+    data, where, _ = _resolve(ref, [HARDWARE / "devices"], "device", base)
     _expect_kind(data, where, ("device",))
     return validate(Device, data, where)
 
 
-def load_link(ref: str) -> Link:
-    data, where = _resolve(ref, [HARDWARE / "links"], "link")
+def load_link(ref: str, base: Path | None = None) -> Link:
+    """A link from a built-in name or a path (relative to `base` when given)."""
+    data, where, _ = _resolve(ref, [HARDWARE / "links"], "link", base)
     _expect_kind(data, where, ("link",))
     return validate(Link, data, where)
 
 
 def load_system(ref: str) -> System:
-    """A system from a built-in name or a path; its device and links may be names or paths."""
-    data, where = _resolve(ref, [HARDWARE / "systems"], "hardware")
+    """A system from a built-in name or a path; its device and links may be names or paths,
+    a path relative to the system file's folder."""
+    data, where, path = _resolve(ref, [HARDWARE / "systems"], "hardware")
     _expect_kind(data, where, ("system",))
     spec = validate(SystemSpec, data, where)
+    base = path.parent if path is not None else None
 
     def part(key: str, loader, name: str):
         """Resolve a referenced spec; its errors name this system's file and key too."""
         try:
-            return loader(name)
+            return loader(name, base)
         except SpecError as exc:
             raise SpecError(f"{where}: key '{key}': {exc}") from None
 
@@ -253,12 +309,14 @@ def list_hardware() -> dict[str, list[str]]:
 def load_hardware_any(ref: str) -> Device | Link | System:
     """For `show hardware`: a system, device or link, whichever the name or file is."""
     if _is_path(ref):
-        data, where = _resolve(ref, [], "hardware")
+        data, where, _ = _resolve(ref, [], "hardware")
         kind = _expect_kind(data, where, ("system", "device", "link"))
         return {"system": load_system, "device": load_device, "link": load_link}[kind](ref)
     for kind, loader in (("systems", load_system), ("devices", load_device),
                          ("links", load_link)):
         if path_exists(HARDWARE / kind / f"{ref}.yaml"):
             return loader(ref)
-    known = ", ".join(n for names in list_hardware().values() for n in names)
-    raise SpecError(f"unknown hardware {short(ref)} (built-in: {known})")
+    names = [n for kind_names in list_hardware().values() for n in kind_names]
+    raise SpecError(f"unknown hardware {short(ref)}{did_you_mean(ref, names)} (built-in "
+                    f"systems: {', '.join(list_hardware()['systems'])}; devices and links: "
+                    "planner list hardware)")
