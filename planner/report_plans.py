@@ -78,11 +78,24 @@ def solution_doc(sol) -> dict:
         "config": sol.plan.to_json(),
         "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
         **({"pareto": sol.pareto} if sol.pareto is not None else {}),
+        **({"knee": sol.knee} if sol.knee is not None else {}),
         "solve_time_s": sol.solve_time_s,
         "build_time_s": sol.build_time_s,
         "search": search,
         "alternatives": [evaluation_doc(p, pr) for p, pr in sol.alternatives],
     }
+
+
+def knee_pair(knee: dict) -> tuple[str, str]:
+    """Where scaling stops: the knee and the last doubling's speed-up, as one text line."""
+    last = knee["last_doubling_speedup"]
+    doubling = ("" if last is None else
+                f"; the last doubling ({knee['last_doubling_from_devices']} -> "
+                f"{knee['best_devices']} devices) speeds up {last:.2f} x")
+    return ("knee", f"{knee['devices']} devices reach {si(knee['time_s'], 's')} "
+                    f"{knee['measure']}, within {knee['tolerance']:.0%} of the best "
+                    f"({si(knee['best_time_s'], 's')} on {knee['best_devices']} devices)"
+                    f"{doubling}")
 
 
 def time_to_train_pair(training: dict) -> tuple[str, str]:
@@ -121,6 +134,8 @@ def solution_text(sol) -> str:
         return split_text(sol)
     out = [f"status: {sol.status} (CP-SAT: the minimum of {sol.rows:,} priced plans, "
            f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.plan, sol.prediction)]
+    if sol.knee is not None:
+        out.append(key_values([knee_pair(sol.knee)]))
     out += _training_text(sol.training, sol.pareto)
     if sol.alternatives:
         rows = [[p.nodes, p.devices_per_node, _split(p), p.global_batch, p.micro_batch,

@@ -92,6 +92,15 @@ SPLIT_PLAN = {"oneOf": [obj({"layers": {"type": "array", "items": LAYER_PLAN}}),
                         obj({"stages": {"type": "array", "items": STAGE_PLAN, "minItems": 2}})]}
 
 
+# where scaling stops (`planner.search.table.knee`); the speed-up is null when no plan runs on
+# half the best plan's devices
+KNEE = obj({"devices": INT, "time_s": NUM, "tolerance": NUM, "measure": STR,
+            "best_devices": INT, "best_time_s": NUM,
+            "last_doubling_speedup": {"type": ["number", "null"]},
+            "last_doubling_from_devices": {"type": ["integer", "null"]},
+            "scaling_efficiency": NUM, "base_devices": INT})
+
+
 def _evaluate() -> dict:
     spec = {"model": STR, "hardware": STR, "line": INT}
     plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
@@ -105,7 +114,7 @@ def _solve() -> dict:
             "objective": OBJECTIVE}
     plan = _envelope("solve", {
         **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
-        "pareto": pareto(CONFIG), "solve_time_s": NUM, "build_time_s": NUM,
+        "pareto": pareto(CONFIG), "knee": KNEE, "solve_time_s": NUM, "build_time_s": NUM,
         "search": obj({"points": INT, "rows": INT, "branches": INT, "gap": NUM,
                        "build_time_s": NUM, "solve_time_s": NUM},
                       required=["points", "rows", "branches", "gap"]),

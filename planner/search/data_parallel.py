@@ -59,6 +59,7 @@ class Problem:
     training: Training | None = None
     pareto: bool = False
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
+    knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
 
 
 @dataclass
@@ -98,6 +99,7 @@ class DataParallelSolver:
                 raise SpecError(f"global_batch_range: need 1 <= A <= B, got {lo}:{hi}")
         if p.fewest_nodes_within is not None and not 0 <= p.fewest_nodes_within <= 10:
             raise SpecError(f"within: must be in [0, 10], got {p.fewest_nodes_within}")
+        core.check_knee_tolerance(p.knee_tolerance)
         if not p.collectives:
             raise SpecError("collective: no collective allowed")
         if p.objective is Objective.efficiency and p.global_batch is None:
@@ -220,14 +222,19 @@ class DataParallelSolver:
         table = core.Table(obj, other, N, rows[:, 0], gates, group)
         return Priced(table, rows, cols, len(base), ttt, cost)
 
-    def _train_arrays(self, rows: np.ndarray, cols: list[Collective]):
-        """(time to train, cost) per row: iteration time from the expressions x S(B)."""
-        tr = self.p.training
+    def _iteration_times(self, rows: np.ndarray, cols: list[Collective]) -> np.ndarray:
+        """The iteration time of every row, from the expressions."""
         times = np.empty(len(rows))
         for k, c in enumerate(cols):
             sel = rows[:, 3] == k
             fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
             times[sel] = fn(*(rows[sel][:, i].astype(float) for i in range(3)))
+        return times
+
+    def _train_arrays(self, rows: np.ndarray, cols: list[Collective]):
+        """(time to train, cost) per row: iteration time from the expressions x S(B)."""
+        tr = self.p.training
+        times = self._iteration_times(rows, cols)
         N = (rows[:, 0] * rows[:, 1]).astype(float)
         ttt = times * tr.steps(N * rows[:, 2])
         price = tr.price_per_device_hour or 0.0
@@ -292,7 +299,21 @@ class DataParallelSolver:
             build_time_s=build_time, branches=found.branches, points=priced.points,
             rows=len(priced.table), gap=found.gap,
             training=self._training(best, prediction.iteration_time_s),
-            pareto=self._pareto(priced) if p.pareto else None)
+            pareto=self._pareto(priced) if p.pareto else None,
+            knee=self._knee(priced, found.best))
+
+    def _knee(self, priced: Priced, chosen: int) -> dict | None:
+        """Where scaling stops, from this priced table (`search.table.knee`): the objective
+        when it is a time, the time to train for cost, the iteration time for efficiency."""
+        obj = self.p.objective
+        if obj is Objective.cost:
+            time_s = priced.time_to_train
+        elif obj is Objective.efficiency:
+            time_s = self._iteration_times(priced.rows, priced.collectives)
+        else:
+            time_s = priced.table.objective
+        return core.knee(time_s, priced.table.devices, priced.table.allowed(), chosen,
+                         self.p.knee_tolerance, core.KNEE_MEASURES[obj.value])
 
     def explain(self) -> InfeasibleError:
         """The error naming the smallest set of constraints that conflict."""

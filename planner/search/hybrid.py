@@ -129,6 +129,7 @@ class Search:
     time_limit_s: float = 10.0
     workers: int = 1
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
+    knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
 
 
 def _divisors(x: int) -> list[int]:
@@ -200,6 +201,7 @@ class HybridSolver:
             raise SpecError("token_budget: --objective token-budget needs --tokens")
         if q.fewest_nodes_within is not None and not 0 <= q.fewest_nodes_within <= 10:
             raise SpecError(f"within: must be in [0, 10], got {q.fewest_nodes_within}")
+        core.check_knee_tolerance(q.knee_tolerance)
         check_training(q.training, objective, q.pareto)
         # pins no plan of this model can meet are bad input, not infeasibility
         check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave)
@@ -344,7 +346,10 @@ class HybridSolver:
             alternatives=alternatives, solve_time_s=found.solve_time_s, build_time_s=build,
             branches=found.branches, points=priced, rows=len(table), gap=found.gap,
             training=self._report(plan, pred.iteration_time_s),
-            pareto=self._pareto(table, rows, train) if q.pareto else None)
+            pareto=self._pareto(table, rows, train) if q.pareto else None,
+            knee=core.knee(train[0] if q.objective is Objective.cost else table.objective,
+                           table.devices, table.allowed(), found.best, q.knee_tolerance,
+                           core.KNEE_MEASURES[q.objective.value]))
 
     def _report(self, plan: Plan, iteration_s: float) -> dict | None:
         tr = self.q.training

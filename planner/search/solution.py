@@ -23,6 +23,7 @@ class Solution:
     gap: float
     training: dict | None = None  # steps, samples, time_to_train_s (cost_usd, tokens)
     pareto: list[dict] | None = None  # non-dominated (time-to-train, cost) plans, fastest first
+    knee: dict | None = None  # where scaling stops (`search.table.knee`)
 
     @property
     def config(self) -> Plan:

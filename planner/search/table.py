@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, SpecError
 from planner.search.rows import RowModel, cp_solver
 
 TIE_BITS = 42  # objectives equal in their first 42 mantissa bits are a tie
@@ -202,3 +202,54 @@ def pareto_front(time_s: np.ndarray, cost: np.ndarray, devices: np.ndarray) -> n
     cs = c[order]
     before = np.concatenate([[np.inf], np.minimum.accumulate(cs)[:-1]])
     return order[cs < before]
+
+
+DEFAULT_KNEE_TOLERANCE = 0.10  # the knee: the fewest devices within 10 % of the best time
+
+
+def knee(time_s: np.ndarray, devices: np.ndarray, allowed: np.ndarray, chosen: int,
+         tolerance: float = DEFAULT_KNEE_TOLERANCE, measure: str = "time per sample"
+         ) -> dict | None:
+    """Where scaling stops, read from a priced table: per device count D the best time T(D)
+    of the rows every gate allows (`time_s`: the time `measure` names, in seconds), then
+
+    - the knee: the fewest devices with T(D) <= (1 + tolerance) x min T;
+    - the last doubling's speed-up: T(at most half the best plan's devices) / T(best), the
+      gain the second half of the devices buys (2.0 = linear; near 1: scaling has stopped);
+    - the scaling efficiency of the chosen row: T(D0) D0 / (T(chosen) D), D0 the fewest
+      devices of any allowed row (1.0 = linear scaling from there; the sweep's definition).
+
+    None when no row is allowed."""
+    ok = np.flatnonzero(allowed)
+    if ok.size == 0:
+        return None
+    counts, inverse = np.unique(devices[ok], return_inverse=True)
+    best_at = np.full(len(counts), np.inf)
+    np.minimum.at(best_at, inverse.ravel(), time_s[ok])
+    s = snapped(best_at)
+    k_best = int(np.flatnonzero(s == s.min())[0])  # ties: the fewest devices
+    t_best, d_best = float(best_at[k_best]), int(counts[k_best])
+    k_knee = int(np.flatnonzero(best_at <= t_best * (1 + tolerance))[0])
+    half = np.flatnonzero(counts <= d_best / 2)
+    if half.size:
+        j = int(half[np.argmin(best_at[half])])
+        speedup, from_devices = float(best_at[j] / t_best), int(counts[j])
+    else:
+        speedup = from_devices = None
+    d0, t0 = int(counts[0]), float(best_at[0])
+    d_chosen, t_chosen = int(devices[chosen]), float(time_s[chosen])
+    return {"devices": int(counts[k_knee]), "time_s": float(best_at[k_knee]),
+            "tolerance": float(tolerance), "measure": measure,
+            "best_devices": d_best, "best_time_s": t_best,
+            "last_doubling_speedup": speedup, "last_doubling_from_devices": from_devices,
+            "scaling_efficiency": t0 * d0 / (t_chosen * d_chosen), "base_devices": d0}
+
+
+def check_knee_tolerance(tolerance: float) -> None:
+    if not (isinstance(tolerance, int | float) and 0 <= tolerance <= 10):
+        raise SpecError(f"knee_tolerance: must be a fraction in [0, 10], got {tolerance!r}")
+
+
+KNEE_MEASURES = {"throughput": "time per sample", "iteration-time": "iteration time",
+                 "time-to-train": "time to train", "cost": "time to train",
+                 "token-budget": "time for the token budget", "efficiency": "iteration time"}
