@@ -94,3 +94,10 @@ def test_knee_tolerance_flag(run):
     code, _, err = run("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
                        "--knee-tolerance", "-1")
     assert code == 2 and "knee-tolerance" in err and "Traceback" not in err
+
+
+def test_a_cnn_split_warns_too_and_has_no_knee(run):
+    code, out, err = run("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+                         "--devices", "256", "--strategy", "pipeline")
+    assert code == 0 and "knee" not in out
+    assert err.startswith("planner: warning: the chosen plan runs 256 devices")
