@@ -303,10 +303,17 @@ def derive(model: str, hardware: str, *, names: tuple[str, ...] = (), **kwargs):
 
 
 def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
-          **kwargs) -> Sweep:
+          jobs: int = 1, scheduler: str | None = None, **kwargs) -> Sweep:
     """`planner.sweeping.sweep`, each point's memory fit checked against (1 - memory_headroom)
-    x the device memory (a transformer point's search keeps only plans that fit it)."""
+    x the device memory (a transformer point's search keeps only plans that fit it). With
+    `jobs` other than 1 (0: every core) or a Dask `scheduler` address the combinations run in
+    parallel (`planner.sweeping.sweep_in_parallel`), with the same result."""
     check_headroom(memory_headroom)
+    if jobs != 1 or scheduler is not None:
+        from planner.sweeping import sweep_in_parallel
+
+        return sweep_in_parallel(model, hardware, memory_headroom=memory_headroom, jobs=jobs,
+                                 scheduler=scheduler, **kwargs)
     if is_transformer(model):
         return _sweep(model, hardware, memory_headroom=memory_headroom, **kwargs)
     sw = _sweep(model, hardware, **kwargs)

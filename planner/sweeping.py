@@ -155,3 +155,33 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
                     skipped.append(Skipped(n_val, batch, bw,
                                            str(exc).removeprefix("infeasible: ")))
     return Sweep(points, skipped, tuple(nodes))
+
+
+# --- in parallel --------------------------------------------------------------------------------
+
+
+def sweep_in_parallel(model: str, hardware: str, *, nodes: list[int],
+                      global_batch: int | list[int] | None = None,
+                      bandwidths_GBps: list[float] | None = None, jobs: int = 1,
+                      scheduler: str | None = None, on_point=None, **kwargs) -> Sweep:
+    """`planner.api.sweep` with each (bandwidth, nodes, global batch) combination one task of
+    `planner.batch.parallel_map` (local processes with `jobs`, a Dask cluster with
+    `scheduler`): the points and skipped ones come back in the serial sweep's order, each the
+    same as there (a point depends on its combination alone). `on_point` is called as each
+    combination finishes."""
+    from planner.batch import parallel_map
+
+    batches = global_batch if isinstance(global_batch, list) else [global_batch]
+    tasks = [dict(model=model, hardware=hardware, nodes=[n_val], global_batch=batch,
+                  bandwidths_GBps=None if bw is None else [bw], **kwargs)
+             for bw in bandwidths_GBps or [None] for n_val in nodes for batch in batches]
+    parts = parallel_map(_sweep_task, tasks, jobs=jobs, scheduler=scheduler, on_done=on_point)
+    return Sweep([p for part in parts for p in part.points],
+                 [s for part in parts for s in part.skipped], tuple(nodes))
+
+
+def _sweep_task(kwargs: dict) -> Sweep:
+    """One combination of a parallel sweep (a module-level function: it pickles)."""
+    from planner import api
+
+    return api.sweep(**kwargs)
