@@ -262,15 +262,24 @@ def list_cmd(what, fmt):
 @click.argument("name")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def show(what, name, fmt):
-    """Show a model's per-layer table and totals, or a hardware spec.
+    """Show a model's per-layer table and totals, or a hardware spec. NAME is a built-in, a
+    YAML path, or a Hugging Face config.json (or a folder holding one): shown as understood.
 
     \b
     Examples:
       planner show model alexnet
+      planner show model path/to/config.json
       planner show hardware dgx-a100-80gb --format json
     """
     from planner.catalog import load_hardware_any, load_model
-    from planner.report import hardware_doc, hardware_text, model_doc, model_text, transformer_doc
+    from planner.report import (
+        hardware_doc,
+        hardware_text,
+        model_doc,
+        model_text,
+        transformer_details,
+        transformer_doc,
+    )
     from planner.spec.transformer import Transformer
 
     if what == "model":
@@ -278,7 +287,8 @@ def show(what, name, fmt):
         if isinstance(model, Transformer):
             doc = transformer_doc(model)
             _emit(render.document("show", doc), fmt, render.key_values(
-                [(k, f"{v:,}" if isinstance(v, int) else str(v)) for k, v in doc.items()]))
+                [(k, f"{v:,}" if isinstance(v, int) else str(v)) for k, v in doc.items()]
+                + transformer_details(model)))
             return
         _emit(render.document("show", model_doc(model)), fmt, model_text(model))
     else:
@@ -485,7 +495,9 @@ def _evaluate_jsonl(path: str) -> None:
               help="Pin the collective [default: the solver chooses].")
 @click.option("--objective", type=click.Choice([o.value for o in Objective]),
               default=Objective.throughput.value, show_default=True,
-              help="time-to-train / cost: with --critical-batch and a target; token-budget: "
+              help="throughput (the default): the fastest plan, most samples per second on "
+                   "the devices allowed (the knee line says how few devices come close); "
+                   "time-to-train / cost: with --critical-batch and a target; token-budget: "
                    "time to train on --tokens tokens (transformers); efficiency: CNNs.")
 @training_options
 @click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
@@ -497,7 +509,9 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--pareto", is_flag=True,
               help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="With --pareto: write the front as a plot (.png or .svg).")
+              help="Write a picture of the chosen plan (.png or .svg): its iteration time "
+                   "part by part and its memory against the device's capacity (with --pareto, "
+                   "also the front).")
 @click.option("--strategy", type=click.Choice(["data", "hybrid", "pipeline", "auto"]),
               default=None, help="CNNs: data parallel [default], per-layer data/model modes "
                                  "(hybrid), pipeline stages, or the best of them (auto).")
@@ -506,6 +520,9 @@ def _evaluate_jsonl(path: str) -> None:
 @click.option("--within", "fewest_nodes_within", type=FiniteFloat(0, 10),
               help="Return the fewest nodes whose objective is within this fraction of the best "
                    "(0.05 = 5%; every model family).")
+@click.option("--knee-tolerance", type=FiniteFloat(0, 10), default=0.10, show_default=True,
+              help="The knee reported with the plan: the fewest devices whose time is within "
+                   "this fraction of the best plan's (0.10 = 10%).")
 @click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
               help="Also return this many runners-up, each a different split, device count or "
                    "batch (not the same plan with another collective or micro-batch).")
@@ -548,8 +565,6 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     training = {"critical_batch": critical_batch, "target_steps": target_steps,
                 "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
                 "deadline_s": deadline_s, "budget_usd": budget_usd}
-    if plot_path and not pareto:
-        raise SpecError("plot: --plot on solve draws the --pareto front; add --pareto")
     rng = batch_range(global_batch_range)
     if global_batch_max is not None:
         if rng is not None:
@@ -581,10 +596,35 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
     doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
     if plot_path:
-        _pareto_plot(sol.pareto, plot_path, model, hardware)
+        _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
     _emit(doc, fmt, solution_text(sol), _target(model, hardware, precision,
                                                 hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
+    _efficiency_warning(sol)
+
+
+LOW_EFFICIENCY = 0.5  # below this scaling efficiency `solve` warns on stderr
+
+
+def _efficiency_warning(sol) -> None:
+    """One line on stderr when the chosen plan scales at under LOW_EFFICIENCY: a CNN's
+    speed-up over one device per device, a transformer's throughput per device against the
+    smallest plan that fits (the knee's scaling efficiency; MFU is reported, not judged)."""
+    knee = getattr(sol, "knee", None)
+    devices = getattr(sol.plan, "devices", None) or sol.config["devices"]  # a CNN split: dicts
+    eff = getattr(sol.prediction, "efficiency", None)
+    what = "efficiency (speed-up over one device / devices)"
+    if eff is None and knee is not None and knee["base_devices"] < devices:
+        eff = knee["scaling_efficiency"]
+        what = f"scaling efficiency against the {knee['base_devices']}-device plan"
+    if eff is None or eff >= LOW_EFFICIENCY:
+        return
+    hint = ""
+    if knee is not None and knee["devices"] < devices:
+        hint = (f"; {knee['devices']} devices come within {knee['tolerance']:.0%} of its time "
+                "(the knee)")
+    click.echo(f"planner: warning: the chosen plan runs {devices} devices at "
+               f"{eff:.0%} {what}{hint}", err=True)
 
 
 def _search_note(sol, time_limit_s) -> None:
@@ -601,10 +641,14 @@ def _search_note(sol, time_limit_s) -> None:
                    err=True)
 
 
-def _pareto_plot(front: list[dict], path: str, model: str, hardware: str) -> None:
-    from planner.plot import pareto_plot
+def _plan_plot(sol, config: dict, path: str, model: str, hardware: str) -> None:
+    """The chosen plan's picture, titled with its JSON config's sizes."""
+    from planner.plot import plan_plot
 
-    pareto_plot(front, path, f"{model} on {hardware}: time to train vs cost")
+    sizes = ", ".join(f"{k.replace('_', ' ')} {config[k]}" for k in
+                      ("devices", "tp", "pp", "dp", "global_batch") if k in config)
+    plan_plot(sol.prediction, path, f"{model} on {hardware}: {sizes}",
+              front=getattr(sol, "pareto", None) or None)
 
 
 # --- limits / derive / sweep ----------------------------------------------------------------
@@ -722,6 +766,32 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
         click.echo(derive_text(formulas, fmt))
 
 
+def parallel_options(f):
+    """--jobs / --scheduler: where the independent solves of batch and sweep run."""
+    opts = [
+        click.option("--jobs", "-j", type=DecimalInt(0, 4096), default=1, show_default=True,
+                     help="Local processes to run in: 1 runs here, one after the other; 0 uses "
+                          "every core."),
+        click.option("--scheduler", metavar="tcp://HOST:PORT",
+                     help="Run on this Dask cluster instead of local processes (needs "
+                          "pip install 'planner[dask]')."),
+    ]
+    return _with_options(f, opts)
+
+
+def _parallel_check(jobs: int, scheduler: str | None) -> None:
+    if scheduler is not None and jobs != 1:
+        raise SpecError("jobs: --jobs applies to local processes; with --scheduler the "
+                        "cluster's workers run the tasks")
+
+
+def _progress(total: int, label: str):
+    """A bar on stderr when it is a terminal; pipes and files get nothing at all."""
+    if sys.stderr.isatty():
+        return click.progressbar(length=total, label=label, file=sys.stderr)
+    return contextlib.nullcontext()
+
+
 @cli.command()
 @spec_options
 @click.option("--nodes", "nodes_spec", default=None,
@@ -738,12 +808,15 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
 @click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="USD per device-hour for the cost to train [default: the device spec's].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Write a plot of speed-up and time breakdown over nodes (.png or .svg).")
+              help="Write a plot over devices (.png or .svg): transformers MFU and time to "
+                   "train (iteration time without a target), CNNs speed-up and time breakdown.")
 @transformer_options
 @headroom_option
+@parallel_options
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
-          target_samples, target_tokens, price_per_device_hour, plot_path, **hybrid):
+          target_samples, target_tokens, price_per_device_hour, plot_path, jobs, scheduler,
+          **hybrid):
     """Predictions over node counts, global batches and network bandwidths (every
     combination; full nodes). For transformers each point is the best tp x pp x dp plan on
     all the devices of those nodes (the hybrid flags pin choices).
@@ -753,11 +826,13 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
       planner sweep -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
       planner sweep -m resnet50 -H dgx-a100-80gb --local-batch 256 --nodes 1:64:x2 --plot s.png
       planner sweep -m gpt3-175b -H dgx-a100-80gb --global-batch 1536 --nodes 8:1024:x2
+      planner sweep -m llama3-8b -H dgx-h100 --global-batch 512 --nodes 1:32:x2 --jobs 0
     """
     from planner import api
     from planner.report import sweep_doc, sweep_text
 
     _require(model, hardware)
+    _parallel_check(jobs, scheduler)
     headroom = hybrid.pop("memory_headroom")
     batches = int_list(batch_spec, "global_batch")
     bandwidths = float_list(bandwidth_spec, "bandwidth")
@@ -770,9 +845,6 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
         raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
                         "one bandwidth")
-    # A bar only when stderr is a terminal: pipes and files get nothing at all.
-    bar_or_none = (click.progressbar(length=total, label="sweep", file=sys.stderr)
-                   if sys.stderr.isatty() else contextlib.nullcontext())
     transformer = api.is_transformer(model)
     if transformer:
         if local_batch is not None:
@@ -789,12 +861,13 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                             "(CNNs: --target-samples)")
         family = {"local_batch": local_batch, "collective": collective, "optimizer": optimizer,
                   "servers": servers}
-    with bar_or_none as bar:
+    with _progress(total, "sweep") as bar:
         sw = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
                        bandwidths_GBps=bandwidths, overlap=overlap, precision=precision,
                        critical_batch=critical_batch, target_steps=target_steps,
                        target_samples=target_samples,
                        price_per_device_hour=price_per_device_hour, memory_headroom=headroom,
+                       jobs=jobs, scheduler=scheduler,
                        on_point=bar and (lambda: bar.update(1)), **family)
     if not sw.points:
         if transformer:
@@ -808,6 +881,44 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
         sweep_plot(sw, plot_path, f"{model} on {hardware}")
     doc = render.document("sweep", {"model": model, "hardware": hardware, **sweep_doc(sw)})
     _emit(doc, fmt, sweep_text(sw))
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@parallel_options
+def batch(file, jobs, scheduler):
+    """Many solves from FILE: a YAML list of scenarios (.yaml / .yml), a JSON list (.json) or
+    one JSON object per line (.jsonl; '-' reads stdin). A scenario's keys are solve's options,
+    underscored ({model: llama3-8b, hardware: dgx-h100, global_batch: 512, devices_max: 64};
+    switches true / false). Every scenario is checked before any runs; an unknown key or a bad
+    value is exit 2, naming the scenario and the key.
+
+    Prints one JSON line per scenario, in input order: the document `planner solve --format
+    json` prints for it, or the JSON error document it prints (each scenario's stderr lines
+    follow on stderr, prefixed by 'scenario K'). Exits with the worst scenario's exit code.
+
+    \b
+    Examples:
+      planner batch scenarios.yaml
+      planner batch scenarios.jsonl --jobs 0 > plans.jsonl
+      planner batch scenarios.yaml --scheduler tcp://10.0.0.5:8786
+    """
+    from planner.batch import parallel_map, run_scenario, scenarios
+
+    _parallel_check(jobs, scheduler)
+    todo = scenarios(file, solve)
+    with _progress(len(todo), "batch") as bar:
+        results = parallel_map(run_scenario, [s.argv for s in todo], jobs=jobs,
+                               scheduler=scheduler, on_done=bar and (lambda: bar.update(1)))
+    worst = 0
+    for scenario, (code, doc, err) in zip(todo, results, strict=True):
+        for line in err:
+            click.echo(f"planner: scenario {scenario.index}: {line.removeprefix('planner: ')}",
+                       err=True)
+        click.echo(render.to_jsonl(doc))
+        worst = max(worst, code)
+    if worst:
+        sys.exit(worst)
 
 
 @cli.command()
@@ -887,6 +998,7 @@ def _error_doc(command: str, kind: str, message: str, exc: BaseException) -> dic
     """The JSON error document: kind, the one-line message, the conflicting constraints (exit
     1), and the file, key and value it names where it names them (else null)."""
     file = key = value = None
+    message_all, message = message, message.split("\n", 1)[0]  # a spec's later errors: more lines
     lead, _, rest = message.partition(": ")
     if rest and ("/" in lead or lead.endswith((".yaml", ".yml", ".json", ".jsonl", ".csv"))
                  or lead == "-"):
@@ -903,7 +1015,7 @@ def _error_doc(command: str, kind: str, message: str, exc: BaseException) -> dic
     if param is not None and getattr(param, "name", None):
         key = param.name
     return render.document(command, {"error": {
-        "kind": kind, "message": message,
+        "kind": kind, "message": message_all,
         "constraints": list(getattr(exc, "conflicts", ()) or ()),
         "file": file, "key": key, "value": value}})
 
