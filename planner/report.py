@@ -111,6 +111,42 @@ def transformer_doc(m) -> dict:
             "model_flops_per_sequence": m.model_flops()}
 
 
+def transformer_details(m) -> list[tuple[str, str]]:
+    """What `show model` prints beyond transformer_doc: the architecture as understood (today's
+    keys), the layer kinds with their counts, and active parameters."""
+    pairs = [("head_dim", f"{m.head_dim} (q_dim {m.q_dim:,})"),
+             ("norm", m.norm + (" + post-norms" if m.post_norms else "")
+              + (" + qk-norm" if m.qk_norm else "")),
+             ("embeddings", "tied" if m.tied_embeddings else "untied")]
+    if m.mla:
+        a = m.mla
+        pairs.append(("mla", f"q_lora_rank {a.q_lora_rank}, kv_lora_rank {a.kv_lora_rank}, "
+                             f"qk nope/rope {a.qk_nope_head_dim}/{a.qk_rope_head_dim}, "
+                             f"v {a.v_head_dim}"))
+    if m.experts > 1:
+        moe = f"{m.experts} experts of {m.ffn_hidden:,}, top {m.top_k}"
+        if m.shared_experts:
+            moe += (f", {m.shared_experts} shared of "
+                    f"{m.shared_expert_ffn_hidden or m.ffn_hidden:,}")
+        if m.first_dense_layers:
+            moe += f", first {m.first_dense_layers} layers dense ({m.dense_ffn_hidden:,})"
+        pairs.append(("moe", moe + (", router bias" if m.router_bias else "")))
+    if m.sliding_window:
+        pairs.append(("sliding window", f"{m.sliding_window:,} tokens, pattern "
+                                        f"{m.sliding_window_pattern}"))
+    if m.attention_sinks:
+        pairs.append(("attention sinks", "one per head per layer"))
+    if m.mamba:
+        mb = m.mamba
+        pairs.append(("mamba-2", f"state {mb.state_size}, {mb.heads} heads of {mb.head_dim}, "
+                                 f"{mb.n_groups} groups, conv {mb.conv_kernel}, chunk "
+                                 f"{mb.chunk_size}"))
+    pairs.append(("layer kinds", ", ".join(f"{n} {k.name} ({m.kind_params(k):,} params)"
+                                           for k, n in m.layer_kinds())))
+    pairs.append(("active params", f"{m.active_params():,} (layers; embeddings excluded)"))
+    return pairs
+
+
 def limits_text(s: dict) -> str:
     eff = s["efficiency_at_nodes"]
     bw = s["required_bandwidth_GBps"]

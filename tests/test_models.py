@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.catalog import list_models, load_model
+from planner.catalog import MODELS, list_models, load_model, read_yaml
 
 EXPECTED = {
     "alexnet": (60_965_224, 724_406_816),
@@ -70,3 +70,71 @@ def test_conv_carries_flops_fc_carries_weights_in_alexnet():
     fc = [l for l in cnn.layers if l.type == "fc"]
     assert sum(l.forward_flops for l in conv) > 0.9 * cnn.forward_flops
     assert sum(l.params for l in fc) > 0.95 * cnn.params
+
+
+# --- built-in transformers of today: exact totals from the config arithmetic, each rounding to
+# the published headline (billions, to the digits the source gives) ---------------------------
+
+TRANSFORMERS = {
+    "mixtral-8x7b": (46_702_792_704, 46.7, 1),  # Jiang et al. 2024: 46.7B
+    "mixtral-8x22b": (140_620_634_112, 141, 0),  # Mistral AI: 141B
+    "deepseek-v3": (671_026_419_200, 671, 0),  # main model; the 14B MTP module not counted
+    "qwen3-30b-a3b": (30_532_122_624, 30.5, 1),
+    "qwen3-235b-a22b": (235_093_634_560, 235, 0),
+    "gpt-oss-120b": (116_829_156_672, 116.83, 2),  # model card: 116.83B
+    "nemotron-h-8b": (8_100_852_736, 8, 0),
+}
+
+# active parameters per token as each source counts them: layers plus the embeddings it includes
+ACTIVE = {
+    "mixtral-8x7b": (("embedding", "unembedding"), 12.9, 1),  # Mistral AI: 12.9B active
+    "mixtral-8x22b": (("embedding", "unembedding"), 39, 0),
+    "deepseek-v3": (("unembedding",), 37, 0),  # 37B activated
+    "qwen3-30b-a3b": (("embedding", "unembedding"), 3.3, 1),  # 3.353B, truncated to 3.3B
+    "qwen3-235b-a22b": (("embedding", "unembedding"), 22, 0),
+    "gpt-oss-120b": (("unembedding",), 5.13, 2),  # model card: 5.13B active
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS))
+def test_builtin_transformer_exact_total(name):
+    m = load_model(name)
+    params, headline, digits = TRANSFORMERS[name]
+    assert m.params() == params
+    assert round(params / 1e9, digits) == headline
+    sources = read_yaml(MODELS / f"{name}.yaml")["sources"]
+    assert "config.json" in sources["architecture"], "every built-in names its source"
+
+
+def test_llama31_405b_exact_total():
+    """405,853,388,800: 126 x 3,187,703,808 per layer + 2 x 128,256 x 16,384 + 16,384; Meta's
+    "405B" truncates it."""
+    m = load_model("llama3.1-405b")
+    assert m.params() == 405_853_388_800
+    assert m.layer_params() == 3_187_703_808 and int(m.params() / 1e9) == 405
+    assert m.params() == load_model("llama3-405b").params()
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE))
+def test_builtin_transformer_active_params(name):
+    m = load_model(name)
+    parts, headline, digits = ACTIVE[name]
+    vocab = m.vocab * m.hidden
+    active = m.active_params() + vocab * len(parts)
+    if name == "qwen3-30b-a3b":  # Qwen truncates its "A3.3B"
+        assert headline <= active / 1e9 < headline + 0.1
+    else:
+        assert round(active / 1e9, digits) == headline
+
+
+def test_deepseek_v3_itemised():
+    """DeepSeek-V3 from its config: MLA 187,107,328 per layer, 3 dense layers of 18,432, 58 MoE
+    layers of 256 x 2,048 routed + 1 shared + router with its correction bias."""
+    m = load_model("deepseek-v3")
+    assert m.attention_params() == 187_107_328
+    kinds = dict((k.name, n) for k, n in m.layer_kinds())
+    assert kinds == {"attention+dense": 3, "attention+moe": 58}
+    moe = 256 * 3 * 7168 * 2048 + 3 * 7168 * 2048 + 256 * (7168 + 1)
+    assert m.moe_params() == moe
+    assert m.params() == (3 * (187_107_328 + 3 * 7168 * 18432 + 2 * 7168)
+                          + 58 * (187_107_328 + moe + 2 * 7168) + 2 * 129280 * 7168 + 7168)

@@ -5,6 +5,37 @@ and mixture-of-experts fall out of the same code. For the plain GPT layer (kv_he
 ffn_hidden = 4 h, GeLU, biases) they reduce to the published closed forms, which the tests
 hold: parameters 12 l h^2 + 13 l h + (V + s) h (Narayanan et al. SC21, sec. 5.1) and
 forward FLOPs 24 B s l h^2 (1 + s / (6 h)) + 2 B s h V (ibid. eq. 3 divided by its 4 passes).
+
+Today's architectures (each key defaults so that older specs are unchanged):
+
+- `head_dim` independent of hidden / heads (Qwen3, GPT-OSS, Gemma): q_dim = heads x head_dim,
+  the output projection is q_dim x hidden. `qk_norm`: an RMSNorm of head_dim on q and on k.
+- `mla`: multi-head latent attention (DeepSeek-V2/V3, Kimi K2), the matrices of the HF
+  DeepseekV3Attention: q_a (h x q_lora_rank), q_a_norm, q_b (q_lora_rank x heads x (nope +
+  rope)) or one q (h x heads x (nope + rope)) without q compression; kv_a_proj_with_mqa
+  (h x (kv_lora_rank + rope)), kv_a_norm, kv_b (kv_lora_rank x heads x (nope + v)); o
+  (heads x v x h).
+- `moe.shared_experts` of `moe.shared_expert_ffn_hidden`, `first_dense_layers` dense layers of
+  `ffn_hidden` (DeepSeek `first_k_dense_replace`), `moe.router_bias` (GPT-OSS router bias, or
+  DeepSeek's stored e_score_correction_bias), `mlp_bias` on expert matrices (GPT-OSS).
+- `sliding_window` (tokens) on the layers that `sliding_window_pattern` marks S (F: full
+  attention; the pattern repeats over the layers: GPT-OSS and Gemma 2 "SF", Gemma 3 "SSSSSF",
+  Mistral 7B "S"); a sliding layer's attention core sees min(window, s) keys per query.
+  `attention_sinks`: one learned scalar per head per layer (GPT-OSS).
+- `layer_pattern`: Nemotron-H's `hybrid_override_pattern`, one character per layer: M a Mamba-2
+  mixer, * attention, - a dense MLP, E a MoE FFN; each such layer has one norm. `mamba` holds
+  the Mamba-2 sizes (the HF NemotronHMamba2Mixer: in_proj h x (2 d_in + 2 G N + H), depthwise
+  conv1d over d_in + 2 G N channels, dt_bias, A_log, D per head, a gated RMSNorm of d_in,
+  out_proj d_in x h, d_in = heads x head_dim).
+
+Layers come in kinds (`LayerKind`: a mixer of attention / sliding / mamba or none, then an FFN
+of dense / moe or none). `layer_kinds()` gives (kind, count) in first-appearance order, and per
+kind `kind_params`, `kind_active_params`, `kind_matmul_flops` (forward matmuls per sequence,
+attention core and SSD scan included), `kind_attention_core_flops` and `kind_ssm_scan_flops`
+(`ssm_scan_flops()` for one Mamba layer). The whole-model counts are exact sums over kinds;
+`layer_params()`, `layer_matmul_flops()` and `attention_core_flops()` are per-layer means
+(exact for uniform models, rounded to an integer otherwise): the cost model's per-layer view
+until it prices each kind. Multi-token-prediction modules (DeepSeek-V3 MTP) are not counted.
 """
 
 from __future__ import annotations
@@ -19,12 +50,44 @@ from planner.errors import SpecError
 from planner.spec.base import Spec, validate
 
 Size = Annotated[int, Field(ge=1, le=10_000_000)]
+Count = Annotated[int, Field(ge=1, le=100_000)]
+
+# one character per layer, as Nemotron-H's hybrid_override_pattern
+PATTERN_MIXERS = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"),
+                  "E": (None, "moe")}
 
 
 class MoE(Spec):
     experts: int = Field(ge=1, le=100_000)
     top_k: int = Field(ge=1, le=100_000)
     expert_ffn_hidden: Size | None = None
+    shared_experts: int = Field(default=0, ge=0, le=1_000)
+    shared_expert_ffn_hidden: Size | None = None  # default: expert_ffn_hidden
+    router_bias: bool = False  # one value per expert next to the router weight
+
+
+class MLA(Spec):
+    """Multi-head latent attention (DeepSeek-V2 sec. 2.1; HF DeepseekV3Attention)."""
+
+    q_lora_rank: Size | None = None  # None: q is projected directly (DeepSeek-V2-Lite)
+    kv_lora_rank: Size
+    qk_nope_head_dim: Size
+    qk_rope_head_dim: Size
+    v_head_dim: Size
+
+
+class Mamba(Spec):
+    """Mamba-2 mixer sizes (Dao & Gu 2024; HF Mamba2Mixer / NemotronHMamba2Mixer)."""
+
+    state_size: Size
+    heads: Count
+    head_dim: Size
+    n_groups: Count = 1
+    conv_kernel: int = Field(default=4, ge=1, le=1_000)
+    expand: int | None = Field(default=None, ge=1, le=1_000)  # informational: d_in = heads x head_dim
+    chunk_size: Size = 128
+    conv_bias: bool = True
+    proj_bias: bool = False
 
 
 class TransformerFile(Spec):
@@ -37,33 +100,93 @@ class TransformerFile(Spec):
     seq_len: Size
     vocab: int = Field(ge=1, le=100_000_000)
     kv_heads: int | None = Field(default=None, ge=1, le=100_000)
+    head_dim: Size | None = None  # default hidden / heads
     ffn_hidden: Size | None = None
-    ffn_kind: Literal["gelu", "swiglu"] = "gelu"
+    ffn_kind: Literal["gelu", "swiglu", "geglu", "relu2"] = "gelu"
     tied_embeddings: bool = True
     bias: bool = True  # biases in every linear layer and in the norms
+    qkv_bias: bool | None = None  # default: bias
+    out_bias: bool | None = None  # attention output projection; default: bias
+    mlp_bias: bool | None = None  # FFN and expert matrices; default: bias
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    post_norms: bool = False  # Gemma 2/3: a norm after attention and after the FFN as well
+    qk_norm: bool = False
     position_embedding: Literal["learned", "rotary"] = "learned"
     max_positions: Size | None = None  # learned position table (default seq_len)
     token_types: int = Field(default=0, ge=0, le=1_000_000)  # BERT segment embeddings
     pooler: bool = False  # BERT's h x h pooler on the first token
     moe: MoE | None = None
+    first_dense_layers: int = Field(default=0, ge=0, le=100_000)
+    mla: MLA | None = None
+    sliding_window: Size | None = None
+    sliding_window_pattern: str | None = Field(default=None, min_length=1, max_length=100_000)
+    attention_sinks: bool = False
+    layer_pattern: str | None = Field(default=None, min_length=1, max_length=100_000)
+    mamba: Mamba | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shapes(self) -> TransformerFile:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} "
+                             "(set head_dim)")
         kv = self.kv_heads or self.heads
         if kv > self.heads or self.heads % kv:
             raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {kv}")
         if self.moe and self.moe.top_k > self.moe.experts:
             raise ValueError(f"moe.top_k {self.moe.top_k} exceeds moe.experts {self.moe.experts}")
+        if self.first_dense_layers and not self.moe:
+            raise ValueError("first_dense_layers needs moe")
+        if self.first_dense_layers >= self.layers:
+            raise ValueError(f"first_dense_layers {self.first_dense_layers} leaves no MoE layer "
+                             f"of {self.layers}")
+        if self.sliding_window_pattern is not None:
+            if set(self.sliding_window_pattern) - set("SF"):
+                raise ValueError(f"sliding_window_pattern {self.sliding_window_pattern[:40]!r}: "
+                                 "use S (sliding) and F (full) only")
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_pattern needs sliding_window")
+        if self.layer_pattern is not None:
+            bad = set(self.layer_pattern) - set(PATTERN_MIXERS)
+            if bad:
+                raise ValueError(f"layer_pattern: unknown layer {sorted(bad)[0]!r} (M Mamba-2, "
+                                 "* attention, - MLP, E MoE)")
+            if len(self.layer_pattern) != self.layers:
+                raise ValueError(f"layer_pattern has {len(self.layer_pattern)} layers, layers "
+                                 f"is {self.layers}")
+            if "M" in self.layer_pattern and self.mamba is None:
+                raise ValueError("layer_pattern has Mamba layers (M) but no mamba sizes")
+            if "E" in self.layer_pattern and self.moe is None:
+                raise ValueError("layer_pattern has MoE layers (E) but no moe")
+            if self.first_dense_layers:
+                raise ValueError("first_dense_layers and layer_pattern: write the dense layers "
+                                 "into the pattern")
+        elif self.mamba is not None:
+            raise ValueError("mamba needs a layer_pattern with M layers")
+        if self.mla is not None and self.head_dim is not None:
+            raise ValueError("mla sets its own head sizes: drop head_dim")
         return self
 
 
 @dataclass(frozen=True)
+class LayerKind:
+    """One kind of layer: a mixer ("attention", "sliding", "mamba" or None) then an FFN
+    ("dense", "moe" or None). Each part present has its norm in front."""
+
+    mixer: str | None
+    ffn: str | None
+
+    @property
+    def name(self) -> str:
+        return "+".join(p for p in (self.mixer, self.ffn) if p)
+
+
+@dataclass(frozen=True)
 class Transformer:
-    """A loaded transformer with its derived sizes. Counts are exact integers."""
+    """A loaded transformer with its derived sizes. Counts are exact integers.
+
+    `ffn_hidden` is the width of the FFN every MoE layer routes to (the expert width) or of
+    the dense FFN; `dense_ffn_hidden` that of the first dense layers of a MoE model."""
 
     name: str
     description: str
@@ -84,12 +207,44 @@ class Transformer:
     pooler: bool = False
     experts: int = 1
     top_k: int = 1
+    # --- today's architectures (defaults: the layer above) ---
+    attn_head_dim: int = 0  # 0: hidden // heads
+    qk_norm: bool = False
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    post_norms: bool = False
+    shared_experts: int = 0
+    shared_expert_ffn_hidden: int = 0
+    router_bias: bool = False
+    first_dense_layers: int = 0
+    dense_ffn_hidden: int = 0  # 0: ffn_hidden
+    mla: MLA | None = None
+    sliding_window: int = 0
+    sliding_window_pattern: str = ""
+    attention_sinks: bool = False
+    layer_pattern: str = ""
+    mamba: Mamba | None = None
 
     kind = "transformer"
 
+    # --- sizes ---------------------------------------------------------------------------------
+
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Query / key head size (MLA: nope + rope)."""
+        if self.mla:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.attn_head_dim or self.hidden // self.heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads: the input of the output projection (MLA: heads x v)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -97,31 +252,155 @@ class Transformer:
 
     @property
     def ffn_matrices(self) -> int:
-        """Weight matrices in one FFN: up and down, plus the gate for SwiGLU."""
-        return 3 if self.ffn_kind == "swiglu" else 2
+        """Weight matrices in one FFN: up and down, plus the gate for SwiGLU / GeGLU."""
+        return 3 if self.ffn_kind in ("swiglu", "geglu") else 2
+
+    @property
+    def gated_ffn(self) -> bool:
+        return self.ffn_matrices == 3
+
+    def _bias(self, which: bool | None) -> bool:
+        return self.bias if which is None else which
+
+    # --- layer kinds ---------------------------------------------------------------------------
+
+    def layer_sequence(self) -> tuple[LayerKind, ...]:
+        """The kind of every layer, first to last."""
+        if self.layer_pattern:
+            return tuple(LayerKind(*PATTERN_MIXERS[c]) for c in self.layer_pattern)
+        out = []
+        pattern = self.sliding_window_pattern
+        for i in range(self.layers):
+            mixer = "sliding" if pattern and pattern[i % len(pattern)] == "S" else "attention"
+            ffn = "moe" if self.experts > 1 and i >= self.first_dense_layers else "dense"
+            out.append(LayerKind(mixer, ffn))
+        return tuple(out)
+
+    def layer_kinds(self) -> tuple[tuple[LayerKind, int], ...]:
+        """(kind, number of layers of that kind), in order of first appearance."""
+        counts: dict[LayerKind, int] = {}
+        for k in self.layer_sequence():
+            counts[k] = counts.get(k, 0) + 1
+        return tuple(counts.items())
 
     # --- parameters ---------------------------------------------------------------------------
 
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" and self.bias else 1)
 
+    def attention_weights(self) -> int:
+        """Entries of the attention's weight matrices (what its projections multiply by)."""
+        h = self.hidden
+        if self.mla:
+            a, heads = self.mla, self.heads
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            q = (h * a.q_lora_rank + a.q_lora_rank * heads * qk if a.q_lora_rank
+                 else h * heads * qk)
+            kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (
+                a.qk_nope_head_dim + a.v_head_dim)
+            return q + kv + heads * a.v_head_dim * h
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h  # Q, K, V, O
+
     def attention_params(self) -> int:
-        h, kv = self.hidden, self.kv_dim
-        weights = h * h + 2 * h * kv + h * h  # Q, K, V, O
-        return weights + ((h + 2 * kv + h) if self.bias else 0)
+        """One attention mixer, its norm excluded."""
+        params = self.attention_weights()
+        if self.mla:
+            a = self.mla
+            params += (a.q_lora_rank or 0) + a.kv_lora_rank  # q_a_norm, kv_a_norm (RMSNorm)
+            q_out = self.heads * self.head_dim
+        else:
+            q_out = self.q_dim
+        if self._bias(self.qkv_bias) and not self.mla:
+            params += q_out + 2 * self.kv_dim
+        if self._bias(self.out_bias):
+            params += self.hidden
+        if self.qk_norm:
+            params += 2 * self.head_dim
+        if self.attention_sinks:
+            params += self.heads
+        return params
+
+    def _ffn_params(self, width: int) -> int:
+        weights = self.ffn_matrices * self.hidden * width
+        return weights + (((self.ffn_matrices - 1) * width + self.hidden)
+                          if self._bias(self.mlp_bias) else 0)
 
     def expert_params(self) -> int:
-        """One FFN (one expert)."""
-        h, f = self.hidden, self.ffn_hidden
-        weights = self.ffn_matrices * h * f
-        return weights + (((self.ffn_matrices - 1) * f + h) if self.bias else 0)
+        """One FFN of `ffn_hidden` (one expert)."""
+        return self._ffn_params(self.ffn_hidden)
+
+    def dense_ffn_params(self) -> int:
+        """The FFN of a dense layer (a MoE model's first dense layers: `dense_ffn_hidden`)."""
+        return self._ffn_params(self.dense_ffn_hidden or self.ffn_hidden)
+
+    def router_params(self) -> int:
+        return (self.hidden + (1 if self.router_bias else 0)) * self.experts
+
+    def shared_expert_params(self) -> int:
+        return self.shared_experts * self._ffn_params(self.shared_expert_ffn_hidden
+                                                     or self.ffn_hidden)
+
+    def moe_params(self) -> int:
+        """A MoE FFN: routed experts, shared experts, router."""
+        return (self.experts * self.expert_params() + self.shared_expert_params()
+                + self.router_params())
 
     def ffn_params(self) -> int:
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        return self.experts * self.expert_params() + router
+        """The FFN of a MoE layer (of every layer for a dense model)."""
+        return self.moe_params() if self.experts > 1 else self.dense_ffn_params()
+
+    def mamba_inner(self) -> int:
+        """d_in = Mamba heads x head dim."""
+        return self.mamba.heads * self.mamba.head_dim
+
+    def mamba_conv_dim(self) -> int:
+        """Channels of the depthwise conv: x, B and C (d_in + 2 G N)."""
+        mb = self.mamba
+        return self.mamba_inner() + 2 * mb.n_groups * mb.state_size
+
+    def mamba_weights(self) -> int:
+        """in_proj (z, x, B, C, dt) and out_proj entries."""
+        d_in = self.mamba_inner()
+        return self.hidden * (d_in + self.mamba_conv_dim() + self.mamba.heads) + d_in * self.hidden
+
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer, its pre-norm excluded: in_proj, conv1d, dt_bias, A_log, D, the
+        gated RMSNorm and out_proj (HF NemotronHMamba2Mixer)."""
+        mb, d_in, conv = self.mamba, self.mamba_inner(), self.mamba_conv_dim()
+        params = self.mamba_weights() + conv * mb.conv_kernel + (conv if mb.conv_bias else 0)
+        params += 3 * mb.heads + d_in
+        if mb.proj_bias:
+            params += d_in + conv + mb.heads + self.hidden
+        return params
+
+    def mixer_params(self, mixer: str | None) -> int:
+        if mixer is None:
+            return 0
+        return (self.mamba_params() if mixer == "mamba" else self.attention_params()) + (
+            self.norm_params() * (2 if self.post_norms else 1))
+
+    def kind_params(self, kind: LayerKind) -> int:
+        """One layer of `kind`, its norms included."""
+        ffn = {None: 0, "dense": self.dense_ffn_params(), "moe": self.moe_params()}[kind.ffn]
+        if kind.ffn:
+            ffn += self.norm_params() * (2 if self.post_norms else 1)
+        return self.mixer_params(kind.mixer) + ffn
+
+    def kind_active_params(self, kind: LayerKind) -> int:
+        """Parameters one token passes through in a layer of `kind` (MoE: top_k experts)."""
+        if kind.ffn != "moe":
+            return self.kind_params(kind)
+        active = (self.top_k * self.expert_params() + self.shared_expert_params()
+                  + self.router_params())
+        return self.kind_params(kind) - self.moe_params() + active
+
+    def layers_params(self) -> int:
+        """All layers (embeddings and head excluded): exact."""
+        return sum(n * self.kind_params(k) for k, n in self.layer_kinds())
 
     def layer_params(self) -> int:
-        return self.attention_params() + self.ffn_params() + 2 * self.norm_params()
+        """One layer; the mean layer (rounded) when layers differ."""
+        return _mean(self.layers_params(), self.layers)
 
     def embedding_params(self) -> int:
         """Token embedding (plus learned positions): held by the first pipeline stage."""
@@ -135,40 +414,91 @@ class Transformer:
                 + (0 if self.tied_embeddings else self.vocab * self.hidden))
 
     def params(self) -> int:
-        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+        return self.layers_params() + self.embedding_params() + self.head_params()
 
     def active_params(self) -> int:
         """Parameters a token passes through (MoE: top_k experts), embeddings excluded."""
-        ffn = self.top_k * self.expert_params() + (self.hidden * self.experts
-                                                   if self.experts > 1 else 0)
-        return self.layers * (self.attention_params() + ffn + 2 * self.norm_params())
+        return sum(n * self.kind_active_params(k) for k, n in self.layer_kinds())
 
     # --- forward FLOPs per sequence (2 per multiply-add; matmuls only) -------------------------
 
+    def attention_keys(self, mixer: str) -> int:
+        """Keys each query attends to (counted over the full s, as SC21 and PaLM do; a sliding
+        layer sees its window)."""
+        s = self.seq_len
+        return min(self.sliding_window, s) if mixer == "sliding" else s
+
+    def kind_attention_core_flops(self, kind: LayerKind) -> int:
+        """QK^T and scores x V of one layer: what selective recompute repeats (Korthikanti et
+        al. 2022); 0 for layers without attention."""
+        if kind.mixer not in ("attention", "sliding"):
+            return 0
+        s, keys = self.seq_len, self.attention_keys(kind.mixer)
+        return 2 * s * keys * self.heads * (self.head_dim + self.v_head_dim)
+
+    def ssm_scan_flops(self) -> int:
+        """Forward FLOPs of one Mamba-2 layer's SSD scan per sequence, as the chunked algorithm
+        runs it (Dao & Gu 2024, sec. 6) with chunks of Q tokens: per chunk C B^T (2 Q^2 N per
+        group), the masked product with x (2 Q^2 P per head), the chunk states B^T x and their
+        output C h (2 Q N P each per head)."""
+        if self.mamba is None:
+            return 0
+        mb = self.mamba
+        q, n, p = mb.chunk_size, mb.state_size, mb.head_dim
+        chunks = -(-self.seq_len // q)
+        return chunks * (2 * q * q * n * mb.n_groups + mb.heads * (2 * q * q * p + 4 * q * n * p))
+
+    def kind_ssm_scan_flops(self, kind: LayerKind) -> int:
+        return self.ssm_scan_flops() if kind.mixer == "mamba" else 0
+
+    def kind_matmul_flops(self, kind: LayerKind) -> int:
+        """Forward matmul FLOPs of one layer of `kind` for one sequence: projections, the
+        attention core or the SSD scan, the FFN (MoE: top_k experts, shared experts, router)."""
+        s, h = self.seq_len, self.hidden
+        flops = 0
+        if kind.mixer in ("attention", "sliding"):
+            flops += 2 * s * self.attention_weights() + self.kind_attention_core_flops(kind)
+        elif kind.mixer == "mamba":
+            flops += 2 * s * self.mamba_weights() + self.ssm_scan_flops()
+        m = self.ffn_matrices
+        if kind.ffn == "dense":
+            flops += 2 * s * m * h * (self.dense_ffn_hidden or self.ffn_hidden)
+        elif kind.ffn == "moe":
+            flops += 2 * s * m * h * (self.ffn_hidden * self.top_k + self.shared_experts
+                                      * (self.shared_expert_ffn_hidden or self.ffn_hidden))
+            flops += 2 * s * h * self.experts
+        return flops
+
+    def layers_matmul_flops(self) -> int:
+        """All layers' forward matmul FLOPs per sequence: exact."""
+        return sum(n * self.kind_matmul_flops(k) for k, n in self.layer_kinds())
+
     def layer_matmul_flops(self) -> int:
         """Forward matmul FLOPs of one layer for one sequence: projections, the two attention
-        products (QK^T and scores x V, counted over the full s x s, as SC21 and PaLM do), FFN."""
-        s, h, kv, f = self.seq_len, self.hidden, self.kv_dim, self.ffn_hidden
-        proj = 2 * s * (h * h + 2 * h * kv + h * h)
-        attn = 2 * 2 * s * s * h
-        ffn = 2 * s * self.ffn_matrices * h * f * self.top_k
-        router = 2 * s * h * self.experts if self.experts > 1 else 0
-        return proj + attn + ffn + router
+        products (QK^T and scores x V, counted over the full s x s, as SC21 and PaLM do), FFN;
+        the mean layer (rounded) when layers differ."""
+        return _mean(self.layers_matmul_flops(), self.layers)
 
     def attention_core_flops(self) -> int:
-        """QK^T and scores x V: what selective recompute repeats (Korthikanti et al. 2022)."""
-        return 2 * 2 * self.seq_len * self.seq_len * self.hidden
+        """QK^T and scores x V of one layer (the mean layer, rounded, when layers differ)."""
+        total = sum(n * self.kind_attention_core_flops(k) for k, n in self.layer_kinds())
+        return _mean(total, self.layers)
 
     def logit_flops(self) -> int:
         return 2 * self.seq_len * self.hidden * self.vocab
 
     def forward_flops(self) -> int:
-        return self.layers * self.layer_matmul_flops() + self.logit_flops()
+        return self.layers_matmul_flops() + self.logit_flops()
 
     def model_flops(self) -> int:
         """Forward + backward (2x forward) per sequence, no recompute: the MFU numerator
         (PaLM, appendix B)."""
         return 3 * self.forward_flops()
+
+
+def _mean(total: int, count: int) -> int:
+    """total / count rounded half up (exact when count divides total)."""
+    return (2 * total + count) // (2 * count)
 
 
 def with_seq_len(m: Transformer, seq_len: int | None) -> Transformer:
@@ -189,9 +519,10 @@ def build_transformer(data: dict, where: str) -> Transformer:
     ffn = (moe.expert_ffn_hidden if moe and moe.expert_ffn_hidden else None) or spec.ffn_hidden
     if ffn is None:
         ffn = 4 * spec.hidden
-    if spec.heads > spec.hidden:
+    if spec.head_dim is None and spec.mla is None and spec.heads > spec.hidden:
         raise SpecError(f"{where}: key 'heads': more heads ({spec.heads}) than hidden "
                         f"({spec.hidden})")
+    dense = spec.ffn_hidden or 4 * spec.hidden
     return Transformer(
         name=spec.name, description=spec.description, layers=spec.layers, hidden=spec.hidden,
         heads=spec.heads, kv_heads=spec.kv_heads or spec.heads, seq_len=spec.seq_len,
@@ -200,4 +531,14 @@ def build_transformer(data: dict, where: str) -> Transformer:
         position_embedding=spec.position_embedding,
         max_positions=spec.max_positions or spec.seq_len, token_types=spec.token_types,
         pooler=spec.pooler, experts=moe.experts if moe else 1, top_k=moe.top_k if moe else 1,
+        attn_head_dim=spec.head_dim or 0, qk_norm=spec.qk_norm, qkv_bias=spec.qkv_bias,
+        out_bias=spec.out_bias, mlp_bias=spec.mlp_bias, post_norms=spec.post_norms,
+        shared_experts=moe.shared_experts if moe else 0,
+        shared_expert_ffn_hidden=(moe.shared_expert_ffn_hidden or 0) if moe else 0,
+        router_bias=bool(moe and moe.router_bias), first_dense_layers=spec.first_dense_layers,
+        dense_ffn_hidden=dense if dense != ffn else 0, mla=spec.mla,
+        sliding_window=spec.sliding_window or 0,
+        sliding_window_pattern=spec.sliding_window_pattern or "",
+        attention_sinks=spec.attention_sinks, layer_pattern=spec.layer_pattern or "",
+        mamba=spec.mamba,
     )
