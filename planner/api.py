@@ -94,7 +94,8 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              precision: str | None = None, devices_per_node: int | None = None,
              local_batch: int | None = None, collective: str | None = None,
              optimizer: str | None = None, servers: int | None = None, tp: int | None = None,
-             pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
+             cp: int | None = None, pp: int | None = None, dp: int | None = None,
+             micro_batch: int | None = None,
              interleave: int | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
              schedule: str | None = None, flash_attention: bool | None = None,
@@ -110,7 +111,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
         only_for("transformer", given, CNN_ONLY)
         return _evaluate_transformer(model, hardware, global_batch=global_batch, devices=devices,
                                      nodes=nodes, overlap=overlap, precision=precision,
-                                     tp=tp or 1, pp=pp or 1, dp=dp,
+                                     tp=tp or 1, cp=cp or 1, pp=pp or 1, dp=dp,
                                      micro_batch=micro_batch or 1, interleave=interleave or 1,
                                      recompute=recompute or "none",
                                      sequence_parallel=bool(sequence_parallel), zero=zero or 0,
@@ -133,7 +134,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                    memory_headroom))
 
 
-def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, pp, dp,
+def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, cp, pp, dp,
                           precision, seq_len, memory_headroom, **choices) -> Evaluation:
     from planner.plan import check_pins
     from planner.search.hybrid import predict as predict_transformer
@@ -141,7 +142,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     if global_batch is None:
         raise SpecError("global_batch: --global-batch is required for transformer models")
-    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"])
+    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp)
     g = system.devices_per_node
     if nodes is not None:
         if devices is not None and devices != nodes * g:
@@ -150,16 +151,17 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     if dp is None:
         if devices is None:
             raise SpecError("devices: give --devices, --nodes or --dp")
-        if devices % (tp * pp):
-            raise SpecError(f"devices: {devices} is not divisible by tp({tp}) x pp({pp}) = "
-                            f"{tp * pp}")
-        dp = devices // (tp * pp)
-    elif devices is not None and devices != tp * pp * dp:
-        raise SpecError(f"devices: tp({tp}) x pp({pp}) x dp({dp}) = {tp * pp * dp} != "
+        if devices % (tp * cp * pp):
+            what = f"tp({tp}) x cp({cp}) x pp({pp})" if cp > 1 else f"tp({tp}) x pp({pp})"
+            raise SpecError(f"devices: {devices} is not divisible by {what} = {tp * cp * pp}")
+        dp = devices // (tp * cp * pp)
+    elif devices is not None and devices != tp * cp * pp * dp:
+        what = f"tp({tp}) x cp({cp})" if cp > 1 else f"tp({tp})"
+        raise SpecError(f"devices: {what} x pp({pp}) x dp({dp}) = {tp * cp * pp * dp} != "
                         f"{devices} devices")
     choices["sequence_parallel"] = choices["sequence_parallel"] and tp > 1
     plan = Plan.split(tp, pp, dp, micro_batch=choices.pop("micro_batch"),
-                      global_batch=global_batch, node_size=g, **choices)
+                      global_batch=global_batch, node_size=g, cp=cp, **choices)
     return Evaluation(plan, predict_transformer(m, system, prec, plan, memory_headroom))
 
 

@@ -56,7 +56,8 @@ def normalise(config: dict) -> dict:
     dpn = config["devices_per_node"]
     if "tp" in config:  # a Plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices,
-                "tp": config["tp"], "pp": config["pp"], "dp": config["dp"],
+                "tp": config["tp"], "cp": config.get("cp", 1), "pp": config["pp"],
+                "dp": config["dp"],
                 "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
                 "gradient_accumulation": config["gradient_accumulation"],
                 "interleave": config["interleave"], "recompute": config["recompute"],
@@ -232,6 +233,8 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     a += _megatron_precision(target.precision)
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size",
           plan["pp"]]
+    if plan.get("cp", 1) > 1:  # the sequence must divide into 2 cp chunks (checked by the plan)
+        a += ["--context-parallel-size", plan["cp"]]
     if plan["interleave"] > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", plan["interleave"]]
     elif plan["pp"] > 1:
@@ -273,6 +276,10 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
+    if plan.get("cp", 1) > 1:
+        raise SpecError(f"format: DeepSpeed has no ring-attention context parallelism (its "
+                        f"Ulysses sequence parallelism is all-to-all); this plan has cp "
+                        f"{plan['cp']}: use --format megatron or torchtitan")
     if plan["pp"] > 1 and plan["zero"] >= 2:
         raise SpecError(f"format: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only "
                         f"(this plan: pp {plan['pp']}, ZeRO {plan['zero']})")
@@ -342,7 +349,8 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else 1,
                    "data_parallel_shard_degree": 1 if zero == 0 else dp,
                    "tensor_parallel_degree": plan["tp"],
-                   "pipeline_parallel_degree": plan["pp"], "context_parallel_degree": 1}
+                   "pipeline_parallel_degree": plan["pp"],
+                   "context_parallel_degree": plan.get("cp", 1)}
     if zero in (1, 2):
         parallelism["fsdp_reshard_after_forward"] = "never"
     elif zero == 3:

@@ -1,6 +1,6 @@
 """One parallel plan for every model family: how the devices are split and the batch is cut.
 
-    devices      = nodes x devices_per_node = tp x pp x dp
+    devices      = nodes x devices_per_node = tp x cp x pp x dp
     global batch = dp x micro_batch x accumulation
 
 A CNN data-parallel plan is the same type with tp = pp = 1 (dp = devices, micro-batch = local
@@ -74,10 +74,11 @@ class Plan:
     collective: Collective | None = None  # the gradient allreduce, where the family chooses it
     overlap: bool = True  # gradient communication overlaps the backward pass
     flash_attention: bool = True
+    cp: int = 1  # context parallel: ranks sharing each sequence (Megatron-LM's CP)
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
-                    "global_batch", "interleave"):
+                    "global_batch", "interleave", "cp"):
             _positive(key, getattr(self, key))
         set_ = object.__setattr__
         set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
@@ -86,11 +87,12 @@ class Plan:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
-        # every device holds one (tp, pp, dp) coordinate (Megatron-LM's world size)
-        split = self.tp * self.pp * self.dp
+        # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
+        split = self.tp * self.cp * self.pp * self.dp
         if split != self.devices:
-            raise SpecError(f"devices: tp({self.tp}) x pp({self.pp}) x dp({self.dp}) = {split} "
-                            f"!= {self.devices} devices ({self.nodes} nodes x "
+            cp = f" x cp({self.cp})" if self.cp > 1 else ""
+            raise SpecError(f"devices: tp({self.tp}){cp} x pp({self.pp}) x dp({self.dp}) = "
+                            f"{split} != {self.devices} devices ({self.nodes} nodes x "
                             f"{self.devices_per_node})")
         # each replica runs whole micro-batches, `accumulation` of them per iteration
         per_step = self.dp * self.micro_batch
@@ -147,9 +149,11 @@ class Plan:
         """A tp x pp x dp plan on whole nodes of `node_size` devices (or part of one node)."""
         for key, value in (("tp", tp), ("pp", pp), ("dp", dp)):
             _positive(key, value)
-        devices = tp * pp * dp
+        cp = choices.get("cp", 1)
+        devices = tp * pp * dp * cp
         if devices > node_size and devices % node_size:
-            raise SpecError(f"devices: tp({tp}) x pp({pp}) x dp({dp}) = {devices} is more than "
+            raise SpecError(f"devices: tp({tp}) x pp({pp}) x dp({dp})"
+                            f"{f' x cp({cp})' if cp > 1 else ''} = {devices} is more than "
                             f"one node and not a multiple of {node_size} devices per node")
         nodes, per_node = (devices // node_size, node_size) if devices > node_size else (1, devices)
         return cls(nodes, per_node, tp, pp, dp, micro_batch, global_batch, **choices)
@@ -162,7 +166,8 @@ class Plan:
     def to_json(self) -> dict:
         """The `config` document: the same keys for every family (collective where chosen)."""
         out = {"nodes": self.nodes, "devices_per_node": self.devices_per_node,
-               "devices": self.devices, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+               "devices": self.devices, "tp": self.tp, "cp": self.cp, "pp": self.pp,
+               "dp": self.dp,
                "micro_batch": self.micro_batch, "global_batch": self.global_batch,
                "gradient_accumulation": self.accumulation, "local_batch": self.local_batch,
                "interleave": self.interleave, "recompute": self.recompute.value,
@@ -184,12 +189,16 @@ def check_for_model(model, plan: Plan) -> None:
             raise SpecError(f"tp: tp({plan.tp}) x pp({plan.pp}): CNN plans here are data "
                             "parallel (use solve --strategy hybrid or pipeline for splits)")
         return
-    check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave)
+    check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave, cp=plan.cp)
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,
-               interleave: int | None = None) -> None:
+               interleave: int | None = None, cp: int | None = None) -> None:
     """Transformer pins that no plan can meet for this model (each rule with its source)."""
+    # Megatron-LM's load-balanced context parallelism cuts the sequence into 2 cp chunks
+    if cp is not None and cp > 1 and m.seq_len % (2 * cp):
+        raise SpecError(f"cp: {cp} needs the sequence ({m.seq_len}) divisible by 2 x cp = "
+                        f"{2 * cp} (load-balanced causal chunks)")
     # Megatron-LM splits attention heads (and key/value groups) over the tensor-parallel ranks
     if tp is not None and (m.heads % tp or m.kv_heads % tp):
         raise SpecError(f"tp: {tp} does not divide heads {m.heads} and kv_heads {m.kv_heads} of "

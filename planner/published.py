@@ -46,9 +46,10 @@ def sc21_runs(path=None) -> list[dict]:
     return out
 
 
-def solve_run(run: dict, matmul_efficiency: float | None = None):
-    """The pinned solve of one SC21 row, with the spec's matmul efficiency or the one given."""
-    system = load_system(run["system"])
+def solve_run(run: dict, matmul_efficiency: float | None = None, system=None):
+    """The pinned solve of one SC21 row, on the built-in system (or `system`), with the spec's
+    matmul efficiency or the one given."""
+    system = system or load_system(run["system"])
     if matmul_efficiency is not None:
         dev = system.device
         eff = dev.efficiency.model_copy(update={"matmul": matmul_efficiency})
@@ -82,6 +83,20 @@ def fit_matmul_efficiency(path=None) -> float:
                    ** 2 for r in runs)
 
     return _golden_min(loss, 0.3, 1.0, tol=1e-3)
+
+
+def bert_runs(path=None) -> list[dict]:
+    """The BERT-Large phase-1 rows of the calibration CSV (NVIDIA DeepLearningExamples, DGX
+    A100 80GB, 8 to 256 GPUs, sequence 128): what the table pins and the measured sequences/s."""
+    out = []
+    with open(path or default_csv(), newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            if "BERT" in rec["model"] and rec["metric"] == "sequences_per_sec":
+                out.append({"gpus": int(rec["gpus_total"]),
+                            "global_batch": int(rec["global_batch"]),
+                            "micro_batch": int(rec["micro_batch"]),
+                            "seq_len": int(rec["seq_len"]), "measured_seq_s": float(rec["value"])})
+    return out
 
 
 def bert_rows(path=None) -> list[dict]:

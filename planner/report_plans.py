@@ -11,8 +11,8 @@ def evaluation_doc(plan, pred) -> dict:
 
 
 def _split(plan) -> str:
-    return (f"{plan.tp}x{plan.pp}" + (f"(v{plan.interleave})" if plan.interleave > 1 else "")
-            + f"x{plan.dp}")
+    return (f"{plan.tp}x" + (f"cp{plan.cp}x" if plan.cp > 1 else "") + f"{plan.pp}"
+            + (f"(v{plan.interleave})" if plan.interleave > 1 else "") + f"x{plan.dp}")
 
 
 def plan_text(plan) -> str:
@@ -20,7 +20,8 @@ def plan_text(plan) -> str:
     if plan.collective is not None:  # data parallel, the collective chosen
         return (f"{where}, global batch {plan.global_batch} (local {plan.local_batch}), "
                 f"{plan.collective.value}, overlap {'on' if plan.overlap else 'off'}")
-    return (f"{where}: tp {plan.tp} x pp {plan.pp}"
+    return (f"{where}: tp {plan.tp}" + (f" x cp {plan.cp}" if plan.cp > 1 else "")
+            + f" x pp {plan.pp}"
             + (f" (x{plan.interleave} interleaved)" if plan.interleave > 1 else "")
             + f" x dp {plan.dp}; micro-batch {plan.micro_batch} x {plan.accumulation} "
             f"accumulation, global batch {plan.global_batch}")

@@ -36,7 +36,7 @@ MEGATRON_FLAGS = frozenset({
     "--tokenizer-type", "--vocab-size", "--untie-embeddings-and-output-weights",
     "--disable-bias-linear", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
     "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
-    "--tensor-model-parallel-size",
+    "--tensor-model-parallel-size", "--context-parallel-size",
     "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--sequence-parallel", "--recompute-granularity", "--recompute-method",

@@ -209,10 +209,14 @@ def test_equal_cost_goes_to_the_faster_plan_on_its_front(run_json):
     doc = run_json(*args, "--devices-max", "64", "--global-batch-range", "64:4096", "--pareto")
     one = run_json(*args, "--devices", "1", "--global-batch", "64")
     pred, alone = doc["prediction"], one["prediction"]
-    assert math.isclose(alone["cost_usd"], pred["cost_usd"], rel_tol=1e-12)  # the same cost
-    assert doc["config"]["devices"] == 32 and doc["config"]["global_batch"] == 64
+    # small kernels now cost their launch time, so one GPU is no longer exactly as cheap; the
+    # chosen plan is at most as costly and far faster, and nothing on the front dominates it
+    assert pred["cost_usd"] <= alone["cost_usd"] * (1 + 1e-12)
     assert pred["time_to_train_s"] < alone["time_to_train_s"] / 20
     assert doc["config"] in [p["config"] for p in doc["pareto"]]
+    for p in doc["pareto"]:
+        assert not (p["cost_usd"] < pred["cost_usd"] * (1 - 1e-12)
+                    and p["time_to_train_s"] <= pred["time_to_train_s"]), p
 
 
 def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():

@@ -25,7 +25,7 @@ from planner.spec.transformer import Transformer
 __all__ = ["OUTPUTS", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
            "hardware_flops_per_sequence", "iteration"]
 
-_NUMERIC = ("t", "p", "d", "mb", "acc", "v")  # in the order of expr.transformer.PLAN_SYMBOLS
+_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp")  # the order of expr.transformer.PLAN_SYMBOLS
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 
 
@@ -41,12 +41,16 @@ class Hardware:
     nic_bw: float  # one node's network bandwidth (all NICs)
     inter_lat: float
     memory_bytes: float
-    value_bytes: int  # bytes per activation / weight value at this precision
+    value_bytes: int  # bytes per stored activation / weight / gradient value
+    launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
+    gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
+    gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
 
     @classmethod
     def of(cls, system: System, precision: Precision) -> Hardware:
         dev = system.device
         eff = dev.efficiency.matmul or dev.efficiency.compute
+        kernels = dev.kernels
         return cls(
             g=system.devices_per_node,
             matmul_flops=dev.peak_flops(precision) * eff,
@@ -56,7 +60,10 @@ class Hardware:
             nic_bw=system.inter_node_bandwidth_Bps,
             inter_lat=system.inter_node.latency_s,
             memory_bytes=dev.memory_bytes,
-            value_bytes=precision.bytes,
+            value_bytes=precision.storage_bytes,
+            launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
+            gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
+            gemm_only=precision.gemm_only,
         )
 
 
@@ -69,9 +76,9 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     """Time and memory of one iteration for arrays of configurations: name -> array of the
     configurations' broadcast shape (names in `OUTPUTS`).
 
-    cfg keys (arrays or scalars): t, p, d, mb, acc, v, recompute (0/1/2), sp (0/1), zero,
-    gpipe (0/1), overlap (bool), flash (bool)."""
-    nums = [np.asarray(cfg[k], dtype=float) for k in _NUMERIC]
+    cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp (default 1), recompute (0/1/2),
+    sp (0/1), zero, gpipe (0/1), overlap (bool), flash (bool)."""
+    nums = [np.asarray(cfg.get(k, 1), dtype=float) for k in _NUMERIC]  # cp defaults to 1
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
     overlap, flash = bool(cfg.get("overlap", True)), bool(cfg.get("flash", True))
     shape = np.broadcast_shapes(*(x.shape for x in nums), cats[0].shape)
@@ -114,10 +121,10 @@ def _grouped(m, hw, nums, cats, overlap, flash, shape) -> dict:
 
 
 def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, recompute: str,
-                               sp: bool, flash: bool = True) -> float:
+                               sp: bool, flash: bool = True, cp: int = 1) -> float:
     """Stored activations of one layer (Korthikanti et al. 2022, Table 2), evaluated."""
-    expr = TransformerExpressions(m, hw, Choices(recompute, bool(sp), flash_attention=flash)
-                                  ).activation_bytes_per_layer(recompute)
+    expr = TransformerExpressions(m, hw, Choices(recompute, bool(sp), flash_attention=flash),
+                                  cp=cp).activation_bytes_per_layer(recompute)
     return float(expr.subs({t: tp, b: micro_batch}))
 
 

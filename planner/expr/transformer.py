@@ -10,10 +10,16 @@ by term:
 - compute: each matmul of a layer by roofline (FLOPs at the achievable matmul rate, or its
   operands at the achievable memory bandwidth, whichever is slower; Williams et al. 2009),
   backward = 2x forward; elementwise work (norms, softmax, GeLU, dropout, residuals) as the HBM
-  traffic of Megatron's fused kernels; flash attention keeps the scores on chip.
+  traffic of Megatron's fused kernels; flash attention keeps the scores on chip. A GEMM's rate
+  falls with its thinnest dimension, and no kernel (GEMM, elementwise or collective) runs faster
+  than the host issues it: the two device constants `kernels.gemm_half_dim` and
+  `kernels.launch_us` (fitted by `python -m planner.fit_transformer`). fp8 / fp4 run only the
+  GEMMs in the low format, paying a cast per GEMM input; activations, weights, gradients and
+  communication stay 16-bit (Micikevicius et al. 2022, "FP8 formats for deep learning").
 - tensor parallel: Megatron's two allreduces of b s h per layer forward and two backward (a
   third pair when the forward is recomputed), ring cost on the intra-node link while t <= g
-  (Narayanan et al. SC21, sec. 3.2); sequence parallel replaces each by a reduce-scatter and an
+  (Narayanan et al. SC21, sec. 3.2), on the node's NICs together beyond (one NCCL channel per
+  NIC); sequence parallel replaces each by a reduce-scatter and an
   all-gather of the same volume (Korthikanti et al. 2022, sec. 4.2.2).
 - pipeline: (m + (p - 1) / v) slots of one micro-batch's stage time (SC21 eq. 1-2), plus the
   point-to-point sends of b s h / t per chunk boundary; the slowest stage (ceil(L / p) layers,
@@ -39,7 +45,7 @@ from planner.expr import symbols as S
 from planner.expr.collectives import ring_allreduce
 from planner.expr.rewrite import substitute
 from planner.expr.roofline import bound
-from planner.expr.symbols import b, d, m, p, t, v
+from planner.expr.symbols import b, c_p, d, m, p, t, v
 from planner.numeric import Program
 
 RECOMPUTE = ("none", "selective", "full")
@@ -50,8 +56,8 @@ ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
 # backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
 # input and the incoming gradient and writes one gradient (3 tensors where forward moves 2)
 ELEMENTWISE_BACKWARD = 1.5
-PLAN_SYMBOLS = (t, p, d, b, m, v)
-OUTPUTS = ("time", "compute", "tp_comm", "pp_bubble", "pp_comm", "dp_comm_exposed",
+PLAN_SYMBOLS = (t, p, d, b, m, v, c_p)
+OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "pp_bubble", "pp_comm", "dp_comm_exposed",
            "optimizer", "memory", "weights", "gradients", "optimizer_state", "activations")
 
 
@@ -86,18 +92,38 @@ def ring(ranks, size, bw, lat):
 class TransformerExpressions:
     """The expressions of one (model, hardware rates, choices)."""
 
-    def __init__(self, model, hw, choices: Choices):
-        self.model, self.hw, self.choices = model, hw, choices
-        self.tokens = b * model.seq_len
+    def __init__(self, model, hw, choices: Choices, cp: sp.Expr = c_p):
+        """`cp`: the context-parallel degree, the symbol c_p or a number (limits fix it)."""
+        self.model, self.hw, self.choices, self.cp = model, hw, choices, sp.sympify(cp)
+        # tokens of one micro-batch on one device: context parallelism splits the sequence
+        self.tokens = b * model.seq_len / self.cp
         self.terms = self._build()
 
     def _matmul(self, rows, inner, cols, count=1):
-        """Roofline of one matmul (Williams et al. 2009): FLOPs at the matmul rate or operands
-        at the memory bandwidth, whichever is slower."""
+        """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
+        whichever is slower (roofline, Williams et al. 2009), and never faster than the host
+        issues a kernel. The rate falls with the GEMM's thinnest dimension n as n / (n + n_half):
+        a thin operand leaves output tiles and SM waves underfilled and the K loop too short to
+        hide its prologue (the saturating curve of vTrain, Bang et al. 2024, fig. 4, and of the
+        cuBLAS shape sweeps in NVIDIA's matmul performance guide)."""
         hw = self.hw
-        return bound(2 * rows * inner * cols * count,
-                     hw.value_bytes * (rows * inner + inner * cols + rows * cols) * count,
-                     hw.matmul_flops, hw.mem_bw)
+        rate = hw.matmul_flops
+        if hw.gemm_half_dim:
+            thin = sp.Min(rows, inner, cols, evaluate=False)
+            rate = rate * thin**2 / (thin**2 + hw.gemm_half_dim**2)
+        operand_bytes = 1 if hw.gemm_only else hw.value_bytes  # fp8 / fp4 operands: 1 byte
+        time = bound(2 * rows * inner * cols * count,
+                     operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
+                     rate, hw.mem_bw)
+        return _max(time, hw.launch_s) if hw.launch_s else time
+
+    def _kernels(self, count, bytes_moved):
+        """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
+        least the host's kernel issue time."""
+        hw = self.hw
+        if not hw.launch_s:
+            return bytes_moved / hw.mem_bw
+        return count * _max(bytes_moved / (count * hw.mem_bw), hw.launch_s)
 
     def forward_parts(self):
         """Forward time of one layer per micro-batch on one of t devices: (projections and
@@ -109,10 +135,22 @@ class TransformerExpressions:
                 + mm(tok, h, (md.ffn_matrices - 1) * f / t, md.top_k) + mm(tok, f / t, h, md.top_k))
         if md.experts > 1:
             proj = proj + mm(tok, h, md.experts)
-        core = (mm(md.seq_len, md.head_dim, md.seq_len, b * a / t)
-                + mm(md.seq_len, md.seq_len, md.head_dim, b * a / t))
-        elementwise = tok * self.elementwise_bytes_per_token() / self.hw.mem_bw
-        return proj, core, elementwise
+        # each context-parallel rank holds s / c_p queries against all s keys; Megatron's
+        # load-balanced causal chunks (2 c_p of them, rank i taking i and 2 c_p - 1 - i) give
+        # every rank the same share of the s x s products
+        sq = md.seq_len / self.cp
+        core = (mm(sq, md.head_dim, md.seq_len, b * a / t)
+                + mm(sq, md.seq_len, md.head_dim, b * a / t))
+        return proj, core, self._kernels(self.elementwise_kernels(),
+                                         tok * self.elementwise_bytes_per_token())
+
+    def elementwise_kernels(self) -> int:
+        """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
+        bias-dropout-adds, bias-GeLU; without flash attention the softmax, the attention
+        dropout and the copy of the context back to (s, b, h) (flash attention fuses them);
+        with an fp8 / fp4 GEMM precision one cast per GEMM input (Transformer Engine)."""
+        casts = 4 if self.hw.gemm_only else 0
+        return 5 + (1 if self.choices.flash_attention else 3) + casts
 
     def elementwise_bytes_per_token(self):
         """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
@@ -125,7 +163,13 @@ class TransformerExpressions:
         outside = 2 * 2 * h * vb + 2 * (3 * h * vb + h)
         ffn = (3 if md.ffn_kind == "swiglu" else 2) * f * vb * md.top_k
         scores = 0 if self.choices.flash_attention else a * s * (2 * vb + 2 * vb + 1)
-        return outside + sp.Integer(ffn + scores) / t
+        # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
+        # output projection and FC2) is read at 16 bits and written at 8 (Transformer Engine's
+        # cast with its amax fused in; Micikevicius et al. 2022, sec. 4)
+        casts = 3 if self.hw.gemm_only else 0
+        cast_outside = casts * 2 * h
+        cast_inside = casts * (h + f * md.top_k)
+        return outside + cast_outside + sp.Integer(ffn + scores + cast_inside) / t
 
     def activation_bytes_per_layer(self, recompute: str):
         """Stored activations of one layer (Korthikanti et al. 2022, Table 2; 16-bit values,
@@ -133,7 +177,7 @@ class TransformerExpressions:
         region too."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
-        sbh = s * b * h * sp.Rational(self.hw.value_bytes, 2)
+        sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
         split = c.sequence_parallel
         if recompute == "full":
             return 2 * sbh / (t if split else 1)
@@ -154,14 +198,35 @@ class TransformerExpressions:
         proj, core, elem = self.forward_parts()
         fwd = proj + core + elem
         extra = fwd if full else core if selective else 0
-        # forward, backward (matmuls 2x, elementwise 1.5x), recomputation
-        layer = 3 * (proj + core) + (1 + sp.Float(ELEMENTWISE_BACKWARD)) * elem + extra
+        # forward, backward (matmuls 2x: input and weight gradients; elementwise 1.5x the
+        # traffic in twice the kernels: each gradient kernel, plus the bias and norm-weight
+        # reductions and the residual gradient sums), recomputation
+        elem_bwd = self._kernels(2 * self.elementwise_kernels(),
+                                 sp.Float(ELEMENTWISE_BACKWARD) * tok
+                                 * self.elementwise_bytes_per_token())
+        layer = 3 * (proj + core) + elem + elem_bwd + extra
         logit = 3 * self._matmul(tok, h, sp.Integer(md.vocab) / t)
 
         # --- tensor parallel: 4 collectives of b s h per layer, 6 with a recomputed forward ---
         size = tok * h * vb
-        tp_layer = (6 if full else 4) * _if(t <= g, ring(t, size, hw.intra_bw, hw.intra_lat),
-                                             ring(t, size, hw.nic_bw / g, hw.inter_lat))
+        # a group larger than the node holds all g devices of each of its nodes, and nothing
+        # else leaves the node during its collective: NCCL runs one ring channel per NIC, so
+        # the node's whole NIC bandwidth serves it, the NVLink hops being the other bound
+        tp_ring = _if(t <= g, ring(t, size, hw.intra_bw, hw.intra_lat),
+                      ring(t, size, min(hw.nic_bw, hw.intra_bw), hw.inter_lat))
+        if hw.launch_s:  # a collective is a kernel too (exactly 0 on one rank)
+            tp_ring = _if(t > 1, _max(tp_ring, hw.launch_s), 0)
+        tp_layer = (6 if full else 4) * tp_ring
+
+        # --- context parallel: K and V of this rank's s / c_p tokens go round a ring of c_p
+        # ranks, c_p - 1 steps per layer, overlapped with the attention core (Megatron-LM's
+        # ring attention; Liu et al. 2023). Backward sends K, V and their gradients (twice the
+        # bytes against twice the core); a recomputed forward (full or selective) runs it
+        # again. The group sits inside the node next to tp until t c_p > g.
+        kv = 2 * tok * sp.Integer(md.kv_dim) / t * vb
+        cp_step = _if(t * self.cp <= g, hw.intra_lat + kv / hw.intra_bw,
+                      hw.inter_lat + kv / (hw.nic_bw / g))
+        cp_layer = (4 if full or selective else 3) * _max(0, (self.cp - 1) * cp_step - core)
 
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer ---
         here, fewer = sp.ceiling(L / p), sp.floor(L / p)
@@ -170,11 +235,13 @@ class TransformerExpressions:
             return _if(p > 1, _max(here * per_layer, fewer * per_layer + logit),
                        L * per_layer + logit)
 
-        stage, compute_stage = slowest(layer + tp_layer), slowest(layer)
+        stage, compute_stage = slowest(layer + tp_layer + cp_layer), slowest(layer)
+        tp_stage = slowest(layer + tp_layer)
 
         # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward ---
         send = size / t
-        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g)), (p > 1) & (t * p > g)),
+        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g)),
+                            (p > 1) & (t * self.cp * p > g)),
                            (2 * v * (hw.intra_lat + send / hw.intra_bw), p > 1), (0, True))
         slots = m + (p - 1) / v
 
@@ -195,7 +262,8 @@ class TransformerExpressions:
         # the aggregates the forms are written in, as expressions of the plan
         self.aggregates = {
             S.tau: stage, S.tau_p2p: p2p, S.M: local_params * vb,
-            S.r: sp.Min(_max(sp.floor(g / (t * p)), 1), d, evaluate=False),
+            # gradients are reduced over the d c_p ranks holding the same weights
+            S.r: sp.Min(_max(sp.floor(g / (t * p)), 1), d * self.cp, evaluate=False),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
             S.alpha: hw.inter_lat,
             S.H: 2 * fwd * here,  # one micro-batch's backward on the stage
@@ -203,13 +271,16 @@ class TransformerExpressions:
             S.T_opt: local_params * (2 * adam + 3 * vb) / hw.mem_bw,
             S.Psi: local_params, S.delta: vb, S.kappa: adam, S.A_act: acts,
         }
-        whole = lambda form: substitute(form, self.aggregates)  # noqa: E731
+        # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
+        # (Megatron-LM's data-parallel group with context parallelism)
+        whole = lambda form: substitute(form, {**self.aggregates, d: d * self.cp})  # noqa: E731
         self.forms = {"time": time_form(c), "memory": memory_form(c)}
         shard = _shards(c)
         return {
             "time": whole(self.forms["time"]),
             "compute": m * compute_stage,
-            "tp_comm": m * _max(0, stage - compute_stage),
+            "tp_comm": m * _max(0, tp_stage - compute_stage),
+            "cp_comm": m * _max(0, stage - tp_stage),
             "pp_bubble": (p - 1) / v * stage,
             "pp_comm": slots * p2p,
             "dp_comm_exposed": whole(exposed_form(c)),

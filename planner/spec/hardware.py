@@ -75,6 +75,16 @@ class Efficiency(Spec):
     matmul: float | None = Field(default=None, gt=0, le=1)  # large GEMMs (transformers)
 
 
+class KernelCosts(Spec):
+    """What a roofline alone misses on small work, fitted per device (and software stack) by
+    `planner calibrate --transformer`: the host time to issue one kernel, which floors every
+    kernel's time (a GPU waiting on a Python framework), and the GEMM dimension at which a
+    matmul reaches half its large-GEMM rate (tiles and waves underfilled by a thin operand)."""
+
+    launch_us: float = Field(ge=0, le=1e4)
+    gemm_half_dim: float = Field(ge=0, le=1e6)
+
+
 class Device(Spec):
     kind: Literal["device"]
     name: str = Field(min_length=1)
@@ -83,6 +93,7 @@ class Device(Spec):
     memory_GiB: float = Field(gt=0, le=1e6)
     memory_bandwidth_GBps: float = Field(gt=0, le=1e6)
     efficiency: Efficiency
+    kernels: KernelCosts | None = None
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=1e6)
     default_precision: Annotated[Precision, Field(strict=False)] = Precision.fp32
     sources: dict[str, str] = Field(min_length=1)

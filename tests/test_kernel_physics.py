@@ -1,0 +1,135 @@
+"""The physics a roofline alone misses: the kernel issue floor, GEMM rates by shape, fp8 that
+speeds up only the GEMMs, tensor parallelism over the node's NICs; and the fitted constants
+against the calibration data they were fitted to."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from planner.catalog import load_system
+from planner.cost.transformer import Hardware, iteration
+from planner.expr.symbols import b, t
+from planner.expr.transformer import Choices, TransformerExpressions
+from planner.spec.hardware import Precision
+from planner.spec.transformer import build_transformer
+
+TINY = build_transformer({"kind": "transformer", "name": "tiny", "layers": 2, "hidden": 64,
+                          "heads": 4, "seq_len": 32, "vocab": 128}, "test")
+
+
+def _hw(**changes) -> Hardware:
+    return dataclasses.replace(Hardware.of(load_system("dgx-a100-80gb"), Precision.fp16),
+                               **changes)
+
+
+def _cfg(**over):
+    cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 1, "v": 1, "recompute": 0, "sp": 0,
+           "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+    return cfg | over
+
+
+def test_every_kernel_of_a_tiny_layer_takes_the_launch_time():
+    """A tiny layer's kernels are all issue bound: a layer's forward and backward take exactly
+    (3 x its GEMMs + 3 x its elementwise kernels) launches (each GEMM: forward, input gradient,
+    weight gradient; elementwise: one forward and two backward kernels each)."""
+    launch = 1e-3  # far above any tiny kernel's roofline
+    hw = _hw(launch_s=launch)
+    ex = TransformerExpressions(TINY, hw, Choices(flash_attention=True))
+    gemms = 4 + 2  # QKV, output, FC1, FC2; the two attention products
+    per_layer = 3 * gemms + 3 * ex.elementwise_kernels()
+    compute = iteration(TINY, hw, _cfg())["compute"]
+    logit = 3 * launch
+    assert float(compute) == pytest.approx(TINY.layers * per_layer * launch + logit, rel=1e-12)
+
+
+def test_launch_floor_barely_touches_large_kernels():
+    """At GPT-3 scale the GEMMs are far above 60 us: the floor adds under 2 % (a few of the
+    elementwise kernels, split eight ways by tensor parallelism, come near it)."""
+    from planner.catalog import load_model
+
+    m = load_model("gpt3-175b")
+    cfg = _cfg(t=8, p=8, d=1, mb=1, acc=8)
+    with_floor = iteration(m, _hw(launch_s=60e-6), cfg)["compute"]
+    without = iteration(m, _hw(launch_s=0.0), cfg)["compute"]
+    assert 1.0 <= float(with_floor / without) < 1.02
+
+
+def test_gemm_rate_falls_with_the_thinnest_dimension_as_written():
+    """Symbolic against numeric: one GEMM (rows, inner, cols) takes 2 r k c / (R n^2 /
+    (n^2 + n_h^2)) with n its thinnest dimension, and the rate at n = n_h is half the peak."""
+    hw = _hw(gemm_half_dim=128.0, launch_s=0.0)
+    ex = TransformerExpressions(TINY, hw, Choices())
+    for rows, inner, cols in ((4096, 1024, 128), (4096, 128, 8192), (512, 4096, 4096)):
+        n = min(rows, inner, cols)
+        expected = 2 * rows * inner * cols / (hw.matmul_flops * n**2 / (n**2 + 128.0**2))
+        expected = max(expected, 2 * (rows * inner + inner * cols + rows * cols) / hw.mem_bw)
+        assert float(ex._matmul(rows, inner, cols)) == pytest.approx(expected, rel=1e-12)
+    half = float(ex._matmul(512, 128, 8192, count=4))
+    assert half == pytest.approx(2 * 512 * 128 * 8192 * 4 / (hw.matmul_flops / 2), rel=1e-12)
+
+
+def test_gemm_shape_depends_on_the_tp_split_symbolically():
+    ex = TransformerExpressions(TINY, _hw(gemm_half_dim=100.0, launch_s=0.0), Choices())
+    proj, _, _ = ex.forward_parts()
+    assert t in proj.free_symbols and b in proj.free_symbols
+    assert any(isinstance(a, sp.Min) for a in sp.preorder_traversal(proj))
+
+
+def test_fp8_speeds_up_only_the_gemms():
+    """FP8 (Micikevicius et al. 2022): the same activations, weights, gradients and TP traffic
+    as bf16; GEMMs at twice the rate, so the compute is faster but by less than 2x (casts and
+    16-bit elementwise kernels)."""
+    from planner.catalog import load_model
+
+    m, system = load_model("llama3-8b"), load_system("dgx-h100")
+    cfg = _cfg(t=2, p=1, d=4, mb=2, acc=4)
+    bf16 = iteration(m, Hardware.of(system, Precision.bf16), cfg)
+    fp8 = iteration(m, Hardware.of(system, Precision.fp8), cfg)
+    for key in ("activations", "weights", "gradients", "optimizer_state", "tp_comm"):
+        assert float(fp8[key]) == pytest.approx(float(bf16[key]), rel=1e-12), key
+    ratio = float(bf16["compute"] / fp8["compute"])
+    assert 1.2 < ratio < 2.0, ratio
+
+
+def test_a_tp_group_across_nodes_uses_the_nodes_whole_nic_bandwidth():
+    """t = 16 on 8-GPU nodes: the ring runs at min(node NICs, NVLink), not at one NIC's share;
+    four collectives of b s h per layer, ring time 2 (t - 1) (alpha + S / (t beta))."""
+    from planner.catalog import load_model
+
+    m = load_model("gpt3-175b")
+    hw = _hw(launch_s=0.0)
+    out = iteration(m, hw, _cfg(t=16, p=1, d=1, mb=1, acc=1))
+    size = m.seq_len * m.hidden * hw.value_bytes
+    bw = min(hw.nic_bw, hw.intra_bw)
+    ring = 2 * 15 * (hw.inter_lat + size / (16 * bw))
+    assert float(out["tp_comm"]) == pytest.approx(m.layers * 4 * ring, rel=1e-9)
+
+
+def test_fitted_constants_are_a_coordinate_wise_minimum_of_the_calibration_loss():
+    """The shipped A100 constants minimise the fit's loss along each constant (a step either
+    way is no better), so they are what `python -m planner.fit_transformer` produces."""
+    from planner import fit_transformer as ft
+
+    gs = ft.groups()
+    c = ft.Constants.shipped()
+    base = ft.loss(c, gs)
+    for name, step in (("matmul", 0.01), ("launch_us", 3.0), ("gemm_half_dim", 12.0),
+                       ("intra_latency_us", 1.0)):
+        for sign in (-1, 1):
+            moved = dataclasses.replace(c, **{name: getattr(c, name) + sign * step})
+            assert ft.loss(moved, gs) >= base * 0.999, (name, sign)
+
+
+def test_vtrain_and_sc21_errors_with_the_shipped_constants():
+    """In sample: vTrain's 1,440 single-node runs within 8 % MAPE, SC21 within 5 %."""
+    from planner import fit_transformer as ft
+
+    system = ft.Constants.shipped().system()
+    errors = {g.name.split(" ")[0]: [] for g in ft.groups()}
+    for g in ft.groups():
+        errors[g.name.split(" ")[0]].append(np.abs(np.expm1(g.errors(system))))
+    mape = {k: float(np.mean(np.concatenate(v))) for k, v in errors.items()}
+    assert mape["vTrain"] <= 0.08, mape
+    assert mape["SC21"] <= 0.05, mape
