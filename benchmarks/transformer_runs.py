@@ -25,8 +25,8 @@ def sc21_table():
               f"{r['measured_tflops']:>9.0f} {r['predicted_tflops']:>9.1f} {r['error']:>+7.1%}")
     mape = sum(abs(r["error"]) for r in rows) / len(rows)
     print(f"MAPE {mape:.1%} over {len(rows)} rows")
-    print(f"matmul efficiency refitted to these rows: {fit_matmul_efficiency():.3f} "
-          "(a100-sxm4-80gb spec: 0.66)\n")
+    print(f"matmul efficiency refitted to these rows alone: {fit_matmul_efficiency():.3f} "
+          "(the spec's is fitted with vTrain too: python -m planner.fit_transformer)\n")
 
 
 def bert_table():

@@ -94,7 +94,8 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              precision: str | None = None, devices_per_node: int | None = None,
              local_batch: int | None = None, collective: str | None = None,
              optimizer: str | None = None, servers: int | None = None, tp: int | None = None,
-             cp: int | None = None, pp: int | None = None, dp: int | None = None,
+             cp: int | None = None, ep: int | None = None, pp: int | None = None,
+             dp: int | None = None,
              micro_batch: int | None = None,
              interleave: int | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
@@ -111,7 +112,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
         only_for("transformer", given, CNN_ONLY)
         return _evaluate_transformer(model, hardware, global_batch=global_batch, devices=devices,
                                      nodes=nodes, overlap=overlap, precision=precision,
-                                     tp=tp or 1, cp=cp or 1, pp=pp or 1, dp=dp,
+                                     tp=tp or 1, cp=cp or 1, ep=ep or 1, pp=pp or 1, dp=dp,
                                      micro_batch=micro_batch or 1, interleave=interleave or 1,
                                      recompute=recompute or "none",
                                      sequence_parallel=bool(sequence_parallel), zero=zero or 0,
@@ -134,7 +135,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                    memory_headroom))
 
 
-def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, cp, pp, dp,
+def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, cp, ep, pp, dp,
                           precision, seq_len, memory_headroom, **choices) -> Evaluation:
     from planner.plan import check_pins
     from planner.search.hybrid import predict as predict_transformer
@@ -142,7 +143,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     if global_batch is None:
         raise SpecError("global_batch: --global-batch is required for transformer models")
-    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp)
+    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep)
     g = system.devices_per_node
     if nodes is not None:
         if devices is not None and devices != nodes * g:
@@ -161,7 +162,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
                         f"{devices} devices")
     choices["sequence_parallel"] = choices["sequence_parallel"] and tp > 1
     plan = Plan.split(tp, pp, dp, micro_batch=choices.pop("micro_batch"),
-                      global_batch=global_batch, node_size=g, cp=cp, **choices)
+                      global_batch=global_batch, node_size=g, cp=cp, ep=ep, **choices)
     return Evaluation(plan, predict_transformer(m, system, prec, plan, memory_headroom))
 
 
@@ -265,9 +266,14 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         target_efficiency, critical_batch, *, tp=None, pp=None, dp=None,
                         micro_batch=None, interleave=None, recompute=None,
                         sequence_parallel=None, zero=None, schedule=None,
-                        flash_attention=True, seq_len=None):
+                        flash_attention=True, seq_len=None, cp=None, ep=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
+
+    for key, value in (("cp", cp), ("ep", ep)):
+        if value not in (None, 1):
+            raise SpecError(f"{key}: the transformer limits hold at {key} = 1 (got {value}); "
+                            f"use evaluate, solve or sweep for {key} > 1")
 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     base = tl.DEFAULT_CHOICES

@@ -104,7 +104,7 @@ def spec_options(f=None, *, formats=FORMATS):
     return _with_options(f, opts)
 
 
-TRANSFORMER_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "interleave", "recompute",
+TRANSFORMER_KEYS = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "interleave", "recompute",
                     "sequence_parallel", "zero", "schedule", "flash_attention", "seq_len")
 
 
@@ -116,6 +116,9 @@ def transformer_options(f):
         click.option("--cp", type=DecimalInt(1, 1024),
                      help="Context-parallel degree: ranks sharing each sequence (Megatron-LM "
                           "ring attention); solve tries 2-16 for sequences of 8k and more."),
+        click.option("--ep", type=DecimalInt(1, 2**20),
+                     help="Expert-parallel degree (MoE models): ranks sharing each MoE layer's "
+                          "experts, within dp x cp; tokens reach them by all-to-all."),
         click.option("--pp", type=DecimalInt(1, 2**20), help="Pipeline stages."),
         click.option("--dp", type=DecimalInt(1, 2**23), help="Data-parallel replicas."),
         click.option("--micro-batch", "micro_batch", type=DecimalInt(1, 2**30),

@@ -18,7 +18,7 @@ from planner.spec.hardware import Precision
 
 CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "optimizer",
             "servers", "strategy", "stages")
-TRANSFORMER_ONLY = ("tp", "cp", "pp", "dp", "micro_batch", "interleave", "recompute",
+TRANSFORMER_ONLY = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "interleave", "recompute",
                     "sequence_parallel", "zero", "schedule", "seq_len", "token_budget",
                     "target_tokens")
 

@@ -56,7 +56,8 @@ def normalise(config: dict) -> dict:
     dpn = config["devices_per_node"]
     if "tp" in config:  # a Plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices,
-                "tp": config["tp"], "cp": config.get("cp", 1), "pp": config["pp"],
+                "tp": config["tp"], "cp": config.get("cp", 1), "ep": config.get("ep", 1),
+                "pp": config["pp"],
                 "dp": config["dp"],
                 "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
                 "gradient_accumulation": config["gradient_accumulation"],
@@ -235,6 +236,8 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
           plan["pp"]]
     if plan.get("cp", 1) > 1:  # the sequence must divide into 2 cp chunks (checked by the plan)
         a += ["--context-parallel-size", plan["cp"]]
+    if plan.get("ep", 1) > 1:  # experts' tensor parallelism stays tp (Megatron's default)
+        a += ["--expert-model-parallel-size", plan["ep"]]
     if plan["interleave"] > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", plan["interleave"]]
     elif plan["pp"] > 1:
@@ -276,6 +279,10 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
+    if plan.get("ep", 1) > 1:
+        raise SpecError(f"format: this ds_config has no MoE expert-parallel block (DeepSpeed "
+                        f"sets ep in the model code); this plan has ep {plan['ep']}: use --format "
+                        f"megatron or torchtitan")
     if plan.get("cp", 1) > 1:
         raise SpecError(f"format: DeepSpeed has no ring-attention context parallelism (its "
                         f"Ulysses sequence parallelism is all-to-all); this plan has cp "
@@ -350,7 +357,8 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                    "data_parallel_shard_degree": 1 if zero == 0 else dp,
                    "tensor_parallel_degree": plan["tp"],
                    "pipeline_parallel_degree": plan["pp"],
-                   "context_parallel_degree": plan.get("cp", 1)}
+                   "context_parallel_degree": plan.get("cp", 1),
+                   "expert_parallel_degree": plan.get("ep", 1)}
     if zero in (1, 2):
         parallelism["fsdp_reshard_after_forward"] = "never"
     elif zero == 3:

@@ -75,10 +75,11 @@ class Plan:
     overlap: bool = True  # gradient communication overlaps the backward pass
     flash_attention: bool = True
     cp: int = 1  # context parallel: ranks sharing each sequence (Megatron-LM's CP)
+    ep: int = 1  # expert parallel: ranks sharing one MoE layer's experts, carved out of dp x cp
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
-                    "global_batch", "interleave", "cp"):
+                    "global_batch", "interleave", "cp", "ep"):
             _positive(key, getattr(self, key))
         set_ = object.__setattr__
         set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
@@ -94,6 +95,10 @@ class Plan:
             raise SpecError(f"devices: tp({self.tp}){cp} x pp({self.pp}) x dp({self.dp}) = "
                             f"{split} != {self.devices} devices ({self.nodes} nodes x "
                             f"{self.devices_per_node})")
+        # Megatron-LM: the expert-parallel group lies within the data x context-parallel ranks
+        if (self.dp * self.cp) % self.ep:
+            raise SpecError(f"ep: {self.ep} does not divide dp({self.dp}) x cp({self.cp}) = "
+                            f"{self.dp * self.cp} (experts are split over data-parallel ranks)")
         # each replica runs whole micro-batches, `accumulation` of them per iteration
         per_step = self.dp * self.micro_batch
         if self.global_batch % per_step:
@@ -166,7 +171,8 @@ class Plan:
     def to_json(self) -> dict:
         """The `config` document: the same keys for every family (collective where chosen)."""
         out = {"nodes": self.nodes, "devices_per_node": self.devices_per_node,
-               "devices": self.devices, "tp": self.tp, "cp": self.cp, "pp": self.pp,
+               "devices": self.devices, "tp": self.tp, "cp": self.cp, "ep": self.ep,
+               "pp": self.pp,
                "dp": self.dp,
                "micro_batch": self.micro_batch, "global_batch": self.global_batch,
                "gradient_accumulation": self.accumulation, "local_batch": self.local_batch,
@@ -189,12 +195,18 @@ def check_for_model(model, plan: Plan) -> None:
             raise SpecError(f"tp: tp({plan.tp}) x pp({plan.pp}): CNN plans here are data "
                             "parallel (use solve --strategy hybrid or pipeline for splits)")
         return
-    check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave, cp=plan.cp)
+    check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave, cp=plan.cp,
+               ep=plan.ep)
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,
-               interleave: int | None = None, cp: int | None = None) -> None:
+               interleave: int | None = None, cp: int | None = None,
+               ep: int | None = None) -> None:
     """Transformer pins that no plan can meet for this model (each rule with its source)."""
+    # each expert-parallel rank holds a whole number of experts
+    if ep is not None and ep > 1 and m.experts % ep:
+        what = f"the {m.experts} experts" if m.experts > 1 else "no experts (a dense model)"
+        raise SpecError(f"ep: {ep} does not divide {what} of '{m.name}'")
     # Megatron-LM's load-balanced context parallelism cuts the sequence into 2 cp chunks
     if cp is not None and cp > 1 and m.seq_len % (2 * cp):
         raise SpecError(f"cp: {cp} needs the sequence ({m.seq_len}) divisible by 2 x cp = "

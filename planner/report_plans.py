@@ -11,7 +11,8 @@ def evaluation_doc(plan, pred) -> dict:
 
 
 def _split(plan) -> str:
-    return (f"{plan.tp}x" + (f"cp{plan.cp}x" if plan.cp > 1 else "") + f"{plan.pp}"
+    return (f"{plan.tp}x" + (f"cp{plan.cp}x" if plan.cp > 1 else "")
+            + (f"ep{plan.ep}x" if plan.ep > 1 else "") + f"{plan.pp}"
             + (f"(v{plan.interleave})" if plan.interleave > 1 else "") + f"x{plan.dp}")
 
 
@@ -23,7 +24,8 @@ def plan_text(plan) -> str:
     return (f"{where}: tp {plan.tp}" + (f" x cp {plan.cp}" if plan.cp > 1 else "")
             + f" x pp {plan.pp}"
             + (f" (x{plan.interleave} interleaved)" if plan.interleave > 1 else "")
-            + f" x dp {plan.dp}; micro-batch {plan.micro_batch} x {plan.accumulation} "
+            + f" x dp {plan.dp}" + (f" (ep {plan.ep} within dp x cp)" if plan.ep > 1 else "")
+            + f"; micro-batch {plan.micro_batch} x {plan.accumulation} "
             f"accumulation, global batch {plan.global_batch}")
 
 

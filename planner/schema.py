@@ -27,7 +27,7 @@ def _envelope(command: str, body: dict, required: list[str]) -> dict:
 # One plan (`planner.plan.Plan`) for every family: a CNN's data-parallel plan has tp = pp = 1
 # and names its collective; a transformer's leaves the collective out.
 CONFIG = obj({
-    "nodes": INT, "devices_per_node": INT, "devices": INT, "tp": INT, "cp": INT, "pp": INT,
+    "nodes": INT, "devices_per_node": INT, "devices": INT, "tp": INT, "cp": INT, "ep": INT, "pp": INT,
     "dp": INT, "micro_batch": INT, "global_batch": INT, "gradient_accumulation": INT, "local_batch": INT,
     "interleave": INT, "recompute": {"enum": ["none", "selective", "full"]},
     "sequence_parallel": BOOL, "zero": {"enum": [0, 1, 2, 3]},
@@ -47,7 +47,7 @@ PREDICTION = obj({
     "iteration_time_s": NUM, "samples_per_s": NUM, "throughput_samples_per_s": NUM,
     "tokens_per_s": NUM, "compute_time_s": NUM, "communication_time_s": NUM,
     "exposed_communication_time_s": NUM, "optimizer_time_s": NUM,
-    "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "cp_comm", "pp_bubble",
+    "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble",
                                             "pp_comm",
                                             "dp_comm_exposed", "comm_exposed", "optimizer")},
                           required=["compute", "optimizer"]),

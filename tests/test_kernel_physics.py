@@ -133,3 +133,19 @@ def test_vtrain_and_sc21_errors_with_the_shipped_constants():
     mape = {k: float(np.mean(np.concatenate(v))) for k, v in errors.items()}
     assert mape["vTrain"] <= 0.08, mape
     assert mape["SC21"] <= 0.05, mape
+
+
+def test_nvl72_keeps_a_tp_group_across_trays_on_nvlink():
+    """GB200 NVL72: 4 GPUs per tray (node), 72 per NVLink domain. tp = 8 spans two trays and
+    still rings over NVLink 5; only beyond the domain would it use the trays' NICs."""
+    from planner.catalog import load_model
+
+    system = load_system("gb200-nvl72")
+    hw = dataclasses.replace(Hardware.of(system, Precision.bf16), launch_s=0.0)
+    assert (hw.g, hw.scale_up) == (4, 72)
+    assert hw.intra_bw == system.scale_up_link.bandwidth_Bps
+    m = load_model("llama3-70b")
+    out = iteration(m, hw, _cfg(t=8, p=1, d=1, mb=1, acc=1))
+    size = m.seq_len * m.hidden * hw.value_bytes
+    ring = 2 * 7 * (hw.intra_lat + size / (8 * hw.intra_bw))
+    assert float(out["tp_comm"]) == pytest.approx(m.layers * 4 * ring, rel=1e-9)

@@ -122,7 +122,7 @@ def test_optimal_pp_and_tp_bound_match_the_engine(case):
 def test_smallest_efficient_micro_batch_meets_its_definition(case):
     """Symbolic against numeric: the stage time tau(b) by SymPy substitution."""
     lim, s = case
-    tau = TransformerExpressions(lim.model, lim.hw, lim.choices).aggregates[S.tau]
+    tau = TransformerExpressions(lim.model, lim.hw, lim.choices, cp=1, ep=1).aggregates[S.tau]
 
     def per_sequence(b):
         return float(tau.subs({S.t: lim.tp, S.p: lim.pp, S.b: b})) / b

@@ -25,7 +25,7 @@ from planner.spec.transformer import Transformer
 __all__ = ["OUTPUTS", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
            "hardware_flops_per_sequence", "iteration"]
 
-_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp")  # the order of expr.transformer.PLAN_SYMBOLS
+_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep")  # expr.transformer.PLAN_SYMBOLS order
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 
 
@@ -33,7 +33,7 @@ _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 class Hardware:
     """The rates the model needs, in SI units, for one system and precision."""
 
-    g: int
+    g: int  # devices per node: they share the node's NICs
     matmul_flops: float  # achievable FLOP/s of large matmuls
     mem_bw: float  # achievable HBM bytes/s
     intra_bw: float
@@ -45,6 +45,12 @@ class Hardware:
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
+    domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
+
+    @property
+    def scale_up(self) -> int:
+        """Devices a group can span on the intra-node / scale-up link (GB200 NVL72: 72)."""
+        return self.domain or self.g
 
     @classmethod
     def of(cls, system: System, precision: Precision) -> Hardware:
@@ -55,8 +61,8 @@ class Hardware:
             g=system.devices_per_node,
             matmul_flops=dev.peak_flops(precision) * eff,
             mem_bw=dev.memory_bandwidth_Bps * dev.efficiency.memory,
-            intra_bw=system.intra_node.bandwidth_Bps,
-            intra_lat=system.intra_node.latency_s,
+            intra_bw=system.scale_up_link.bandwidth_Bps,
+            intra_lat=system.scale_up_link.latency_s,
             nic_bw=system.inter_node_bandwidth_Bps,
             inter_lat=system.inter_node.latency_s,
             memory_bytes=dev.memory_bytes,
@@ -64,6 +70,7 @@ class Hardware:
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             gemm_only=precision.gemm_only,
+            domain=system.devices_per_scale_up_domain,
         )
 
 
@@ -76,9 +83,9 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     """Time and memory of one iteration for arrays of configurations: name -> array of the
     configurations' broadcast shape (names in `OUTPUTS`).
 
-    cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp (default 1), recompute (0/1/2),
+    cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), recompute (0/1/2),
     sp (0/1), zero, gpipe (0/1), overlap (bool), flash (bool)."""
-    nums = [np.asarray(cfg.get(k, 1), dtype=float) for k in _NUMERIC]  # cp defaults to 1
+    nums = [np.asarray(cfg.get(k, 1), dtype=float) for k in _NUMERIC]  # cp, ep default to 1
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
     overlap, flash = bool(cfg.get("overlap", True)), bool(cfg.get("flash", True))
     shape = np.broadcast_shapes(*(x.shape for x in nums), cats[0].shape)
@@ -124,7 +131,7 @@ def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, re
                                sp: bool, flash: bool = True, cp: int = 1) -> float:
     """Stored activations of one layer (Korthikanti et al. 2022, Table 2), evaluated."""
     expr = TransformerExpressions(m, hw, Choices(recompute, bool(sp), flash_attention=flash),
-                                  cp=cp).activation_bytes_per_layer(recompute)
+                                  cp=cp, ep=1).activation_bytes_per_layer(recompute)
     return float(expr.subs({t: tp, b: micro_batch}))
 
 

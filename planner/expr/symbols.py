@@ -41,6 +41,7 @@ d = sp.Symbol("d", positive=True)  # data-parallel replicas
 m = sp.Symbol("m", positive=True)  # micro-batches per iteration (gradient accumulation)
 v = sp.Symbol("v", positive=True)  # interleaved model chunks per pipeline stage
 c_p = sp.Symbol("c_p", positive=True)  # context-parallel ranks (the sequence split c_p ways)
+e_p = sp.Symbol("e_p", positive=True)  # expert-parallel ranks (the experts split e_p ways)
 
 # Aggregates of one transformer iteration: `derive` and `limits` write its time and memory in
 # them (planner/expr/transformer.py gives each its expression in the plan symbols)
@@ -100,6 +101,7 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     m: Meaning("micro-batches per iteration (gradient accumulation steps)", "micro-batches"),
     v: Meaning("interleaved model chunks per pipeline stage", "chunks"),
     c_p: Meaning("context-parallel degree (ranks sharing one sequence)", "devices"),
+    e_p: Meaning("expert-parallel degree (ranks sharing one MoE layer's experts)", "devices"),
     tau: Meaning("time of one micro-batch through the slowest pipeline stage (forward, "
                  "backward, recompute, tensor-parallel collectives)", "s"),
     tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),

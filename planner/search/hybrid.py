@@ -50,6 +50,7 @@ def _cfg(plan: Plan) -> dict:
     one = lambda x: np.array([x])  # noqa: E731
     return {"t": one(plan.tp), "p": one(plan.pp), "d": one(plan.dp), "mb": one(plan.micro_batch),
             "acc": one(plan.accumulation), "v": one(plan.interleave), "cp": one(plan.cp),
+            "ep": one(plan.ep),
             "recompute": one(plan.recompute.code), "sp": one(plan.sequence_parallel),
             "zero": one(plan.zero), "gpipe": one(plan.schedule is Schedule.gpipe),
             "overlap": plan.overlap, "flash": plan.flash_attention}
@@ -76,10 +77,11 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         samples_per_s=plan.global_batch / t_iter,
         tokens_per_s=plan.global_batch * m.seq_len / t_iter,
         compute_time_s=r["compute"],
-        exposed_communication_time_s=(r["tp_comm"] + r["cp_comm"] + r["pp_comm"]
+        exposed_communication_time_s=(r["tp_comm"] + r["cp_comm"] + r["ep_comm"] + r["pp_comm"]
                                       + r["dp_comm_exposed"]),
         optimizer_time_s=r["optimizer"],
-        time_breakdown={k: r[k] for k in ("compute", "tp_comm", "cp_comm", "pp_bubble", "pp_comm",
+        time_breakdown={k: r[k] for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble",
+                                          "pp_comm",
                                           "dp_comm_exposed", "optimizer")},
         memory_bytes_per_device=r["memory"],
         memory_breakdown={"weights": r["weights"], "gradients": r["gradients"],
@@ -112,6 +114,7 @@ class Search:
     devices_max: int | None = None
     tp: int | None = None
     cp: int | None = None
+    ep: int | None = None
     pp: int | None = None
     dp: int | None = None
     micro_batch: int | None = None
@@ -160,11 +163,19 @@ def _cps(m: Transformer, q: Search) -> list[int]:
     return [1] + [c for c in (2, 4, 8, 16) if m.seq_len >= 8192 and m.seq_len % (2 * c) == 0]
 
 
+def _eps(m: Transformer, q: Search) -> list[int]:
+    """Expert-parallel degrees the search offers: the pin, or every power of two dividing the
+    experts (1 for a dense model)."""
+    if q.ep is not None:
+        return [q.ep]
+    return [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if m.experts % e == 0]
+
+
 def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
-    """(t, p, v, d, mb, cp) rows at global batch B that satisfy divisibility, the pins and the
-    device budget."""
+    """(t, p, v, d, mb, cp, ep) rows at global batch B that satisfy divisibility, the pins and
+    the device budget."""
     cap = q.devices or q.devices_max or 1 << 20
-    cps = _cps(m, q)
+    cps, eps = _cps(m, q), _eps(m, q)
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
     ps = [p for p in range(1, m.layers + 1) if q.pp in (None, p)]
     ds = [d for d in _divisors(B) if q.dp in (None, d)]
@@ -180,12 +191,13 @@ def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
                 n = t * p * d * cp
                 if n > cap or (n > g and n % g) or (q.devices is not None and n != q.devices):
                     continue
-                for mb in _divisors(B // d):
-                    if q.micro_batch in (None, mb):
+                for mb, ep in itertools.product(_divisors(B // d), eps):
+                    if q.micro_batch in (None, mb) and (d * cp) % ep == 0:
                         # interleaving needs a multiple of p micro-batches (Megatron-LM)
                         acc = B // (d * mb)
-                        out.extend((t, p, v, d, mb, cp) for v in vs if v == 1 or acc % p == 0)
-    return np.array(out, dtype=np.int64).reshape(-1, 6)
+                        out.extend((t, p, v, d, mb, cp, ep) for v in vs
+                                   if v == 1 or acc % p == 0)
+    return np.array(out, dtype=np.int64).reshape(-1, 7)
 
 
 def _choices(q: Search) -> list[tuple[int, int, int, int]]:
@@ -216,7 +228,7 @@ class HybridSolver:
         core.check_knee_tolerance(q.knee_tolerance)
         check_training(q.training, objective, q.pareto)
         # pins no plan of this model can meet are bad input, not infeasibility
-        check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp)
+        check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep)
         for key, value, cls in (("recompute", q.recompute, Recompute),
                                 ("schedule", q.schedule, Schedule)):
             if value is not None and value not in {c.value for c in cls}:
@@ -239,8 +251,8 @@ class HybridSolver:
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The plans that fit in memory: (rows R x 11: t, p, v, d, mb, B, recompute, sp, zero,
-        gpipe, cp; iteration time per row; plans priced). Priced one global batch at a time, with
+        """The plans that fit in memory: (rows R x 12: t, p, v, d, mb, B, recompute, sp, zero,
+        gpipe, cp, ep; iteration time per row; plans priced). Priced one global batch at a time, with
         the structural terms computed once per structure and broadcast over the choices;
         memory is the one constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(_choices(self.q), dtype=np.int64)
@@ -256,8 +268,9 @@ class HybridSolver:
                                 "--pp, narrow the batch range or lower --devices-max")
             if len(st) == 0:
                 continue
-            t, p, v, d, mb, cp = (col[:, None] for col in st.T)
-            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "acc": B // (d * mb),
+            t, p, v, d, mb, cp, ep = (col[:, None] for col in st.T)
+            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep,
+                   "acc": B // (d * mb),
                    "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
                    "overlap": self.q.overlap, "flash": self.q.flash_attention}
             r = iteration(self.m, self.hw, cfg)
@@ -265,7 +278,7 @@ class HybridSolver:
             time_s, mem = (np.broadcast_to(r[k], shape) for k in ("time", "memory"))
             smallest = min(smallest, float(mem.min()))
             si, ci = np.nonzero(mem <= cap)
-            rows.append(np.column_stack([st[si, :5], np.full(len(si), B), ch[ci], st[si, 5]]))
+            rows.append(np.column_stack([st[si, :5], np.full(len(si), B), ch[ci], st[si, 5:]]))
             times.append(time_s[si, ci])
         if priced == 0:
             raise self._explain_empty()
@@ -278,7 +291,7 @@ class HybridSolver:
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
-        pins = [k for k in ("devices", "tp", "cp", "pp", "dp", "micro_batch", "interleave")
+        pins = [k for k in ("devices", "tp", "cp", "ep", "pp", "dp", "micro_batch", "interleave")
                 if getattr(self.q, k) is not None]
         batch = (f"global_batch = {self.q.global_batch}" if self.q.global_batch else
                  f"the global batches {', '.join(map(str, self.batches))}")
@@ -335,7 +348,8 @@ class HybridSolver:
                                    train[1] <= tr.budget_usd))
         group = None
         if q.top:  # runners-up differ in the split (tp, pp, dp) or the batch
-            group = np.unique(rows[:, [0, 1, 3, 5, 10]], axis=0, return_inverse=True)[1].ravel()
+            group = np.unique(rows[:, [0, 1, 3, 5, 10, 11]], axis=0,
+                              return_inverse=True)[1].ravel()
         nodes = np.maximum(1, devices // self.hw.g)
         return core.Table(obj, other, devices, nodes, gates, group), rows, time_s, train, priced
 
@@ -382,8 +396,8 @@ class HybridSolver:
         return front
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp = (int(x) for x in row)
-        return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp,
+        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep = (int(x) for x in row)
+        return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
                           recompute=RECOMPUTE[rec], sequence_parallel=bool(sp and t > 1),
                           zero=zero, schedule=SCHEDULES[gpipe], overlap=self.q.overlap,
                           flash_attention=self.q.flash_attention)

@@ -2,8 +2,10 @@
 models, systems, precisions, splits and every categorical choice.
 
 The file pins the numbers of the cost model as it was when the transformer physics moved from
-hand-written numpy to SymPy expressions (issue: one symbolic cost engine); `test_transformer_grid`
-holds the engine to them at 1e-9 relative. Regenerate only when the physics changes on purpose:
+hand-written numpy to SymPy expressions (issue: one symbolic cost engine), regenerated when the
+physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only and the A100 fit;
+`test_transformer_grid` holds the engine to them at 1e-9 relative. Regenerate only when the
+physics changes on purpose:
 
     python tests/data/make_transformer_grid.py
 """
