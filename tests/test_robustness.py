@@ -432,7 +432,8 @@ def test_the_wall_clock_guard_says_so(run, tmp_path):
                          "--global-batch-range", "1:256", "--strategy", "hybrid",
                          "--time-limit", "0.5", "--format", "json")
     assert code == 0 and json.loads(out)["status"] == "feasible"
-    assert len(err.strip().splitlines()) == 1 and "--time-limit" in err and "differ" in err
+    notes = [ln for ln in err.strip().splitlines() if not ln.startswith("planner: warning:")]
+    assert len(notes) == 1 and "--time-limit" in err and "differ" in err
 
 
 def test_cli_toy_pipeline_twice_gives_identical_json(run, tmp_path):
@@ -443,7 +444,8 @@ def test_cli_toy_pipeline_twice_gives_identical_json(run, tmp_path):
     outs = []
     for _ in range(2):
         code, out, err = run(*args)
-        assert code == 0 and err == ""
+        # stderr holds at most the low-efficiency warning (tiny model, 8 devices)
+        assert code == 0 and all(ln.startswith("planner: warning:") for ln in err.splitlines())
         doc = json.loads(out)
         doc["search"].pop("time_s")
         outs.append(doc)

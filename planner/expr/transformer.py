@@ -96,7 +96,7 @@ class TransformerExpressions:
         """`cp`, `ep`: the context- and expert-parallel degrees, the symbols c_p and e_p or
         numbers (limits fix them)."""
         self.model, self.hw, self.choices = model, hw, choices
-        self.cp, self.ep = sp.sympify(cp), sp.sympify(ep)
+        self.cp, self.ep = (sp.Integer(x) if isinstance(x, int) else x for x in (cp, ep))
         # tokens of one micro-batch on one device: context parallelism splits the sequence
         self.tokens = b * model.seq_len / self.cp
         self.terms = self._build()

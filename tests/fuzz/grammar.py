@@ -136,10 +136,11 @@ def check(args: list[str], code: int, out: str, err: str, batch: bool = False) -
     assert "Traceback" not in out + err, where
     assert "internal error" not in err, (where, err)
     lines = err.strip().splitlines()
-    if code == 0:
-        assert len(lines) <= 1, (where, err)
+    if code == 0:  # a note and a low-efficiency warning at most
+        assert len(lines) <= 2, (where, err)
     elif not (batch and code == 2 and not lines):
-        assert len(lines) == 1 and err.startswith("planner: "), (where, err)
+        # one line, or one per mistake of a spec (up to 10), each naming the file
+        assert 1 <= len(lines) <= 10 and err.startswith("planner: "), (where, err)
     if code == 0 and "--format" in args and args[args.index("--format") + 1] == "json":
         check_json(json.loads(out))
     if batch and out:
