@@ -173,31 +173,34 @@ def _eps(m: Transformer, q: Search) -> list[int]:
 
 def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     """(t, p, v, d, mb, cp, ep) rows at global batch B that satisfy divisibility, the pins and
-    the device budget."""
+    the device budget, in lexicographic order of (t, p, d, cp, mb, ep, v). Built as one numpy
+    grid of the (t, p, v) and (d, mb) combinations and the cp and ep degrees, then masked."""
     cap = q.devices or q.devices_max or 1 << 20
-    cps, eps = _cps(m, q), _eps(m, q)
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
-    ps = [p for p in range(1, m.layers + 1) if q.pp in (None, p)]
-    ds = [d for d in _divisors(B) if q.dp in (None, d)]
-    out = []
-    for t in ts:
-        for p in ps:
-            if t * p > cap:
-                break
-            vs = [1] + [v for v in _divisors(m.layers // p) if v > 1 and m.layers % (p * v) == 0
-                        and p > 1] if m.layers % p == 0 else [1]
-            vs = [v for v in vs if q.interleave in (None, v)]
-            for d, cp in itertools.product(ds, cps):
-                n = t * p * d * cp
-                if n > cap or (n > g and n % g) or (q.devices is not None and n != q.devices):
-                    continue
-                for mb, ep in itertools.product(_divisors(B // d), eps):
-                    if q.micro_batch in (None, mb) and (d * cp) % ep == 0:
-                        # interleaving needs a multiple of p micro-batches (Megatron-LM)
-                        acc = B // (d * mb)
-                        out.extend((t, p, v, d, mb, cp, ep) for v in vs
-                                   if v == 1 or acc % p == 0)
-    return np.array(out, dtype=np.int64).reshape(-1, 7)
+    tpv = []
+    for t, p in itertools.product(ts, range(1, m.layers + 1)):
+        if q.pp not in (None, p) or t * p > cap:
+            continue
+        vs = [1] + [v for v in _divisors(m.layers // p) if v > 1 and m.layers % (p * v) == 0
+                    and p > 1] if m.layers % p == 0 else [1]
+        tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
+    pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
+             for mb in _divisors(B // d) if q.micro_batch in (None, mb)]
+    if not tpv or not pairs:
+        return np.empty((0, 7), dtype=np.int64)
+    tpv_a, pairs_a = np.array(tpv, dtype=np.int64), np.array(pairs, dtype=np.int64)
+    i, j, cp, ep = (a.ravel() for a in np.meshgrid(
+        np.arange(len(tpv_a)), np.arange(len(pairs_a)), np.array(_cps(m, q), dtype=np.int64),
+        np.array(_eps(m, q), dtype=np.int64), indexing="ij"))
+    (t, p, v), (d, mb) = tpv_a[i].T, pairs_a[j].T
+    n = t * p * d * cp
+    ok = (n <= cap) & ((n <= g) | (n % g == 0)) & ((d * cp) % ep == 0)
+    if q.devices is not None:
+        ok &= n == q.devices
+    # interleaving needs a multiple of p micro-batches (Megatron-LM)
+    ok &= (v == 1) | ((B // (d * mb)) % p == 0)
+    rows = np.column_stack([t, p, v, d, mb, cp, ep])[ok]
+    return rows[np.lexsort(rows[:, [2, 6, 4, 5, 3, 1, 0]].T)]
 
 
 def _choices(q: Search) -> list[tuple[int, int, int, int]]:
