@@ -183,21 +183,9 @@ def _load_document(text: str, shown: str, yaml_text: bool) -> Any:
             raise SpecError(f"{shown}: {exc}") from None
         except RecursionError:
             raise SpecError(f"{shown}: JSON nested too deeply") from None
-    import yaml
+    from planner.catalog import parse_yaml
 
-    from planner.catalog import _BoundedLoader  # the spec files' loader: safe, bounded numbers
-
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
-    except SpecError as exc:
-        raise SpecError(f"{shown}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{shown}: malformed YAML{at}: {problem}") from None
-    except RecursionError:
-        raise SpecError(f"{shown}: YAML nested too deeply") from None
+    return parse_yaml(text, shown)
 
 
 def solve_keys(command) -> dict[str, Any]:
@@ -244,17 +232,15 @@ def check_scenario(where: str, raw: Any, command) -> tuple[str, ...]:
     return (*argv, "--format", "json")
 
 
-def _option_text(where: str, key: str, value: Any, param, click) -> list[str]:
+def check_option_value(where: str, key: str, value: Any, param, click) -> None:
+    """A value from a file for the click option `param`, held to the option's type and range
+    as its flag would be: a switch takes true or false, an integer option a JSON integer, a
+    float option a number, any other a string (shared by `planner batch` and `--batch`)."""
     kind = param.type
-    flag = next(o for o in param.opts if o.startswith("--"))
     if getattr(param, "is_flag", False) or isinstance(kind, click.types.BoolParamType):
         if not isinstance(value, bool):
             raise SpecError(f"{where}: key '{key}' must be true or false, got {short(value)}")
-        if value:
-            return [flag]
-        if param.secondary_opts:
-            return [param.secondary_opts[0]]
-        return []
+        return
     if isinstance(kind, click.types.IntParamType):
         ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
     elif isinstance(kind, click.types.FloatParamType):
@@ -267,6 +253,15 @@ def _option_text(where: str, key: str, value: Any, param, click) -> list[str]:
         kind.convert(value, param, None)
     except click.BadParameter as exc:
         raise SpecError(f"{where}: key '{key}': {exc.message}") from None
+
+
+def _option_text(where: str, key: str, value: Any, param, click) -> list[str]:
+    check_option_value(where, key, value, param, click)
+    flag = next(o for o in param.opts if o.startswith("--"))
+    if getattr(param, "is_flag", False) or isinstance(param.type, click.types.BoolParamType):
+        if value:
+            return [flag]
+        return [param.secondary_opts[0]] if param.secondary_opts else []
     text = repr(float(value)) if isinstance(value, float) else str(value)
     return [f"{flag}={text}"]  # '--k=v': a value starting with '-' is still a value
 

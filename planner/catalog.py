@@ -131,17 +131,11 @@ def read_file(path: Any, limit: int = MAX_BYTES, what: str = "file") -> bytes:
     return b"".join(chunks)
 
 
-def read_yaml(path: Path) -> Any:
-    where = shown(path)
-    raw = read_file(path, MAX_BYTES, "YAML file")
-    if b"\0" in raw:
-        raise SpecError(f"{where}: binary file, expected YAML text")
+def parse_yaml(text: str, where: str):
+    """YAML text as data, with the spec files' safe, bounded loader; every failure one line
+    naming `where` (also `planner batch`'s scenario files)."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{where}: not UTF-8 (byte {exc.start})") from None
-    try:
-        data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -151,6 +145,18 @@ def read_yaml(path: Path) -> Any:
         raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply") from None
+
+
+def read_yaml(path: Path) -> Any:
+    where = shown(path)
+    raw = read_file(path, MAX_BYTES, "YAML file")
+    if b"\0" in raw:
+        raise SpecError(f"{where}: binary file, expected YAML text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{where}: not UTF-8 (byte {exc.start})") from None
+    data = parse_yaml(text, where)
     if data is None:
         raise SpecError(f"{where}: empty document")
     if not isinstance(data, dict):

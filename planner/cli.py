@@ -410,26 +410,12 @@ def _check_batch_values(req: dict, where: str) -> None:
     for key in ("model", "hardware"):
         if not isinstance(req.get(key), str):
             raise SpecError(f"{where}: key '{key}' must be a string")
+    from planner.batch import check_option_value
+
     for key, value in req.items():
         param = params.get(key)
-        if param is None or key in ("model", "hardware"):
-            continue
-        kind = param.type
-        if isinstance(kind, click.types.BoolParamType) or getattr(param, "is_flag", False):
-            ok, want = isinstance(value, bool), "true or false"
-        elif isinstance(kind, click.types.IntParamType):
-            ok, want = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        elif isinstance(kind, click.types.FloatParamType):
-            ok, want = isinstance(value, int | float) and not isinstance(value, bool), "a number"
-        else:
-            ok, want = isinstance(value, str), "a string"
-        if not ok:
-            raise SpecError(f"{where}: key '{key}' must be {want}, got {short(value)}")
-        if not isinstance(kind, click.types.BoolParamType):
-            try:
-                kind.convert(value, param, None)
-            except click.BadParameter as exc:
-                raise SpecError(f"{where}: key '{key}': {exc.message}") from None
+        if param is not None and key not in ("model", "hardware"):
+            check_option_value(where, key, value, param, click)
 
 
 def _evaluate_jsonl(path: str) -> None:

@@ -243,7 +243,7 @@ class TransformerExpressions:
         outside = 10 / t if split else 10
         core = 0 if recompute == "selective" or c.flash_attention else sp.Integer(5 * a * s) / (h * t)
         # the FFN intermediate is f / h wider than 4 h: scale the 16 s b h of the MLP block
-        mlp = (16 * sp.Rational(md.ffn_hidden, 4 * h) * (sp.Rational(3, 2) if md.ffn_kind == "swiglu"
+        mlp = (16 * sp.Rational(md.ffn_hidden, 4 * h) * (sp.Rational(3, 2) if md.gated_ffn
                                                         else 1) * md.top_k)
         return sbh * (outside + (8 + mlp) / t + core)
 
