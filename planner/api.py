@@ -238,7 +238,7 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
            target_efficiency: float | None = None, at_nodes: float | None = None,
            critical_batch: float | None = None, nodes_max: int | None = None, **hybrid):
     """The derived limits: of data-parallel strong scaling for a CNN (a
-    `planner.scaling.Limits`), of a hybrid plan for a transformer (a
+    `planner.analysis.cnn_limits.Limits`), of a hybrid plan for a transformer (a
     `planner.analysis.transformer_limits.TransformerLimits`, its keys in `hybrid`: tp, pp, dp,
     micro_batch, interleave, recompute, sequence_parallel, zero, schedule, flash_attention,
     seq_len). `.summary()` gives the dict either way."""
@@ -250,7 +250,7 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
         return _transformer_limits(model, hardware, global_batch, overlap, precision,
                                    local_efficiency, target_efficiency, critical_batch, **hybrid)
     only_for("cnn", hybrid, TRANSFORMER_ONLY)
-    from planner import scaling as lim
+    from planner.analysis import cnn_limits as lim
 
     dp = build(model, hardware, precision, optimizer, servers=servers)
     return lim.Limits(

@@ -25,9 +25,9 @@ from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
 from planner import latex as tex
+from planner.analysis.cnn_limits import Limits
 from planner.errors import SpecError
 from planner.expr import symbols as S
-from planner.scaling import Limits
 from planner.tidy import evaluate, tidy_checked
 
 FORMULAS = ("iteration_time", "speedup", "efficiency", "memory", "optimal_nodes",
@@ -98,7 +98,7 @@ def derive(lim: Limits) -> list[Derived]:
                    S.A: float(dp.memory["activations"].subs(S.b, 1))}
     per_iter = ((S.T_iter, T),)
     out = [
-        # T(n) = t_0 + c B / (g n) + exposed collective time (planner.scaling; seed paper sec. 3)
+        # T(n) = t_0 + c B / (g n) + exposed collective time (planner.analysis.cnn_limits; seed paper sec. 3)
         Derived("iteration_time", "iteration time T(n) under strong scaling", "s", T, at_opt),
         # speed-up and efficiency against one device at the same global batch (seed paper)
         Derived("speedup", "speed-up over one device at the same global batch", DIMENSIONLESS,
@@ -109,7 +109,7 @@ def derive(lim: Limits) -> list[Derived]:
         # weights + gradients + optimizer state + activations of b = B / (g n) samples
         Derived("memory", "bytes per device at b = B/(g n)", "B",
                 S.W * S.q + S.A * S.B / (S.g * S.n), memory_vals),
-        # dT/dn = 0 (or the active boundary) of T(n), planner.scaling.Limits.optimum
+        # dT/dn = 0 (or the active boundary) of T(n), planner.analysis.cnn_limits.Limits.optimum
         Derived("optimal_nodes", "node count minimising T(n)", "nodes", f_opt.expression, vals,
                 f_opt.note),
         Derived("max_speedup", "speed-up at the optimal node count", DIMENSIONLESS,

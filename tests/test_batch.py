@@ -186,12 +186,12 @@ def test_parallel_map_keeps_order_and_raises_the_earliest_failure():
 def test_progress_bar_only_on_a_terminal(monkeypatch):
     import contextlib
 
-    from planner import cli
+    from planner.cli.output import progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
-    assert isinstance(cli._progress(3, "batch"), contextlib.nullcontext)
+    assert isinstance(progress(3, "batch"), contextlib.nullcontext)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    assert not isinstance(cli._progress(3, "batch"), contextlib.nullcontext)
+    assert not isinstance(progress(3, "batch"), contextlib.nullcontext)
 
 
 # --- sweep in parallel ----------------------------------------------------------------------

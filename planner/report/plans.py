@@ -3,7 +3,7 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 
 from __future__ import annotations
 
-from planner.render import duration, key_values, si, table
+from planner.report.render import duration, key_values, si, table
 
 
 def evaluation_doc(plan, pred) -> dict:

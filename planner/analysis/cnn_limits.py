@@ -10,11 +10,14 @@ where (t_0, c) and (h_0, h_1) are the affine piece of the roofline sum that hold
 C(n) the collective's alpha-beta cost (seed paper, sec. 3; Thakur et al. 2005). Each limit is
 obtained by differentiating / solving that expression with SymPy, piece by piece, and checking
 the candidates against the full expression: nothing here is a hard-coded formula.
+
+`Limits` holds the strong-scaling limits; the time to train at a critical batch is its part
+in `planner.analysis.time_to_train`, the roots and `Formula` are `planner.analysis.roots`, and
+the text of `planner limits` is `planner.report.limits`.
 """
 
 from __future__ import annotations
 
-import fractions
 import functools
 import math
 from dataclasses import dataclass, field
@@ -22,13 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
+from planner.analysis.roots import Formula, rational, real_root_in, relax, solve_for_n
+from planner.analysis.time_to_train import TimeToTrain
 from planner.errors import SpecError
 from planner.expr import collectives as coll
 from planner.expr import symbols as S
 from planner.expr.cnn import DataParallelModel
 from planner.expr.collectives import Collective
 from planner.expr.piecewise import piece_at
-from planner.numeric import compile_expr
 from planner.search.data_parallel import DEFAULT_NODES_MAX
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9  # a device counts as efficient at >= 90% of its large-batch rate
@@ -49,86 +53,8 @@ def comm_expr(dp: DataParallelModel, collective: Collective) -> sp.Expr:
     return coll.parameter_server(g * n, M, a, bw, S.s, k)
 
 
-def _relax(expr: sp.Expr) -> sp.Expr:
-    """Replace ceiling(x) by x so the expression can be differentiated (tree allreduce)."""
-    return expr.replace(sp.ceiling, lambda x: x)
-
-
-def _solve_for_n(expr: sp.Expr) -> list[sp.Expr]:
-    """Roots in n of `expr` = 0. Terms are grouped by their n-dependent shape (1/n, n,
-    log n, ...) and each group's n-free coefficient stands in as one symbol while SymPy
-    solves: the same closed forms (LambertW for log-latency collectives), found in a fraction
-    of a second instead of the minute SymPy spends checking roots in expanded coefficients."""
-    by_shape: dict[sp.Expr, sp.Expr] = {}
-    for term in sp.Add.make_args(sp.expand(expr)):
-        coeff, shape = term.as_independent(S.n, as_Add=False)
-        by_shape[shape] = by_shape.get(shape, sp.Integer(0)) + coeff
-    coeffs = {sp.Dummy(f"c{i}", real=True): c for i, c in enumerate(by_shape.values())}
-    reduced = sp.Add(*(d * shape for d, shape in zip(coeffs, by_shape, strict=True)))
-    return [r.subs(coeffs) for r in sp.solve(reduced, S.n)]
-
-
-def _affine(expr: sp.Expr, x: sp.Symbol) -> tuple[sp.Expr, sp.Expr] | None:
-    """(a, k) with expr = a + k x, a and k free of x; None when expr is not affine in x."""
-    k = sp.diff(expr, x)
-    if k.has(x):
-        return None
-    return expr.subs(x, 0), k
-
-
-def _ttt_stationary_batch(t: sp.Expr) -> list[sp.Expr]:
-    """Roots in B of d/dB [(1 + B_noise / B) t(B)] = 0. Where t = a + k B on a smooth branch
-    (it is: compute c B / (g n) and the hidden backward h_1 B / (g n) are linear in B, the
-    collective does not depend on it), d/dB = k - B_noise a / B^2 = 0 gives
-    B* = sqrt(B_noise a / k), with a = t(0) kept as written so `derive` can print it
-    (the time-to-train model is McCandlish et al. 2018's); otherwise SymPy solves."""
-    ak = _affine(t, S.B)
-    if ak is None:
-        return sp.solve(sp.diff((1 + S.B_noise / S.B) * t, S.B), S.B)
-    a, k = ak
-    return [sp.sqrt(S.B_noise * a / k)]
-
-
-def _affine_root(expr: sp.Expr, x: sp.Symbol) -> list[sp.Expr]:
-    """Roots in x of expr = 0: -a / k where expr = a + k x, else SymPy's."""
-    ak = _affine(expr, x)
-    if ak is None:
-        return sp.solve(expr, x)
-    a, k = ak
-    return [] if k == 0 else [-a / k]
-
-
-def _rational(x: float) -> sp.Rational:
-    """A float as a short exact fraction (0.8 -> 4/5) without SymPy parsing anything."""
-    f = fractions.Fraction(x).limit_denominator(10**6)
-    return sp.Rational(f.numerator, f.denominator)
-
-
-def _real_root_in(root: sp.Expr, vals: dict, lo: float, hi: float) -> float | None:
-    """The value of a closed-form root at `vals` if it is real and inside [lo, hi]."""
-    try:
-        x = complex(root.subs(vals))
-    except (TypeError, ValueError):
-        return None
-    if abs(x.imag) < 1e-12 * max(1.0, abs(x.real)) and lo <= x.real <= hi:
-        return x.real
-    return None
-
-
-@dataclass(frozen=True)
-class Formula:
-    name: str
-    expression: sp.Expr  # in the aggregate symbols
-    values: dict  # symbol -> number
-    note: str = ""
-
-    @property
-    def value(self) -> float:
-        return float(self.expression.subs(self.values))
-
-
 @dataclass
-class Limits:
+class Limits(TimeToTrain):
     dp: DataParallelModel
     collective: Collective
     overlap: bool
@@ -236,14 +162,14 @@ class Limits:
     @functools.cached_property
     def _stationary_exprs(self) -> list[tuple[str, sp.Expr]]:
         """Closed forms of dT/dn = 0 for each smooth branch of T(n)."""
-        branches = [("no overlap", self.compute_expr() + _relax(self.comm))]
+        branches = [("no overlap", self.compute_expr() + relax(self.comm))]
         if self.overlap:
-            exposed = self.compute_expr() + _relax(self.comm) - S.h0 - S.h1 * S.B / (S.g * S.n)
+            exposed = self.compute_expr() + relax(self.comm) - S.h0 - S.h1 * S.B / (S.g * S.n)
             branches = [("communication exposed", exposed)]
         out = []
         for label, t in branches:
             try:
-                roots = _solve_for_n(sp.diff(t, S.n))
+                roots = solve_for_n(sp.diff(t, S.n))
             except Exception:  # noqa: BLE001 - no closed form: the interval ends still count
                 roots = []
             out.extend((label, r) for r in roots)
@@ -255,9 +181,9 @@ class Limits:
         communication. None when SymPy finds no closed form (then roots are found numerically)."""
         if not self.overlap:
             return []
-        eq = _relax(self.comm) - S.h0 - S.h1 * S.B / (S.g * S.n)
+        eq = relax(self.comm) - S.h0 - S.h1 * S.B / (S.g * S.n)
         try:
-            return _solve_for_n(eq)
+            return solve_for_n(eq)
         except Exception:  # noqa: BLE001 - SymPy's solvers fail in many ways; fall back
             return None
 
@@ -276,7 +202,7 @@ class Limits:
                                            "communication just hidden (numeric root)")))
             return out
         for root in self._crossover_exprs:
-            x = _real_root_in(root, vals, lo, hi)
+            x = real_root_in(root, vals, lo, hi)
             if x is not None:
                 out.append((x, Formula("optimal_nodes", root, vals,
                                        "communication just hidden by the backward pass")))
@@ -292,7 +218,7 @@ class Limits:
             vals = self.piece_values(self.global_batch / (self.g * mid))
             cands: list[tuple[float, Formula]] = []
             for label, root in self._stationary_exprs:
-                x = _real_root_in(root, vals, lo, hi)
+                x = real_root_in(root, vals, lo, hi)
                 if x is not None:
                     cands.append((x, Formula("optimal_nodes", root, vals,
                                              f"stationary point of T(n), {label}")))
@@ -392,7 +318,7 @@ class Limits:
         n_at = self.nodes_for_targets
         vals = dict(self.piece_values(self.global_batch / (self.g * n_at)))
         vals[S.n] = n_at
-        target_time = S.T1 / (S.g * S.n * _rational(self.target_efficiency))
+        target_time = S.T1 / (S.g * S.n * rational(self.target_efficiency))
         t = self.compute_expr() + self.comm
         if self.overlap:
             t = t - S.h0 - S.h1 * S.B / (S.g * S.n)
@@ -406,121 +332,6 @@ class Limits:
                                f"{n_at:g} nodes")
         return None
 
-    # --- time to train (McCandlish et al. 2018) ----------------------------------------------
-    #
-    # Time to train over S_min is F(n, B) = (1 + B_noise / B) T(n, B). On one roofline piece T is
-    # affine in B at a fixed n, so dF/dB = 0 has closed forms B*(n) (one per smooth branch of
-    # the overlap max), and the kink where overlap stops hiding the communication is one more
-    # closed form. The batch at a node count is the best of those and the piece ends; the joint
-    # optimum is the best node count, every integer up to `nodes_max`, each at its best batch.
-
-    def time_per_min_step(self, n, B):
-        """F(n, B) from the full model (arrays broadcast)."""
-        b = np.asarray(B, dtype=float) / (self.g * np.asarray(n, dtype=float))
-        t = self.dp.numeric("iteration", self.collective, self.overlap)(n, self.g, b)
-        return (1 + self.critical_batch / np.asarray(B, dtype=float)) * t
-
-    @functools.cached_property
-    def ttt_batch_exprs(self) -> list[tuple[str, sp.Expr]]:
-        """Closed forms of B in the aggregate symbols and B_noise: the stationary points of F
-        in B on each smooth branch, and the overlap kink (communication just hidden)."""
-        comm = _relax(self.comm)
-        hidden = S.h0 + S.h1 * S.B / (S.g * S.n)
-        branches = [("no overlap", self.compute_expr() + comm)]
-        if self.overlap:
-            branches = [("communication exposed", self.compute_expr() + comm - hidden),
-                        ("communication hidden", self.compute_expr())]
-        out = []
-        for label, t in branches:
-            out += [(f"stationary point of the time to train, {label}", r)
-                    for r in _ttt_stationary_batch(t)]
-        if self.overlap:
-            out += [("communication just hidden by the backward pass", r)
-                    for r in _affine_root(comm - hidden, S.B)]
-        return out
-
-    @functools.cached_property
-    def _ttt_batch_fns(self) -> tuple[list[sp.Symbol], list]:
-        """(argument symbols, one vectorised function per closed form of `ttt_batch_exprs`)."""
-        args = sorted(set().union(*(e.free_symbols for _, e in self.ttt_batch_exprs)) | {S.n},
-                      key=lambda x: x.name)
-        return args, [compile_expr(e, args) for _, e in self.ttt_batch_exprs]
-
-    def _b_max(self) -> float:
-        """The largest local batch that fits in device memory (doubling, then bisection)."""
-        mem = self.dp.numeric("memory")
-        cap = self.dp.system.device.memory_bytes
-        if float(mem(1, 1, 1.0)) > cap:
-            return 1.0
-        lo, hi = 1.0, 2.0
-        while float(mem(1, 1, hi)) <= cap and hi < 2**40:
-            lo, hi = hi, hi * 2
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if float(mem(1, 1, mid)) <= cap else (lo, mid)
-        return lo
-
-    def _pieces_in_b(self) -> list[tuple[float, float]]:
-        """Local-batch intervals within [1, memory limit] on which one roofline piece holds."""
-        b_hi = self._b_max()
-        edges = {1.0, b_hi}
-        for p in self.compute_pieces + (self.hide_pieces or []):
-            edges |= {x for x in (p.b_lo, p.b_hi) if 1 < x < b_hi}
-        edges = sorted(edges)
-        return list(zip(edges, edges[1:], strict=False)) or [(edges[0], edges[0])]
-
-    def best_batches(self, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(B*, F(n, B*), (piece, closed form) of B*) for each node count in `ns`: the closed
-        forms of `ttt_batch_exprs` evaluated on every piece where they land inside it, and the
-        piece ends (closed form -1), at least one sample per device and within memory."""
-        ns = np.asarray(ns, dtype=float)
-        gn = self.g * ns
-        args, fns = self._ttt_batch_fns
-        cands, labels = [], []
-        for k, (lo, hi) in enumerate(self._pieces_in_b()):
-            cands += [lo * gn, hi * gn]
-            labels += [(k, -1), (k, -1)]
-            vals = {**self.piece_values(math.sqrt(lo * hi)), S.B_noise: self.critical_batch}
-            for i, fn in enumerate(fns):
-                x = fn(*(ns if a == S.n else vals[a] for a in args))
-                cands.append(np.where(np.isfinite(x) & (x >= lo * gn) & (x <= hi * gn), x,
-                                      np.nan))
-                labels.append((k, i))
-        C = np.column_stack(cands)
-        F = self.time_per_min_step(ns[:, None], np.where(np.isnan(C), gn[:, None], C))
-        F = np.where(np.isnan(C), np.inf, F)
-        j = np.argmin(F, axis=1)
-        rows = np.arange(len(ns))
-        return C[rows, j], F[rows, j], np.asarray(labels)[j]
-
-    @functools.cached_property
-    def _ttt_choice(self) -> tuple[float, float, tuple[int, int]]:
-        """(B*, n, (piece, closed form)) at `at_nodes`, or the joint optimum over every node
-        count up to `nodes_max`."""
-        ns = (np.array([float(self.at_nodes)]) if self.at_nodes is not None else
-              np.arange(1, self.nodes_max + 1, dtype=float))
-        B, F, which = self.best_batches(ns)
-        i = int(np.argmin(F))
-        return float(B[i]), float(ns[i]), (int(which[i][0]), int(which[i][1]))
-
-    @property
-    def time_to_train_batch(self) -> tuple[float, float]:
-        """(B*, n): the global batch minimising time to train on n = `at_nodes` nodes or, by
-        default, at the joint optimum over every node count up to `nodes_max`."""
-        return self._ttt_choice[:2]
-
-    def time_to_train_formula(self) -> Formula:
-        """The closed form that gives the time-to-train batch, with its values on its piece."""
-        B, n, (piece, form) = self._ttt_choice
-        lo, hi = self._pieces_in_b()[piece]
-        vals = {**self.piece_values(math.sqrt(lo * hi)), S.n: n,
-                S.B_noise: self.critical_batch}
-        if form < 0:
-            return Formula("time_to_train_batch", sp.Float(B), vals,
-                           "a piece end: one sample per device, device memory or a roofline "
-                           "ridge")
-        note, expr = self.ttt_batch_exprs[form]
-        return Formula("time_to_train_batch", expr, vals, note)
 
     def summary(self) -> dict:
         n_opt, f_opt = self.optimum
@@ -546,14 +357,3 @@ class Limits:
             "overlap": self.overlap,
             **self._ttt_summary(),
         }
-
-    def _ttt_summary(self) -> dict:
-        if self.critical_batch is None:
-            return {}
-        B, n = self.time_to_train_batch
-        return {"time_to_train": {
-            "critical_batch": self.critical_batch, "nodes": n, "global_batch": B,
-            "local_batch": B / (self.g * n),
-            "time_per_min_step_s": float(self.time_per_min_step(n, B)),
-            "nodes_chosen": self.at_nodes is None,
-            "nodes_max": self.nodes_max, "reason": self.time_to_train_formula().note}}

@@ -1,0 +1,5 @@
+"""`python -m planner.cli`: the `planner` command."""
+
+from planner.cli.app import main
+
+main()

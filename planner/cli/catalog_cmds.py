@@ -1,0 +1,82 @@
+"""`planner list`, `show` and `schema`: the built-in models and hardware, one spec as understood,
+and the JSON Schemas of the outputs."""
+
+from __future__ import annotations
+
+import click
+
+from planner.cli.output import emit
+from planner.cli.params import FORMATS
+from planner.report import render
+
+
+@click.command("list")
+@click.argument("what", type=click.Choice(["models", "hardware"]))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def list_cmd(what, fmt):
+    """List built-in models or hardware (systems, devices, links)."""
+    from planner.catalog import list_hardware, list_models
+
+    if what == "models":
+        names = list_models()
+        emit(render.document("list", {"models": names}), fmt, "\n".join(names))
+        return
+    hw = list_hardware()
+    text = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in hw.items())
+    emit(render.document("list", {"hardware": hw}), fmt, text)
+
+
+@click.command()
+@click.argument("what", type=click.Choice(["model", "hardware"]))
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def show(what, name, fmt):
+    """Show a model's per-layer table and totals, or a hardware spec. NAME is a built-in, a
+    YAML path, or a Hugging Face config.json (or a folder holding one): shown as understood.
+
+    \b
+    Examples:
+      planner show model alexnet
+      planner show model path/to/config.json
+      planner show hardware dgx-a100-80gb --format json
+    """
+    from planner.catalog import load_hardware_any, load_model
+    from planner.report import (
+        hardware_doc,
+        hardware_text,
+        model_doc,
+        model_text,
+        transformer_details,
+        transformer_doc,
+    )
+    from planner.spec.transformer import Transformer
+
+    if what == "model":
+        model = load_model(name)
+        if isinstance(model, Transformer):
+            doc = transformer_doc(model)
+            emit(render.document("show", doc), fmt, render.key_values(
+                [(k, f"{v:,}" if isinstance(v, int) else str(v)) for k, v in doc.items()]
+                + transformer_details(model)))
+            return
+        emit(render.document("show", model_doc(model)), fmt, model_text(model))
+    else:
+        spec = load_hardware_any(name)
+        emit(render.document("show", hardware_doc(spec)), fmt, hardware_text(spec))
+
+
+@click.command()
+@click.argument("command", required=False,
+                type=click.Choice(["evaluate", "solve", "limits", "sweep", "derive", "show", "list",
+                                   "calibrate"]))
+def schema(command):
+    """Print the JSON Schema of the JSON output of COMMAND (all of them without one).
+
+    \b
+    Examples:
+      planner schema solve > solve.schema.json
+    """
+    from planner.schema import schemas
+
+    docs = schemas()
+    click.echo(render.to_json(docs[command] if command else docs))

@@ -1,0 +1,97 @@
+"""`planner limits` and `derive`: the limits the cost expressions imply, and the formulas behind
+them."""
+
+from __future__ import annotations
+
+import click
+
+from planner.cli.options import limit_options, require, spec_options, transformer_options
+from planner.cli.output import emit
+from planner.errors import SpecError
+from planner.report import render
+
+
+@click.command()
+@spec_options
+@limit_options
+@transformer_options
+def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
+    """Derived theoretical limits, computed from the cost expressions (differentiate, solve,
+    pick the branch of each max that holds): for a CNN, data-parallel strong scaling over full
+    nodes at a fixed global batch; for a transformer, a hybrid plan at a fixed global batch:
+    the memory floor per ZeRO stage and recompute, then at a fixed tp x pp (pinned, or the
+    fewest devices that fit with tp inside a node) the optimal data-parallel degree, where its
+    communication stops being hidden, the largest useful device count, the best pipeline
+    depth, where tensor parallelism turns communication bound and the bandwidth a target
+    efficiency needs.
+
+    \b
+    Examples:
+      planner limits -m alexnet -H k80-fdr --global-batch 1024 --no-overlap
+      planner limits -m googlenet -H k80-fdr --global-batch 1024 --collective parameter-server
+      planner limits -m gpt3-175b -H dgx-a100-80gb --global-batch 1536
+      planner limits -m llama3-70b -H dgx-h100 --global-batch 1024 --tp 8 --pp 4
+    """
+    from planner import api
+    from planner.report import limits_text, transformer_limits_text
+
+    require(model, hardware)
+    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
+                     servers=servers, overlap=overlap, **kw)
+    summary = lim.summary()
+    doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
+    transformer = api.is_transformer(model)
+    emit(doc, fmt, transformer_limits_text(summary) if transformer else limits_text(summary))
+
+
+@click.command()
+@spec_options(formats=["text", "latex", "python", "json"])
+@limit_options
+@transformer_options
+@click.option("--formula", "names", multiple=True,
+              help="Only these formulas (repeatable). CNNs: iteration_time, speedup, "
+                   "efficiency, memory, optimal_nodes, max_speedup, required_bandwidth, "
+                   "time_to_train_batch. Transformers: iteration_time, bubble_fraction, "
+                   "memory, mfu, optimal_devices, max_speedup, comm_bound_from, "
+                   "max_useful_devices, optimal_pp, tp_comm_bound_from, required_bandwidth, "
+                   "time_to_train_batch.")
+@click.option("--substitute", default=None,
+              help="Comma-separated symbols to replace by their values, or 'all'.")
+def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, substitute,
+           **kw):
+    """The formulas behind `limits` (iteration time, speed-up, efficiency, memory, optimal
+    nodes, max speed-up), with a glossary of symbols, their units and their values here.
+
+    latex prints one complete equation / align environment (needs amsmath); python prints a
+    module that runs as printed. The JSON form carries expression (SymPy-readable), latex,
+    latex_equation, symbols and value; the expression with those symbol values evaluates to
+    value, which equals what `limits` reports.
+
+    \b
+    Examples:
+      planner derive -m alexnet -H k80-fdr --global-batch 1024 --formula optimal_nodes
+      planner derive -m alexnet -H k80-fdr --global-batch 1024 --format latex --substitute all
+    """
+    from planner import api
+    from planner import formulas as der
+    from planner.report import derive_text
+
+    require(model, hardware)
+    formulas = api.derive(model, hardware, precision=precision, optimizer=optimizer,
+                          servers=servers, overlap=overlap, names=names, **kw)
+    if substitute:
+        wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
+        if wanted is not None:
+            from planner.expr.symbols import GLOSSARY
+
+            unknown = sorted(wanted - {s.name for s in GLOSSARY})
+            if unknown:
+                raise SpecError(f"substitute: unknown symbol '{unknown[0]}' (known: "
+                                f"{', '.join(sorted(s.name for s in GLOSSARY))})")
+        formulas = [f.substituted(wanted) for f in formulas]
+    if fmt == "json":
+        doc = render.document("derive", {"model": model, "hardware": hardware,
+                                         "formulas": [der.as_json(f) for f in formulas]})
+        click.echo(render.to_json(doc))
+    else:
+        click.echo(derive_text(formulas, fmt))

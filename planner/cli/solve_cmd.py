@@ -1,0 +1,194 @@
+"""`planner solve`: the optimal plan, with what it costs to train and where scaling stops."""
+
+from __future__ import annotations
+
+import click
+
+from planner.cli.options import (
+    TRANSFORMER_KEYS,
+    headroom_option,
+    reject_transformer_flags,
+    require,
+    spec_options,
+    training_options,
+    transformer_options,
+)
+from planner.cli.output import emit, launch_target
+from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt, FiniteFloat, batch_range
+from planner.errors import SpecError
+from planner.report import render
+from planner.search.objective import Objective
+
+
+@click.command()
+@spec_options(formats=PLAN_FORMATS)
+@click.option("--nodes", type=DecimalInt(1, 2**20), help="Pin the node count.")
+@click.option("--nodes-max", type=DecimalInt(1, 2**20), help="Node budget.")
+@click.option("--devices", type=DecimalInt(1, 2**23), help="Pin the device count.")
+@click.option("--devices-max", type=DecimalInt(1, 2**23), help="Device budget.")
+@click.option("--devices-per-node", type=DecimalInt(1, 1024), help="Pin devices used per node.")
+@click.option("--global-batch", type=DecimalInt(1, 2**40), help="Fixed global batch.")
+@click.option("--global-batch-max", type=DecimalInt(1, 2**40),
+              help="Global batch up to this (same as --global-batch-range 1:MAX).")
+@click.option("--global-batch-range", help="Let the solver choose the global batch in A:B.")
+@click.option("--local-batch", type=DecimalInt(1, 2**30), help="Pin the local batch.")
+@click.option("--local-batch-min", type=DecimalInt(1, 2**30),
+              help="Smallest local batch allowed (keep devices efficient).")
+@click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
+              help="Pin the collective [default: the solver chooses].")
+@click.option("--objective", type=click.Choice([o.value for o in Objective]),
+              default=Objective.throughput.value, show_default=True,
+              help="throughput (the default): the fastest plan, most samples per second on "
+                   "the devices allowed (the knee line says how few devices come close); "
+                   "time-to-train / cost: with --critical-batch and a target; token-budget: "
+                   "time to train on --tokens tokens (transformers); efficiency: CNNs.")
+@training_options
+@click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
+              help="USD per device-hour [default: the device spec's price].")
+@click.option("--deadline", "deadline_s", type=FiniteFloat(min=0, min_open=True, max=1e12),
+              help="Constraint: time to train at most this many seconds.")
+@click.option("--budget", "budget_usd", type=FiniteFloat(min=0, min_open=True, max=1e15),
+              help="Constraint: cost to train at most this many USD.")
+@click.option("--pareto", is_flag=True,
+              help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a picture of the chosen plan (.png or .svg): its iteration time "
+                   "part by part and its memory against the device's capacity (with --pareto, "
+                   "also the front).")
+@click.option("--strategy", type=click.Choice(["data", "hybrid", "pipeline", "auto"]),
+              default=None, help="CNNs: data parallel [default], per-layer data/model modes "
+                                 "(hybrid), pipeline stages, or the best of them (auto).")
+@click.option("--stages", type=DecimalInt(2, 100_000),
+              help="With --strategy pipeline: pin the number of stages.")
+@click.option("--within", "fewest_nodes_within", type=FiniteFloat(0, 10),
+              help="Return the fewest nodes whose objective is within this fraction of the best "
+                   "(0.05 = 5%; every model family).")
+@click.option("--knee-tolerance", type=FiniteFloat(0, 10), default=0.10, show_default=True,
+              help="The knee reported with the plan: the fewest devices whose time is within "
+                   "this fraction of the best plan's (0.10 = 10%).")
+@click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
+              help="Also return this many runners-up, each a different split, device count or "
+                   "batch (not the same plan with another collective or micro-batch).")
+@click.option("--time-limit", "time_limit_s", type=FiniteFloat(0.01, 3600), default=10.0,
+              show_default=True, help="Wall-clock guard against runaway searches, in seconds "
+                                      "(searches stop on a deterministic budget; one this "
+                                      "guard stops says so).")
+@transformer_options
+@headroom_option
+@click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
+              help="Token budget (transformers; with --objective token-budget).")
+def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
+          global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
+          target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
+          strategy, stages, **problem):
+    """The proven-optimal plan: nodes, devices per node, batch and collective for CNNs
+    (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
+    transformers.
+
+    Every plan of the space is priced from the cost expressions and CP-SAT takes the minimum
+    of that priced table (exact; it names the conflicting constraints when nothing is
+    feasible); --top, --within and --pareto read the same table for every model family. The
+    CNN --strategy hybrid and pipeline searches are real CP-SAT searches over the per-layer
+    modes and the pipeline stage cuts.
+
+    \b
+    Examples:
+      planner solve -m alexnet -H k80-fdr --global-batch 256
+      planner solve -m resnet50 -H dgx-a100-80gb --nodes-max 64 --global-batch-range 256:65536
+      planner solve -m vgg16 -H k80-fdr --global-batch 1024 --within 0.05 --top 3 --format json
+      planner solve -m gpt3-175b -H dgx-a100-80gb --devices-max 4096 --global-batch 1536
+      planner solve -m gpt2 -H dgx-a100-80gb --devices-max 64 --global-batch-range 64:4096
+          --critical-batch 512 --target-tokens 1e10 --objective time-to-train --pareto
+    """
+    from planner import api
+    from planner.report import solution_doc, solution_text
+
+    require(model, hardware)
+    hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
+    training = {"critical_batch": critical_batch, "target_steps": target_steps,
+                "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
+                "deadline_s": deadline_s, "budget_usd": budget_usd}
+    rng = batch_range(global_batch_range)
+    if global_batch_max is not None:
+        if rng is not None:
+            raise SpecError("global_batch_max: give either --global-batch-max or "
+                            "--global-batch-range")
+        rng = (1, global_batch_max)
+    if rng is not None and problem["global_batch"] is not None:
+        raise SpecError("global_batch: give either --global-batch or a batch range")
+    transformer = api.is_transformer(model)
+    if transformer:
+        if strategy is not None or stages is not None:
+            raise SpecError("strategy: --strategy applies to CNN models (transformers search "
+                            "tp x pp x dp with the hybrid flags)")
+        if problem.get("global_batch") is None and rng is None:
+            raise SpecError("global_batch: give --global-batch or --global-batch-range for "
+                            "transformer models")
+        family = {"target_tokens": target_tokens, "token_budget": token_budget, **hybrid}
+    else:
+        reject_transformer_flags(hybrid)
+        if token_budget is not None or objective == "token-budget":
+            raise SpecError("token_budget: --tokens and --objective token-budget apply to "
+                            "transformer models only")
+        if target_tokens is not None:
+            raise SpecError("target_tokens: --target-tokens applies to transformer models "
+                            "(CNNs: --target-samples)")
+        family = {"optimizer": optimizer, "servers": servers, "collective": collective,
+                  "strategy": strategy or "data", "stages": stages}
+    sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
+                    pareto=pareto, **training, global_batch_range=rng, **problem, **family)
+    doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
+    if plot_path:
+        _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
+    emit(doc, fmt, solution_text(sol), launch_target(model, hardware, precision,
+                                                     hybrid.get("seq_len"), fmt))
+    _search_note(sol, problem.get("time_limit_s"))
+    _efficiency_warning(sol)
+
+
+LOW_EFFICIENCY = 0.5  # below this scaling efficiency `solve` warns on stderr
+
+
+def _efficiency_warning(sol) -> None:
+    """One line on stderr when the chosen plan scales at under LOW_EFFICIENCY: a CNN's
+    speed-up over one device per device, a transformer's throughput per device against the
+    smallest plan that fits (the knee's scaling efficiency; MFU is reported, not judged)."""
+    knee = getattr(sol, "knee", None)
+    devices = getattr(sol.plan, "devices", None) or sol.config["devices"]  # a CNN split: dicts
+    eff = getattr(sol.prediction, "efficiency", None)
+    what = "efficiency (speed-up over one device / devices)"
+    if eff is None and knee is not None and knee["base_devices"] < devices:
+        eff = knee["scaling_efficiency"]
+        what = f"scaling efficiency against the {knee['base_devices']}-device plan"
+    if eff is None or eff >= LOW_EFFICIENCY:
+        return
+    hint = ""
+    if knee is not None and knee["devices"] < devices:
+        hint = (f"; {knee['devices']} devices come within {knee['tolerance']:.0%} of its time "
+                "(the knee)")
+    click.echo(f"planner: warning: the chosen plan runs {devices} devices at "
+               f"{eff:.0%} {what}{hint}", err=True)
+
+
+def _search_note(sol, time_limit_s) -> None:
+    """One line on stderr when a search ended before proving its plan optimal."""
+    stopped = getattr(sol, "stopped_by", None)
+    if stopped == "time-limit":
+        click.echo(f"planner: note: the --time-limit wall-clock guard ({time_limit_s:g} s) "
+                   "stopped the search before its deterministic budget; this plan is the best "
+                   "found so far and may differ between runs (a larger --time-limit makes it "
+                   "reproducible)", err=True)
+    elif stopped == "budget":
+        click.echo("planner: note: the search reached its deterministic budget before proving "
+                   "this plan optimal (status feasible); the same call gives the same plan",
+                   err=True)
+
+
+def _plan_plot(sol, config: dict, path: str, model: str, hardware: str) -> None:
+    """The chosen plan's picture, titled with its JSON config's sizes."""
+    from planner.plot import plan_plot
+
+    sizes = ", ".join(f"{k.replace('_', ' ')} {config[k]}" for k in
+                      ("devices", "tp", "pp", "dp", "global_batch") if k in config)
+    plan_plot(sol.prediction, path, f"{model} on {hardware}: {sizes}",
+              front=getattr(sol, "pareto", None) or None)
