@@ -55,6 +55,9 @@ def comm_expr(dp: DataParallelModel, collective: Collective) -> sp.Expr:
 
 @dataclass
 class Limits(TimeToTrain):
+    """The limits of data-parallel strong scaling of `dp` at `global_batch` over full nodes;
+    with `critical_batch`, also the time-to-train optimum (`TimeToTrain`)."""
+
     dp: DataParallelModel
     collective: Collective
     overlap: bool
@@ -332,8 +335,9 @@ class Limits(TimeToTrain):
                                f"{n_at:g} nodes")
         return None
 
-
     def summary(self) -> dict:
+        """The `limits` document: every limit with the values it holds at (and the time to
+        train with a critical batch)."""
         n_opt, f_opt = self.optimum
         bw = self.required_bandwidth()
         n_at = self.nodes_for_targets
