@@ -94,30 +94,41 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              precision: str | None = None, devices_per_node: int | None = None,
              local_batch: int | None = None, collective: str | None = None,
              optimizer: str | None = None, servers: int | None = None, tp: int | None = None,
-             cp: int | None = None, ep: int | None = None, pp: int | None = None,
-             dp: int | None = None,
+             cp: int | None = None, ep: int | None = None, etp: int | None = None,
+             pp: int | None = None, dp: int | None = None,
              micro_batch: int | None = None,
              interleave: int | None = None, recompute: str | None = None,
              sequence_parallel: bool | None = None, zero: int | None = None,
              schedule: str | None = None, flash_attention: bool | None = None,
-             seq_len: int | None = None,
+             tp_overlap: bool | None = None, capacity_factor: float | None = None,
+             first_stage_layers: int | None = None, last_stage_layers: int | None = None,
+             offload_activations: bool | None = None, seq_len: int | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
-    batch and a collective. Transformers: tp x pp x dp (give any two of devices / nodes, dp),
-    micro-batch, interleave, recompute, sequence parallel, ZeRO, schedule. The plan fits when
-    it needs at most (1 - memory_headroom) x the device memory."""
+    batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
+    dp), ep and etp for MoE models, micro-batch, interleave, recompute, sequence parallel
+    (default on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule, tp
+    communication overlap, the experts' capacity factor, layers on the first / last stage.
+    The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
     given = dict(locals())
     if is_transformer(model):
         only_for("transformer", given, CNN_ONLY)
         return _evaluate_transformer(model, hardware, global_batch=global_batch, devices=devices,
                                      nodes=nodes, overlap=overlap, precision=precision,
-                                     tp=tp or 1, cp=cp or 1, ep=ep or 1, pp=pp or 1, dp=dp,
-                                     micro_batch=micro_batch or 1, interleave=interleave or 1,
+                                     tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
+                                     dp=dp, micro_batch=micro_batch or 1,
+                                     interleave=interleave or 1,
                                      recompute=recompute or "none",
-                                     sequence_parallel=bool(sequence_parallel), zero=zero or 0,
+                                     sequence_parallel=sequence_parallel, zero=zero or 0,
                                      schedule=schedule or "1f1b",
                                      flash_attention=flash_attention is not False,
+                                     tp_overlap=bool(tp_overlap),
+                                     capacity_factor=(1.0 if capacity_factor is None
+                                                      else capacity_factor),
+                                     first_stage_layers=first_stage_layers,
+                                     last_stage_layers=last_stage_layers,
+                                     offload_activations=bool(offload_activations),
                                      seq_len=seq_len, memory_headroom=memory_headroom)
     only_for("cnn", given, TRANSFORMER_ONLY)
     cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
@@ -143,7 +154,8 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     if global_batch is None:
         raise SpecError("global_batch: --global-batch is required for transformer models")
-    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep)
+    check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep,
+               first=choices["first_stage_layers"], last=choices["last_stage_layers"])
     g = system.devices_per_node
     if nodes is not None:
         if devices is not None and devices != nodes * g:
@@ -160,6 +172,8 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
         what = f"tp({tp}) x cp({cp})" if cp > 1 else f"tp({tp})"
         raise SpecError(f"devices: {what} x pp({pp}) x dp({dp}) = {tp * cp * pp * dp} != "
                         f"{devices} devices")
+    if choices["sequence_parallel"] is None:  # Megatron-LM: MoE with tp > 1 needs it
+        choices["sequence_parallel"] = m.experts > 1
     choices["sequence_parallel"] = choices["sequence_parallel"] and tp > 1
     plan = Plan.split(tp, pp, dp, micro_batch=choices.pop("micro_batch"),
                       global_batch=global_batch, node_size=g, cp=cp, ep=ep, **choices)
@@ -266,7 +280,9 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         target_efficiency, critical_batch, *, tp=None, pp=None, dp=None,
                         micro_batch=None, interleave=None, recompute=None,
                         sequence_parallel=None, zero=None, schedule=None,
-                        flash_attention=True, seq_len=None, cp=None, ep=None):
+                        flash_attention=True, seq_len=None, cp=None, ep=None, etp=None,
+                        tp_overlap=False, capacity_factor=None, first_stage_layers=None,
+                        last_stage_layers=None, offload_activations=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -274,6 +290,13 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
         if value not in (None, 1):
             raise SpecError(f"{key}: the transformer limits hold at {key} = 1 (got {value}); "
                             f"use evaluate, solve or sweep for {key} > 1")
+    for key, value in (("etp", etp), ("capacity_factor", capacity_factor),
+                       ("first_stage_layers", first_stage_layers),
+                       ("last_stage_layers", last_stage_layers),
+                       ("offload_activations", offload_activations or None)):
+        if value is not None:
+            raise SpecError(f"{key}: the transformer limits hold for an even pipeline split "
+                            f"and no expert parallelism; use evaluate, solve or sweep")
 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     base = tl.DEFAULT_CHOICES
@@ -288,7 +311,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
     choices = Choices(recompute or base.recompute,
                       base.sequence_parallel if sequence_parallel is None else sequence_parallel,
                       base.zero if zero is None else zero, schedule or base.schedule, overlap,
-                      flash_attention)
+                      flash_attention, bool(tp_overlap))
     return tl.TransformerLimits(
         m, system, prec, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch or 1,
         interleave=interleave or 1, choices=choices,

@@ -1,4 +1,4 @@
-"""The project's own exceptions; `cli.py` turns them into one-line messages and exit codes."""
+"""The project's own exceptions; `planner.cli` turns them into one-line messages and exit codes."""
 
 
 class PlannerError(Exception):

@@ -83,7 +83,8 @@ def _vtrain_rows() -> list[dict]:
 def _vtrain_model(hidden: int, heads: int, layers: int, seq_len: int) -> Transformer:
     return build_transformer({"kind": "transformer", "name": f"vtrain-{hidden}x{layers}",
                               "layers": layers, "hidden": hidden, "heads": heads,
-                              "seq_len": seq_len, "vocab": VTRAIN_VOCAB}, "vtrain")
+                              "seq_len": seq_len, "vocab": VTRAIN_VOCAB, "dropout": 0.1},
+                             "vtrain")  # Megatron-LM's default hidden dropout
 
 
 def vtrain_errors(system: System, rows: list[dict]) -> np.ndarray:

@@ -64,7 +64,13 @@ def normalise(config: dict) -> dict:
                 "interleave": config["interleave"], "recompute": config["recompute"],
                 "sequence_parallel": config["sequence_parallel"], "zero": config["zero"],
                 "schedule": config.get("schedule", "1f1b"), "overlap": config.get("overlap", True),
-                "flash_attention": config.get("flash_attention", True)}
+                "flash_attention": config.get("flash_attention", True),
+                "etp": config.get("etp", config["tp"]),
+                "tp_overlap": config.get("tp_overlap", False),
+                "capacity_factor": config.get("capacity_factor", 1.0),
+                "first_stage_layers": config.get("first_stage_layers"),
+                "last_stage_layers": config.get("last_stage_layers"),
+                "offload_activations": config.get("offload_activations", False)}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],
@@ -156,6 +162,20 @@ def slurm(doc: dict, plan: dict, target: Target) -> str:
 
 # --- Megatron-LM ----------------------------------------------------------------------------------
 
+def pipeline_layout(layers: int, pp: int, v: int) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout for v chunks per stage when the layers do
+    not divide into pp x v: the pp v chunks in model order (chunk k on stage k mod pp), the
+    embedding on the first and the loss on the last, each holding floor(L / (pp v)) layers and
+    the L mod (pp v) left over one each on chunks 1, 2, ... (round-robin over the stages, so no
+    stage holds more than ceil(L / pp)); the cost model prices this layout."""
+    n = pp * v
+    base, left = divmod(layers, n)
+    sizes = [base + (1 <= k <= left) for k in range(n)]
+    chunks = ["t" * size for size in sizes]
+    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
+    return "|".join(chunks)
+
+
 def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
     """(first, last) stage sizes for Megatron's uneven pipeline (the middle stages equal), no
     stage over ceil(layers / pp), the bound the cost model prices; None when pp divides
@@ -204,6 +224,38 @@ def _megatron_zero(zero: int) -> list[str]:
             "--ckpt-format", "fsdp_dtensor"]
 
 
+def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
+    """torchtitan's first / last stage "less layers" for the plan's pinned stage sizes: it
+    counts the embedding and the output as that many layers and splits L + less_first +
+    less_last evenly (pipeline_parallel.py, generate_llm_fqn_per_model_part), so a middle
+    stage of M layers and a first stage of F take less_first = M - F."""
+    first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
+    pp, v = plan["pp"], plan["interleave"]
+    if not (first or last) and v > 1 and layers % (pp * v):
+        # uneven chunks: torchtitan gives every chunk `per` layers but the first and last,
+        # which count the embedding and the output as the layers they lack; priced as the
+        # planner's layout only when no stage then holds more than ceil(L / pp)
+        per = -(-layers // (pp * v))
+        lack = pp * v * per - layers
+        if v * per > -(-layers // pp) or lack > 2 * per:
+            raise SpecError(f"format: torchtitan cannot place {layers} layers in pp({pp}) x "
+                            f"interleave({v}) chunks as the plan does; use --format megatron")
+        return (lack + 1) // 2, lack // 2
+    if not (first or last):
+        return 0, 0
+    if plan["interleave"] > 1:
+        raise SpecError("format: torchtitan's interleaved schedules split the layers evenly; "
+                        "pinned first / last stage layers need --format megatron")
+    others = plan["pp"] - bool(first) - bool(last)
+    middle = (layers - (first or 0) - (last or 0)) // others if others else max(first, last)
+    less = (middle - first if first else 0, middle - last if last else 0)
+    if min(less) < 0:
+        raise SpecError(f"format: torchtitan can only give the first / last stage fewer layers "
+                        f"than the others ({middle}); this plan gives them {first} / {last}: "
+                        "use --format megatron")
+    return less
+
+
 def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     """The Megatron-LM arguments (pretrain_gpt.py) for the plan, as a list of tokens."""
     m = target.model
@@ -228,25 +280,39 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--untie-embeddings-and-output-weights"]
     if not m.bias:
         a += ["--disable-bias-linear"]
-    if m.experts > 1:
+    if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
         a += ["--num-experts", m.experts, "--moe-router-topk", m.top_k,
-              "--moe-ffn-hidden-size", m.ffn_hidden]
+              "--moe-ffn-hidden-size", m.ffn_hidden, "--moe-token-dispatcher-type", "alltoall"]
+        if plan.get("capacity_factor", 1.0) > 1:  # every expert padded to its capacity
+            a += ["--moe-expert-capacity-factor", plan["capacity_factor"],
+                  "--moe-pad-expert-input-to-capacity"]
     a += _megatron_precision(target.precision)
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size",
           plan["pp"]]
     if plan.get("cp", 1) > 1:  # the sequence must divide into 2 cp chunks (checked by the plan)
         a += ["--context-parallel-size", plan["cp"]]
-    if plan.get("ep", 1) > 1:  # experts' tensor parallelism stays tp (Megatron's default)
+    if plan.get("ep", 1) > 1:
         a += ["--expert-model-parallel-size", plan["ep"]]
-    if plan["interleave"] > 1:
+    if plan.get("etp", plan["tp"]) != plan["tp"]:  # Megatron's default is tp
+        a += ["--expert-tensor-parallel-size", plan["etp"]]
+    if plan["interleave"] > 1 and m.layers % (plan["pp"] * plan["interleave"]):
+        a += ["--pipeline-model-parallel-layout",
+              pipeline_layout(m.layers, plan["pp"], plan["interleave"])]
+    elif plan["interleave"] > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", plan["interleave"]]
-    elif plan["pp"] > 1:
+    first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
+    if first or last:  # pinned by the plan (checked against Megatron's rules there)
+        a += ["--decoder-first-pipeline-num-layers", first] if first else []
+        a += ["--decoder-last-pipeline-num-layers", last] if last else []
+    elif plan["interleave"] == 1 and plan["pp"] > 1:
         uneven = uneven_stages(m.layers, plan["pp"])
         if uneven:
             a += ["--decoder-first-pipeline-num-layers", uneven[0],
                   "--decoder-last-pipeline-num-layers", uneven[1]]
     if plan["sequence_parallel"] and plan["tp"] > 1:
         a += ["--sequence-parallel"]
+        if plan.get("tp_overlap"):  # Transformer Engine userbuffers; needs sequence parallel
+            a += ["--tp-comm-overlap"]
     if plan["recompute"] == "selective":
         a += ["--recompute-granularity", "selective"]
     elif plan["recompute"] == "full":
@@ -254,6 +320,10 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
               "--recompute-num-layers", 1]
     if not plan["flash_attention"]:
         a += ["--attention-backend", "unfused"]
+    if plan.get("offload_activations"):  # the inputs of every module that saves them
+        modules = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
+        modules += ["expert_fc1", "moe_act"] if m.experts > 1 else []
+        a += ["--fine-grained-activation-offloading", "--offload-modules", *modules]
     a += _megatron_zero(plan["zero"])
     if plan["overlap"] and plan["dp"] > 1:
         a += ["--overlap-grad-reduce"]
@@ -279,6 +349,12 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
+    for key, what in (("offload_activations", "activation offload"),
+                      ("first_stage_layers", "pinned first-stage layers"),
+                      ("last_stage_layers", "pinned last-stage layers")):
+        if plan.get(key):
+            raise SpecError(f"format: this ds_config has no {what} (DeepSpeed sets pipeline "
+                            f"partitions and offload in the model code); use --format megatron")
     if plan.get("ep", 1) > 1:
         raise SpecError(f"format: this ds_config has no MoE expert-parallel block (DeepSpeed "
                         f"sets ep in the model code); this plan has ep {plan['ep']}: use --format "
@@ -359,18 +435,33 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                    "pipeline_parallel_degree": plan["pp"],
                    "context_parallel_degree": plan.get("cp", 1),
                    "expert_parallel_degree": plan.get("ep", 1)}
+    if m.experts > 1:
+        # torchtitan runs the experts at etp = 1 or etp = tp only (job_config.py), 1 by default
+        etp = plan.get("etp", plan["tp"])
+        if etp not in (1, plan["tp"]):
+            raise SpecError(f"format: torchtitan runs experts at etp 1 or etp = tp; this plan "
+                            f"has etp {etp} with tp {plan['tp']}: use --format megatron")
+        parallelism["expert_tensor_parallel_degree"] = etp
+        if plan.get("capacity_factor", 1.0) > 1:
+            raise SpecError("format: torchtitan's MoE is dropless (no capacity factor); use "
+                            "--format megatron")
+    if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
+        raise SpecError("format: torchtitan has no activation offload; use --format megatron")
+    if plan.get("tp_overlap") and plan["tp"] > 1:  # AsyncTP works under torch.compile only
+        parallelism["enable_async_tensor_parallel"] = True
     if zero in (1, 2):
         parallelism["fsdp_reshard_after_forward"] = "never"
     elif zero == 3:
         parallelism["fsdp_reshard_after_forward"] = "always"
     if plan["pp"] > 1:
         parallelism["pipeline_parallel_microbatch_size"] = plan["micro_batch"]
-        parallelism["pipeline_parallel_first_stage_less_layers"] = 0
-        parallelism["pipeline_parallel_last_stage_less_layers"] = 0
+        less = _torchtitan_less_layers(m.layers, plan)
+        parallelism["pipeline_parallel_first_stage_less_layers"] = less[0]
+        parallelism["pipeline_parallel_last_stage_less_layers"] = less[1]
         if plan["interleave"] > 1:
             parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B"
             parallelism["pipeline_parallel_layers_per_stage"] = \
-                m.layers // (plan["pp"] * plan["interleave"])
+                -(-m.layers // (plan["pp"] * plan["interleave"]))
         else:
             parallelism["pipeline_parallel_schedule"] = (
                 "GPipe" if plan["schedule"] == "gpipe" else "1F1B")
@@ -381,6 +472,8 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                 ("activation_checkpoint", ac)]
     if target.precision == "fp8":
         sections.append(("quantize.linear.float8", {"filter_fqns": ["output"]}))
+    if parallelism.get("enable_async_tensor_parallel"):
+        sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     out = head
     for title, body in sections:
         out += ["", f"[{title}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]

@@ -75,13 +75,30 @@ class Plan:
     overlap: bool = True  # gradient communication overlaps the backward pass
     flash_attention: bool = True
     cp: int = 1  # context parallel: ranks sharing each sequence (Megatron-LM's CP)
-    ep: int = 1  # expert parallel: ranks sharing one MoE layer's experts, carved out of dp x cp
+    ep: int = 1  # expert parallel: ranks sharing one MoE layer's experts
+    etp: int | None = None  # expert tensor parallel: ranks sharing each expert (None: = tp)
+    tp_overlap: bool = False  # tp collectives pipelined with their GEMMs (--tp-comm-overlap)
+    capacity_factor: float = 1.0  # tokens of the busiest expert over the balanced mean
+    first_stage_layers: int | None = None  # layers on the first pipeline stage (None: even)
+    last_stage_layers: int | None = None  # layers on the last pipeline stage (None: even)
+    offload_activations: bool = False  # saved activations kept in host memory (Grace C2C)
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
                     "global_batch", "interleave", "cp", "ep"):
             _positive(key, getattr(self, key))
         set_ = object.__setattr__
+        if self.etp is None:  # Megatron-LM: --expert-tensor-parallel-size defaults to tp
+            set_(self, "etp", self.tp)
+        _positive("etp", self.etp)
+        for key in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, key) is not None:
+                _positive(key, getattr(self, key))
+        if (isinstance(self.capacity_factor, bool)
+                or not isinstance(self.capacity_factor, int | float)
+                or not 1 <= self.capacity_factor <= 64):
+            raise SpecError(f"capacity_factor: must be a number in [1, 64], got "
+                            f"{self.capacity_factor!r}")
         set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
         set_(self, "schedule", choice(Schedule, self.schedule, "schedule"))
         if self.collective is not None:
@@ -95,10 +112,13 @@ class Plan:
             raise SpecError(f"devices: tp({self.tp}){cp} x pp({self.pp}) x dp({self.dp}) = "
                             f"{split} != {self.devices} devices ({self.nodes} nodes x "
                             f"{self.devices_per_node})")
-        # Megatron-LM: the expert-parallel group lies within the data x context-parallel ranks
-        if (self.dp * self.cp) % self.ep:
-            raise SpecError(f"ep: {self.ep} does not divide dp({self.dp}) x cp({self.cp}) = "
-                            f"{self.dp * self.cp} (experts are split over data-parallel ranks)")
+        # Megatron-LM folds the expert grid (etp x ep x expert-dp) over the same ranks as the
+        # dense one (tp x cp x dp): parallel_state.py, world % (etp x ep x pp) == 0
+        dense, expert = self.tp * self.cp * self.dp, self.etp * self.ep
+        if dense % expert:
+            raise SpecError(f"ep: etp({self.etp}) x ep({self.ep}) = {expert} does not divide "
+                            f"tp({self.tp}) x cp({self.cp}) x dp({self.dp}) = {dense} (the "
+                            f"expert grid is folded over the same ranks)")
         # each replica runs whole micro-batches, `accumulation` of them per iteration
         per_step = self.dp * self.micro_batch
         if self.global_batch % per_step:
@@ -172,14 +192,18 @@ class Plan:
         """The `config` document: the same keys for every family (collective where chosen)."""
         out = {"nodes": self.nodes, "devices_per_node": self.devices_per_node,
                "devices": self.devices, "tp": self.tp, "cp": self.cp, "ep": self.ep,
-               "pp": self.pp,
+               "etp": self.etp, "pp": self.pp,
                "dp": self.dp,
                "micro_batch": self.micro_batch, "global_batch": self.global_batch,
                "gradient_accumulation": self.accumulation, "local_batch": self.local_batch,
                "interleave": self.interleave, "recompute": self.recompute.value,
                "sequence_parallel": self.sequence_parallel, "zero": self.zero,
                "schedule": self.schedule.value, "overlap": self.overlap,
-               "flash_attention": self.flash_attention}
+               "flash_attention": self.flash_attention, "tp_overlap": self.tp_overlap,
+               "capacity_factor": self.capacity_factor,
+               "first_stage_layers": self.first_stage_layers,
+               "last_stage_layers": self.last_stage_layers,
+               "offload_activations": self.offload_activations}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
@@ -196,13 +220,27 @@ def check_for_model(model, plan: Plan) -> None:
                             "parallel (use solve --strategy hybrid or pipeline for splits)")
         return
     check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave, cp=plan.cp,
-               ep=plan.ep)
+               ep=plan.ep, first=plan.first_stage_layers, last=plan.last_stage_layers)
+    if model.experts <= 1 and (plan.etp != plan.tp or plan.capacity_factor != 1):
+        key = "etp" if plan.etp != plan.tp else "capacity_factor"
+        raise SpecError(f"{key}: '{model.name}' is a dense model (no experts)")
+    # moe_layer.py refuses MoE with tensor parallelism but no sequence parallelism in training
+    if model.experts > 1 and plan.tp > 1 and not plan.sequence_parallel:
+        raise SpecError(f"sequence_parallel: Megatron-LM trains MoE layers with tp({plan.tp}) > "
+                        "1 only with sequence parallelism")
+    # Megatron-LM: Transformer Engine's tp communication overlap needs sequence parallelism
+    if plan.tp_overlap and plan.tp > 1 and not plan.sequence_parallel:
+        raise SpecError("tp_overlap: tensor-parallel communication overlap needs sequence "
+                        "parallelism (Megatron-LM)")
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,
                interleave: int | None = None, cp: int | None = None,
-               ep: int | None = None) -> None:
+               ep: int | None = None, first: int | None = None,
+               last: int | None = None) -> None:
     """Transformer pins that no plan can meet for this model (each rule with its source)."""
+    if first or last:
+        _check_uneven(m, pp, interleave, first, last)
     # each expert-parallel rank holds a whole number of experts
     if ep is not None and ep > 1 and m.experts % ep:
         what = f"the {m.experts} experts" if m.experts > 1 else "no experts (a dense model)"
@@ -218,11 +256,40 @@ def check_pins(m, tp: int | None = None, pp: int | None = None,
     # a pipeline stage holds at least one layer
     if pp is not None and pp > m.layers:
         raise SpecError(f"pp: {pp} stages for {m.layers} layers of '{m.name}'")
-    if interleave is not None and interleave > 1:
-        # each of the pp x interleave virtual stages holds the same whole number of layers
-        if m.layers % interleave or m.layers // interleave < 2:
-            raise SpecError(f"interleave: {interleave} virtual stages per device need layers "
-                            f"{m.layers} of '{m.name}' divisible by pp x {interleave} with pp > 1")
-        if pp is not None and m.layers % (pp * interleave):
-            raise SpecError(f"interleave: layers {m.layers} of '{m.name}' are not divisible by "
-                            f"pp({pp}) x interleave({interleave}) = {pp * interleave}")
+    if interleave is not None and interleave > 1 and not (first or last):
+        # the pp x interleave virtual stages hold the layers as evenly as they divide (Megatron
+        # -LM's --pipeline-model-parallel-layout places the rest): every chunk of the fullest
+        # stage holds a layer, and there are at least two stages
+        most = -(-m.layers // pp) if pp is not None else m.layers // 2
+        if (pp is not None and pp < 2) or interleave > most:
+            raise SpecError(f"interleave: {interleave} virtual stages per device need pp > 1 "
+                            f"and at most ceil(layers / pp) = {most} of them ({m.layers} layers "
+                            f"of '{m.name}'{f', pp {pp}' if pp is not None else ''})")
+
+
+def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
+                  last: int | None) -> None:
+    """Megatron-LM's rules for pinned first / last pipeline stages (TransformerConfig,
+    "Uneven PP"): the other stages split the rest evenly, each stage's layers divide by the
+    virtual stages, and there are middle layers exactly when there are middle stages."""
+    pinned = [x for x in (first, last) if x]
+    rest = m.layers - sum(pinned)
+    if rest < 0:
+        raise SpecError(f"first_stage_layers: the pinned stages hold {sum(pinned)} layers; "
+                        f"'{m.name}' has {m.layers}")
+    if pp is None:  # the search: only the structures that meet the rules below are offered
+        return
+    if pp < 1 + len(pinned) - (rest == 0):
+        raise SpecError(f"pp: pinning the first / last stage layers needs pp >= "
+                        f"{1 + len(pinned) - (rest == 0)} (got {pp})")
+    others = pp - len(pinned)
+    if bool(rest) != bool(others) or (others and rest % others):
+        raise SpecError(f"pp: the {rest} layers left of '{m.name}' ({m.layers} minus the pinned "
+                        f"first / last stages) do not split evenly over the {others} other "
+                        f"stages")
+    v = v or 1
+    for key, n in (("first_stage_layers", first), ("last_stage_layers", last),
+                   ("interleave", rest // others if others else 0)):
+        if n and n % v:
+            raise SpecError(f"{key}: {n} layers per stage do not divide into interleave({v}) "
+                            "virtual stages")

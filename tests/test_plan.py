@@ -74,8 +74,8 @@ def test_prediction_and_config_keys_are_the_same_for_every_family(run_json):
 @pytest.mark.parametrize(("args", "match"), [
     (("--tp", "5"), "tp: 5 does not divide heads 12"),             # gpt2: 12 heads
     (("--pp", "13"), "pp: 13 stages for 12 layers"),
-    (("--interleave", "5"), "interleave: 5 virtual stages"),
-    (("--pp", "4", "--interleave", "2"), "pp(4) x interleave(2) = 8"),
+    (("--interleave", "7"), "interleave: 7 virtual stages"),
+    (("--pp", "4", "--interleave", "4"), "at most ceil(layers / pp) = 3"),
 ])
 def test_a_pin_no_plan_of_the_model_can_meet_is_bad_input(run, args, match):
     for command in ("solve", "evaluate"):

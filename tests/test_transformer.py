@@ -275,8 +275,8 @@ def test_cli_contract(run, run_json):
         assert key in pred
     assert set(pred["memory_breakdown"]) == {"weights", "gradients", "optimizer", "activations"}
     assert set(pred["time_breakdown"]) == {"compute", "tp_comm", "cp_comm", "ep_comm",
-                                           "pp_bubble", "pp_comm", "dp_comm_exposed",
-                                           "optimizer"}
+                                           "offload", "pp_bubble", "pp_comm",
+                                           "dp_comm_exposed", "optimizer"}
     bad = [
         ("evaluate", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "5",
          "--global-batch", "64"),                                   # tp does not divide heads

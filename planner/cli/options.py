@@ -48,8 +48,10 @@ def spec_options(f=None, *, formats=FORMATS):
     return with_options(f, opts)
 
 
-TRANSFORMER_KEYS = ("tp", "cp", "ep", "pp", "dp", "micro_batch", "interleave", "recompute",
-                    "sequence_parallel", "zero", "schedule", "flash_attention", "seq_len")
+TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
+                    "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
+                    "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
+                    "offload_activations", "seq_len")
 
 
 def transformer_options(f):
@@ -62,7 +64,11 @@ def transformer_options(f):
                           "ring attention); solve tries 2-16 for sequences of 8k and more."),
         click.option("--ep", type=DecimalInt(1, 2**20),
                      help="Expert-parallel degree (MoE models): ranks sharing each MoE layer's "
-                          "experts, within dp x cp; tokens reach them by all-to-all."),
+                          "experts; tokens reach them by all-to-all."),
+        click.option("--etp", type=DecimalInt(1, 2**20),
+                     help="Expert tensor-parallel degree (MoE models): ranks sharing each "
+                          "expert's matrices [default: tp, as Megatron-LM; solve tries tp and "
+                          "1]. etp x ep must divide tp x cp x dp."),
         click.option("--pp", type=DecimalInt(1, 2**20), help="Pipeline stages."),
         click.option("--dp", type=DecimalInt(1, 2**23), help="Data-parallel replicas."),
         click.option("--micro-batch", "micro_batch", type=DecimalInt(1, 2**30),
@@ -78,6 +84,23 @@ def transformer_options(f):
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,
                      show_default=True, help="Attention scores stay on chip (FlashAttention)."),
+        click.option("--tp-overlap/--no-tp-overlap", "tp_overlap", default=None,
+                     help="Pipeline the tensor-parallel collectives with their GEMMs "
+                          "(Megatron-LM --tp-comm-overlap, torchtitan AsyncTP); needs sequence "
+                          "parallelism [default: off]."),
+        click.option("--capacity-factor", "capacity_factor", type=FiniteFloat(1, 64),
+                     help="MoE: tokens of the busiest expert over the balanced mean (Megatron "
+                          "--moe-expert-capacity-factor with padding) [default: 1, balanced]."),
+        click.option("--first-stage-layers", "first_stage_layers", type=DecimalInt(1, 100_000),
+                     help="Layers on the first pipeline stage, the rest split evenly "
+                          "(Megatron-LM --decoder-first-pipeline-num-layers)."),
+        click.option("--last-stage-layers", "last_stage_layers", type=DecimalInt(1, 100_000),
+                     help="Layers on the last pipeline stage (--decoder-last-pipeline-num-"
+                          "layers)."),
+        click.option("--offload-activations/--no-offload-activations", "offload_activations",
+                     default=None,
+                     help="Keep saved activations in host memory, copied over the system's "
+                          "host link (Grace NVLink-C2C on GB200 / GB300) [default: off]."),
         click.option("--seq-len", "seq_len", type=DecimalInt(1, 10_000_000),
                      help="Train at this sequence length [default: the model's seq_len]."),
     ]

@@ -25,7 +25,7 @@ from planner.spec.transformer import Transformer
 __all__ = ["OUTPUTS", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
            "hardware_flops_per_sequence", "iteration"]
 
-_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep")  # expr.transformer.PLAN_SYMBOLS order
+_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp")  # PLAN_SYMBOLS order
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 
 
@@ -46,6 +46,7 @@ class Hardware:
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
+    host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
 
     @property
     def scale_up(self) -> int:
@@ -71,34 +72,46 @@ class Hardware:
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             gemm_only=precision.gemm_only,
             domain=system.devices_per_scale_up_domain,
+            host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
+                     if system.host_link else 0.0),
         )
 
 
-def _choice(rec, sp, zero, gpipe, overlap: bool, flash: bool) -> Choices:
-    return Choices(RECOMPUTE[int(rec)], bool(sp), int(zero), SCHEDULES[int(gpipe)], overlap,
-                   flash)
+# the choices every row of one call shares (scalars in cfg), with their defaults
+_SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
+           "first_layers": 0, "last_layers": 0, "offload": False}
+
+
+def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
+    return Choices(RECOMPUTE[int(rec)], bool(sp), int(zero), SCHEDULES[int(gpipe)],
+                   bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
+                   float(shared["capacity"]), int(shared["first_layers"]),
+                   int(shared["last_layers"]), bool(shared["offload"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     """Time and memory of one iteration for arrays of configurations: name -> array of the
     configurations' broadcast shape (names in `OUTPUTS`).
 
-    cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), recompute (0/1/2),
-    sp (0/1), zero, gpipe (0/1), overlap (bool), flash (bool)."""
-    nums = [np.asarray(cfg.get(k, 1), dtype=float) for k in _NUMERIC]  # cp, ep default to 1
+    cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
+    recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
+    (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
+    offload (bool)."""
+    # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
+    nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
-    overlap, flash = bool(cfg.get("overlap", True)), bool(cfg.get("flash", True))
+    shared = {k: cfg.get(k, default) for k, default in _SHARED.items()}
     shape = np.broadcast_shapes(*(x.shape for x in nums), cats[0].shape)
     num_shape = (1,) * len(shape) + np.broadcast_shapes(*(x.shape for x in nums))
     cat_shape = (1,) * len(shape) + cats[0].shape
     num_shape, cat_shape = num_shape[-len(shape):], cat_shape[-len(shape):]
     if len(shape) and any(a > 1 and c > 1 for a, c in zip(num_shape, cat_shape, strict=True)):
         # choices vary along the same axes as the plan: price each choice on its own rows
-        return _grouped(m, hw, nums, cats, overlap, flash, shape)
+        return _grouped(m, hw, nums, cats, shared, shape)
 
     # each cell of the choice grid prices every plan: one program for all the cells' choices
     cells = list(np.ndindex(cats[0].shape)) or [()]
-    choices = [_choice(*(c[i] for c in cats), overlap, flash) for i in cells]
+    choices = [_choice(*(c[i] for c in cats), shared) for i in cells]
     unique = tuple(dict.fromkeys(choices))
     values = program(m, hw, unique)(*nums)
     out = {k: np.empty(shape) for k in OUTPUTS}
@@ -113,7 +126,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     return out
 
 
-def _grouped(m, hw, nums, cats, overlap, flash, shape) -> dict:
+def _grouped(m, hw, nums, cats, shared, shape) -> dict:
     nums = [np.broadcast_to(x, shape).ravel() for x in nums]
     cats = [np.broadcast_to(c, shape).ravel() for c in cats]
     combos, inverse = np.unique(np.column_stack(cats), axis=0, return_inverse=True)
@@ -121,7 +134,7 @@ def _grouped(m, hw, nums, cats, overlap, flash, shape) -> dict:
     out = {k: np.empty(inverse.size) for k in OUTPUTS}
     for j, combo in enumerate(combos):
         rows = np.flatnonzero(inverse == j)
-        values = program(m, hw, (_choice(*combo, overlap, flash),))(*(x[rows] for x in nums))
+        values = program(m, hw, (_choice(*combo, shared),))(*(x[rows] for x in nums))
         for k in OUTPUTS:
             out[k][rows] = values[(0, k)]
     return {k: v.reshape(shape) for k, v in out.items()}

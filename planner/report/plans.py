@@ -12,7 +12,8 @@ def evaluation_doc(plan, pred) -> dict:
 
 def _split(plan) -> str:
     return (f"{plan.tp}x" + (f"cp{plan.cp}x" if plan.cp > 1 else "")
-            + (f"ep{plan.ep}x" if plan.ep > 1 else "") + f"{plan.pp}"
+            + (f"ep{plan.ep}x" if plan.ep > 1 else "")
+            + (f"etp{plan.etp}x" if plan.etp != plan.tp else "") + f"{plan.pp}"
             + (f"(v{plan.interleave})" if plan.interleave > 1 else "") + f"x{plan.dp}")
 
 
@@ -21,10 +22,15 @@ def plan_text(plan) -> str:
     if plan.collective is not None:  # data parallel, the collective chosen
         return (f"{where}, global batch {plan.global_batch} (local {plan.local_batch}), "
                 f"{plan.collective.value}, overlap {'on' if plan.overlap else 'off'}")
+    stages = ", ".join(f"{which} stage {n} layers" for which, n in (
+        ("first", plan.first_stage_layers), ("last", plan.last_stage_layers)) if n)
+    experts = (f" (experts: ep {plan.ep} x etp {plan.etp} folded over tp x cp x dp)"
+               if plan.ep > 1 or plan.etp != plan.tp else "")
     return (f"{where}: tp {plan.tp}" + (f" x cp {plan.cp}" if plan.cp > 1 else "")
             + f" x pp {plan.pp}"
             + (f" (x{plan.interleave} interleaved)" if plan.interleave > 1 else "")
-            + f" x dp {plan.dp}" + (f" (ep {plan.ep} within dp x cp)" if plan.ep > 1 else "")
+            + (f" ({stages})" if stages else "")
+            + f" x dp {plan.dp}" + experts
             + f"; micro-batch {plan.micro_batch} x {plan.accumulation} "
             f"accumulation, global batch {plan.global_batch}")
 
@@ -36,13 +42,20 @@ def config_text(plan) -> str:
 
 def evaluation_text(plan, pred) -> str:
     mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred.memory_breakdown.items())
-    times = ", ".join(f"{k} {si(v, 's')}" for k, v in pred.time_breakdown.items())
+    # the parts only some plans have (cp, ep, offload) are left out of the text where 0
+    times = ", ".join(f"{k} {si(v, 's')}" for k, v in pred.time_breakdown.items()
+                      if v or k not in ("cp_comm", "ep_comm", "offload"))
     pairs = [("plan" if plan.collective is None else "config", plan_text(plan))]
     if plan.collective is None:
         pairs.append(("options", f"recompute {plan.recompute.value}, sequence parallel "
                                  f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}, "
                                  f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
-                                 f"flash attention {'on' if plan.flash_attention else 'off'}"))
+                                 f"flash attention {'on' if plan.flash_attention else 'off'}"
+                                 + (", tp overlap on" if plan.tp_overlap else "")
+                                 + (f", capacity factor {plan.capacity_factor:g}"
+                                    if plan.capacity_factor != 1 else "")
+                                 + (", activation offload on" if plan.offload_activations
+                                    else "")))
     pairs.append(("iteration time", f"{si(pred.iteration_time_s, 's')} ({times})"))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
     if pred.tokens_per_s is not None:

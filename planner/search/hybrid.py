@@ -50,16 +50,30 @@ def _cfg(plan: Plan) -> dict:
     one = lambda x: np.array([x])  # noqa: E731
     return {"t": one(plan.tp), "p": one(plan.pp), "d": one(plan.dp), "mb": one(plan.micro_batch),
             "acc": one(plan.accumulation), "v": one(plan.interleave), "cp": one(plan.cp),
-            "ep": one(plan.ep),
+            "ep": one(plan.ep), "etp": one(plan.etp),
             "recompute": one(plan.recompute.code), "sp": one(plan.sequence_parallel),
             "zero": one(plan.zero), "gpipe": one(plan.schedule is Schedule.gpipe),
-            "overlap": plan.overlap, "flash": plan.flash_attention}
+            **_shared(plan)}
+
+
+def _shared(x) -> dict:
+    """The cost model's choices shared by every row, from a Plan or a Search."""
+    return {"overlap": x.overlap, "flash": x.flash_attention, "tp_overlap": x.tp_overlap,
+            "capacity": x.capacity_factor, "first_layers": x.first_stage_layers or 0,
+            "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations}
+
+
+def _check_offload(system: System, offload: bool) -> None:
+    if offload and system.host_link is None:
+        raise SpecError(f"offload_activations: '{system.name}' has no host link to offload "
+                        f"over (a system's host_offload, as on gb200-nvl72)")
 
 
 def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
             memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Prediction:
     """The prediction of one plan (times in s, memory in bytes)."""
     check_for_model(m, plan)
+    _check_offload(system, plan.offload_activations)
     g = system.devices_per_node
     if plan.devices_per_node != min(g, plan.devices):
         raise SpecError(f"devices_per_node: a transformer plan fills nodes of {g} devices "
@@ -80,9 +94,9 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         exposed_communication_time_s=(r["tp_comm"] + r["cp_comm"] + r["ep_comm"] + r["pp_comm"]
                                       + r["dp_comm_exposed"]),
         optimizer_time_s=r["optimizer"],
-        time_breakdown={k: r[k] for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble",
-                                          "pp_comm",
-                                          "dp_comm_exposed", "optimizer")},
+        time_breakdown={k: r[k] for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "offload",
+                                          "pp_bubble", "pp_comm", "dp_comm_exposed",
+                                          "optimizer")},
         memory_bytes_per_device=r["memory"],
         memory_breakdown={"weights": r["weights"], "gradients": r["gradients"],
                           "optimizer": r["optimizer_state"], "activations": r["activations"]},
@@ -115,6 +129,7 @@ class Search:
     tp: int | None = None
     cp: int | None = None
     ep: int | None = None
+    etp: int | None = None
     pp: int | None = None
     dp: int | None = None
     micro_batch: int | None = None
@@ -125,6 +140,11 @@ class Search:
     schedule: str | None = None
     overlap: bool = True
     flash_attention: bool = True
+    tp_overlap: bool = False
+    capacity_factor: float = 1.0
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    offload_activations: bool = False
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
@@ -171,36 +191,66 @@ def _eps(m: Transformer, q: Search) -> list[int]:
     return [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if m.experts % e == 0]
 
 
+def _etp_modes(m: Transformer, q: Search) -> list[int]:
+    """Expert tensor parallelism the search offers, as codes: 0 for etp = tp (Megatron-LM's
+    default), 1 for etp = 1 (experts whole on each rank, the usual choice for fine-grained
+    experts); a pin is its value (negative codes are pins). Dense models: etp = tp."""
+    if q.etp is not None:
+        return [-q.etp]
+    return [0, 1] if m.experts > 1 else [0]
+
+
+def _stage_ok(m: Transformer, q: Search, p: int, v: int) -> bool:
+    """Whether p stages of v chunks can hold the layers: an even split (Megatron-LM), or the
+    pinned first / last stages and an even split of the rest."""
+    if not (q.first_stage_layers or q.last_stage_layers):
+        # unpinned, the search offers even chunks; a pinned v may leave them uneven
+        return v == 1 or m.layers % (p * v) == 0 or (q.interleave == v
+                                                     and v <= -(-m.layers // p))
+    try:
+        check_pins(m, pp=p, interleave=v, first=q.first_stage_layers, last=q.last_stage_layers)
+    except SpecError:
+        return False
+    return True
+
+
 def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
-    """(t, p, v, d, mb, cp, ep) rows at global batch B that satisfy divisibility, the pins and
-    the device budget, in lexicographic order of (t, p, d, cp, mb, ep, v). Built as one numpy
-    grid of the (t, p, v) and (d, mb) combinations and the cp and ep degrees, then masked."""
+    """(t, p, v, d, mb, cp, ep, etp) rows at global batch B that satisfy divisibility, the
+    pins and the device budget, in lexicographic order of (t, p, d, cp, mb, ep, etp, v). Built
+    as one numpy grid of the (t, p, v) and (d, mb) combinations and the cp, ep and etp
+    degrees, then masked."""
     cap = q.devices or q.devices_max or 1 << 20
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
+    if m.experts > 1 and q.sequence_parallel is False:  # MoE with tp needs sp (Megatron-LM)
+        ts = [t for t in ts if t == 1]
+    uneven = bool(q.first_stage_layers or q.last_stage_layers)
     tpv = []
     for t, p in itertools.product(ts, range(1, m.layers + 1)):
-        if q.pp not in (None, p) or t * p > cap:
+        if q.pp not in (None, p) or t * p > cap or (uneven and not _stage_ok(m, q, p, 1)):
             continue
-        vs = [1] + [v for v in _divisors(m.layers // p) if v > 1 and m.layers % (p * v) == 0
-                    and p > 1] if m.layers % p == 0 else [1]
+        vs = [1] + [v for v in range(2, m.layers // p + 1) if p > 1 and _stage_ok(m, q, p, v)]
         tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
     pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
              for mb in _divisors(B // d) if q.micro_batch in (None, mb)]
     if not tpv or not pairs:
-        return np.empty((0, 7), dtype=np.int64)
+        return np.empty((0, 8), dtype=np.int64)
     tpv_a, pairs_a = np.array(tpv, dtype=np.int64), np.array(pairs, dtype=np.int64)
-    i, j, cp, ep = (a.ravel() for a in np.meshgrid(
+    i, j, cp, ep, mode = (a.ravel() for a in np.meshgrid(
         np.arange(len(tpv_a)), np.arange(len(pairs_a)), np.array(_cps(m, q), dtype=np.int64),
-        np.array(_eps(m, q), dtype=np.int64), indexing="ij"))
+        np.array(_eps(m, q), dtype=np.int64), np.array(_etp_modes(m, q), dtype=np.int64),
+        indexing="ij"))
     (t, p, v), (d, mb) = tpv_a[i].T, pairs_a[j].T
+    etp = np.where(mode == 0, t, np.where(mode == 1, 1, -mode))
     n = t * p * d * cp
-    ok = (n <= cap) & ((n <= g) | (n % g == 0)) & ((d * cp) % ep == 0)
+    # the expert grid etp x ep folds over the tp x cp x dp ranks (Megatron-LM)
+    ok = (n <= cap) & ((n <= g) | (n % g == 0)) & ((t * d * cp) % (ep * etp) == 0)
+    ok &= (mode != 1) | (t > 1)  # etp = 1 at t = 1 is the default row already
     if q.devices is not None:
         ok &= n == q.devices
     # interleaving needs a multiple of p micro-batches (Megatron-LM)
     ok &= (v == 1) | ((B // (d * mb)) % p == 0)
-    rows = np.column_stack([t, p, v, d, mb, cp, ep])[ok]
-    return rows[np.lexsort(rows[:, [2, 6, 4, 5, 3, 1, 0]].T)]
+    rows = np.column_stack([t, p, v, d, mb, cp, ep, etp])[ok]
+    return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
 
 
 def _choices(q: Search) -> list[tuple[int, int, int, int]]:
@@ -231,7 +281,12 @@ class HybridSolver:
         core.check_knee_tolerance(q.knee_tolerance)
         check_training(q.training, objective, q.pareto)
         # pins no plan of this model can meet are bad input, not infeasibility
-        check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep)
+        check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep,
+                   first=q.first_stage_layers, last=q.last_stage_layers)
+        _check_offload(system, q.offload_activations)
+        if m.experts <= 1 and (q.etp is not None or q.capacity_factor != 1):
+            raise SpecError(f"{'etp' if q.etp is not None else 'capacity_factor'}: "
+                            f"'{m.name}' is a dense model (no experts)")
         for key, value, cls in (("recompute", q.recompute, Recompute),
                                 ("schedule", q.schedule, Schedule)):
             if value is not None and value not in {c.value for c in cls}:
@@ -254,8 +309,8 @@ class HybridSolver:
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The plans that fit in memory: (rows R x 12: t, p, v, d, mb, B, recompute, sp, zero,
-        gpipe, cp, ep; iteration time per row; plans priced). Priced one global batch at a time, with
+        """The plans that fit in memory: (rows R x 13: t, p, v, d, mb, B, recompute, sp, zero,
+        gpipe, cp, ep, etp; iteration time per row; plans priced). Priced one global batch at a time, with
         the structural terms computed once per structure and broadcast over the choices;
         memory is the one constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(_choices(self.q), dtype=np.int64)
@@ -271,11 +326,11 @@ class HybridSolver:
                                 "--pp, narrow the batch range or lower --devices-max")
             if len(st) == 0:
                 continue
-            t, p, v, d, mb, cp, ep = (col[:, None] for col in st.T)
-            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep,
+            t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
+            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
                    "acc": B // (d * mb),
                    "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
-                   "overlap": self.q.overlap, "flash": self.q.flash_attention}
+                   **_shared(self.q)}
             r = iteration(self.m, self.hw, cfg)
             shape = (len(st), len(ch))
             time_s, mem = (np.broadcast_to(r[k], shape) for k in ("time", "memory"))
@@ -294,7 +349,8 @@ class HybridSolver:
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
-        pins = [k for k in ("devices", "tp", "cp", "ep", "pp", "dp", "micro_batch", "interleave")
+        pins = [k for k in ("devices", "tp", "cp", "ep", "etp", "pp", "dp", "micro_batch",
+                            "interleave")
                 if getattr(self.q, k) is not None]
         batch = (f"global_batch = {self.q.global_batch}" if self.q.global_batch else
                  f"the global batches {', '.join(map(str, self.batches))}")
@@ -351,7 +407,7 @@ class HybridSolver:
                                    train[1] <= tr.budget_usd))
         group = None
         if q.top:  # runners-up differ in the split (tp, pp, dp) or the batch
-            group = np.unique(rows[:, [0, 1, 3, 5, 10, 11]], axis=0,
+            group = np.unique(rows[:, [0, 1, 3, 5, 10, 11, 12]], axis=0,
                               return_inverse=True)[1].ravel()
         nodes = np.maximum(1, devices // self.hw.g)
         return core.Table(obj, other, devices, nodes, gates, group), rows, time_s, train, priced
@@ -399,8 +455,14 @@ class HybridSolver:
         return front
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep = (int(x) for x in row)
+        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp = (int(x) for x in row)
+        q = self.q
         return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
-                          recompute=RECOMPUTE[rec], sequence_parallel=bool(sp and t > 1),
-                          zero=zero, schedule=SCHEDULES[gpipe], overlap=self.q.overlap,
-                          flash_attention=self.q.flash_attention)
+                          etp=etp, recompute=RECOMPUTE[rec],
+                          sequence_parallel=bool(sp and t > 1), zero=zero,
+                          schedule=SCHEDULES[gpipe], overlap=q.overlap,
+                          flash_attention=q.flash_attention, tp_overlap=q.tp_overlap,
+                          capacity_factor=q.capacity_factor,
+                          first_stage_layers=q.first_stage_layers,
+                          last_stage_layers=q.last_stage_layers,
+                          offload_activations=q.offload_activations)

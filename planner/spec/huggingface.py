@@ -190,7 +190,7 @@ def gpt2(c: _Config) -> dict:
             "vocab": c.need("vocab_size"), "seq_len": c.get("n_positions", 1024),
             "ffn_hidden": c.get("n_inner", 4 * hidden if isinstance(hidden, int) else 1),
             "ffn_kind": "gelu", "tied_embeddings": True, "bias": True, "norm": "layernorm",
-            "position_embedding": "learned"}
+            "position_embedding": "learned", "dropout": c.get("resid_pdrop", 0.1)}
 
 
 def gpt_neox(c: _Config) -> dict:
@@ -200,7 +200,8 @@ def gpt_neox(c: _Config) -> dict:
             "seq_len": c.get("max_position_embeddings", 2048),
             "tied_embeddings": c.get("tie_word_embeddings", False), "bias": True,
             "qkv_bias": c.get("attention_bias", True), "out_bias": c.get("attention_bias", True),
-            "norm": "layernorm", "position_embedding": "rotary"}
+            "norm": "layernorm", "position_embedding": "rotary",
+            "dropout": c.get("hidden_dropout", 0.0)}
 
 
 def nemotron_h(c: _Config) -> dict:

@@ -115,6 +115,9 @@ class TransformerFile(Spec):
     max_positions: Size | None = None  # learned position table (default seq_len)
     token_types: int = Field(default=0, ge=0, le=1_000_000)  # BERT segment embeddings
     pooler: bool = False  # BERT's h x h pooler on the first token
+    # hidden dropout probability after attention and after the FFN (Megatron-LM's default
+    # 0.1 for GPT and BERT; 0 for Llama-lineage models): > 0 stores a 1-byte mask per value
+    dropout: float = Field(default=0.0, ge=0, lt=1)
     moe: MoE | None = None
     first_dense_layers: int = Field(default=0, ge=0, le=100_000)
     mla: MLA | None = None
@@ -205,6 +208,7 @@ class Transformer:
     max_positions: int = 0
     token_types: int = 0
     pooler: bool = False
+    dropout: float = 0.0
     experts: int = 1
     top_k: int = 1
     # --- today's architectures (defaults: the layer above) ---
@@ -530,7 +534,8 @@ def build_transformer(data: dict, where: str) -> Transformer:
         tied_embeddings=spec.tied_embeddings, bias=spec.bias, norm=spec.norm,
         position_embedding=spec.position_embedding,
         max_positions=spec.max_positions or spec.seq_len, token_types=spec.token_types,
-        pooler=spec.pooler, experts=moe.experts if moe else 1, top_k=moe.top_k if moe else 1,
+        pooler=spec.pooler, dropout=spec.dropout, experts=moe.experts if moe else 1,
+        top_k=moe.top_k if moe else 1,
         attn_head_dim=spec.head_dim or 0, qk_norm=spec.qk_norm, qkv_bias=spec.qkv_bias,
         out_bias=spec.out_bias, mlp_bias=spec.mlp_bias, post_norms=spec.post_norms,
         shared_experts=moe.shared_experts if moe else 0,

@@ -3,9 +3,10 @@ models, systems, precisions, splits and every categorical choice.
 
 The file pins the numbers of the cost model as it was when the transformer physics moved from
 hand-written numpy to SymPy expressions (issue: one symbolic cost engine), regenerated when the
-physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only and the A100 fit;
-`test_transformer_grid` holds the engine to them at 1e-9 relative. Regenerate only when the
-physics changes on purpose:
+physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only and the A100 fit,
+and when MoE layers got expert tensor parallelism and their own collectives (the MoE cases draw
+ep, etp and cp too); `test_transformer_grid` holds the engine to them at 1e-9 relative.
+Regenerate only when the physics changes on purpose:
 
     python tests/data/make_transformer_grid.py
 """
@@ -30,10 +31,11 @@ CASES = [  # (model, system, precision)
     ("bert-large", "dgx-a100-40gb", "fp32"),
     ("gpt2", "k80-fdr", "fp32"),
     ("llama3-8b+moe", "dgx-a100-80gb", "bf16"),
+    ("mixtral-8x7b", "dgx-h100", "bf16"),
 ]
 ROWS = 250  # per case and (overlap, flash)
-KEYS = ("time", "compute", "tp_comm", "pp_bubble", "pp_comm", "dp_comm_exposed", "optimizer",
-        "memory", "weights", "gradients", "optimizer_state", "activations")
+KEYS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_comm",
+        "dp_comm_exposed", "optimizer", "memory", "weights", "gradients", "optimizer_state", "activations")
 
 
 def model(name: str):
@@ -42,13 +44,17 @@ def model(name: str):
     return load_model(name)
 
 
-def grid(rng: np.random.Generator) -> dict:
+def grid(rng: np.random.Generator, moe: bool) -> dict:
     pick = lambda values: rng.choice(np.array(values), ROWS)  # noqa: E731
-    return {"t": pick([1, 2, 4, 8, 16]), "p": pick([1, 2, 3, 4, 8, 16]),
+    out = {"t": pick([1, 2, 4, 8, 16]), "p": pick([1, 2, 3, 4, 8, 16]),
             "d": pick([1, 2, 3, 8, 64, 512]), "mb": pick([1, 2, 4, 8]),
             "acc": pick([1, 2, 8, 32, 96]), "v": pick([1, 2, 3, 4]),
             "recompute": pick([0, 1, 2]), "sp": pick([0, 1]), "zero": pick([0, 1, 2, 3]),
             "gpipe": pick([0, 1])}
+    if moe:
+        out |= {"ep": pick([1, 2, 4, 8]), "cp": pick([1, 2])}
+        out["etp"] = np.where(pick([0, 1]) == 1, 1, out["t"])
+    return out
 
 
 def main() -> None:
@@ -59,7 +65,7 @@ def main() -> None:
         hw = Hardware.of(system, Precision(precision))
         for overlap in (True, False):
             for flash in (True, False):
-                cfg = grid(rng)
+                cfg = grid(rng, m.experts > 1)
                 r = iteration(m, hw, {**cfg, "overlap": overlap, "flash": flash})
                 out.append({"model": name, "system": system_name, "precision": precision,
                             "overlap": overlap, "flash": flash,

@@ -1,0 +1,308 @@
+"""One transformer layer's costs as SymPy expressions: its matmuls by roofline, its elementwise
+kernels, its tensor- and expert-parallel collectives and its stored activations, per micro-batch
+on one device, for each categorical choice of `Choices`. `planner.expr.transformer` assembles
+them into the iteration (stages, pipeline, data parallelism, memory); the physics of each term
+is in its docstring and in that module's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from planner.expr.collectives import ring_allreduce
+from planner.expr.roofline import bound
+from planner.expr.symbols import b, c_p, e_p, e_t, t
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe")
+# backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
+# input and the incoming gradient and writes one gradient (3 tensors where forward moves 2)
+ELEMENTWISE_BACKWARD = 1.5
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The categorical choices of a plan: each combination has its own expressions."""
+
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
+    schedule: str = "1f1b"
+    overlap: bool = True
+    flash_attention: bool = True
+    # tensor-parallel all-gathers / reduce-scatters pipelined with their GEMMs in chunks
+    # (Megatron-LM --tp-comm-overlap, Transformer Engine userbuffers; torchtitan AsyncTP)
+    tp_overlap: bool = False
+    # tokens the busiest expert receives over the balanced mean: Megatron-LM's
+    # --moe-expert-capacity-factor with padding, or a measured routing imbalance (1: balanced,
+    # as published MoE benchmarks force it)
+    capacity: float = 1.0
+    # layers on the first / last pipeline stage, the rest split evenly over the others
+    # (Megatron-LM --decoder-first/last-pipeline-num-layers); 0: an even split
+    first_layers: int = 0
+    last_layers: int = 0
+    # each layer's saved activations copied to host memory in the forward and back before
+    # its backward, overlapped with the neighbouring layers' compute (Megatron-LM
+    # --cpu-offloading; NVIDIA's GB200 recipes over NVLink-C2C)
+    offload: bool = False
+
+    @property
+    def uneven(self) -> bool:
+        return bool(self.first_layers or self.last_layers)
+
+
+def _max(*args):
+    # evaluate=False: SymPy would otherwise try to order the arguments (slow, and pointless
+    # for expressions that are compared numerically)
+    return sp.Max(*args, evaluate=False)
+
+
+def _if(cond, then, otherwise):
+    return sp.Piecewise((then, cond), (otherwise, True))
+
+
+def ring(ranks, size, bw, lat):
+    """Ring allreduce of `size` bytes over `ranks` at bandwidth `bw` and latency `lat`: the one
+    formula of `planner.expr.collectives` (exactly 0 on one rank)."""
+    return ring_allreduce(ranks, size, lat, bw)
+
+class LayerCosts:
+    """The per-layer expressions of one (model, hardware rates, choices)."""
+
+    def __init__(self, model, hw, choices: Choices, cp: sp.Expr = c_p, ep: sp.Expr = e_p,
+                 etp: sp.Expr = e_t):
+        """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
+        symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
+        self.model, self.hw, self.choices = model, hw, choices
+        self.cp, self.ep, self.etp = (sp.Integer(x) if isinstance(x, int) else x
+                                      for x in (cp, ep, etp))
+        # tokens of one micro-batch on one device: context parallelism splits the sequence
+        self.tokens = b * model.seq_len / self.cp
+        self.capacity = (sp.Integer(1) if choices.capacity == 1
+                         else sp.Float(choices.capacity))
+        self.tp_ring = self._tp_ring()
+
+    def _tp_ring(self) -> sp.Expr:
+        """One ring allreduce of a micro-batch's b s h activations over the t ranks (an
+        all-gather plus a reduce-scatter of the same volume with sequence parallelism): on the
+        scale-up link while t <= u; a group larger than the domain holds all g devices of each
+        of its nodes, and nothing else leaves the node during its collective: NCCL runs one
+        ring channel per NIC, so the node's whole NIC bandwidth serves it, the NVLink hops
+        being the other bound. A collective is a kernel too (exactly 0 on one rank)."""
+        hw = self.hw
+        size = self.tokens * self.model.hidden * hw.value_bytes
+        ring_t = _if(t <= hw.scale_up, ring(t, size, hw.intra_bw, hw.intra_lat),
+                     ring(t, size, min(hw.nic_bw, hw.intra_bw), hw.inter_lat))
+        return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
+
+    def _tp_comm(self, blocks) -> sp.Expr:
+        """Tensor-parallel communication of one layer, every pass: one allreduce-equivalent per
+        block (the mixer, a dense or shared-expert FFN) forward and one backward, a second
+        forward when the forward is recomputed (Megatron-LM: 4 per layer, 6 recomputed;
+        Narayanan et al. SC21 sec. 3.2). With `tp_overlap` each is cut into t chunks pipelined
+        with the block's GEMMs (forward time `gemm`, backward twice that): the first chunk
+        shows, the rest only where it outlasts the GEMM (Wang et al. 2023, "Overlap
+        communication with dependent computation via decomposition", sec. 4)."""
+        ring_t, full = self.tp_ring, self.choices.recompute == "full"
+        total = sp.Integer(0)
+        for gemm in blocks:
+            if self.choices.tp_overlap:
+                fwd = ring_t / t + _max(0, ring_t * (t - 1) / t - gemm)
+                bwd = ring_t / t + _max(0, ring_t * (t - 1) / t - 2 * gemm)
+            else:
+                fwd = bwd = ring_t
+            total += (2 if full else 1) * fwd + bwd
+        return total
+
+    def _moe_comm(self) -> sp.Expr:
+        """Expert-parallel communication of one MoE layer, every pass. Megatron-LM's all-to-all
+        dispatcher (moe/token_dispatcher.py): each rank sends its sequence-parallel share of
+        the routed tokens (b s top_k h / t) to the experts' ranks and gets them back, an
+        all-to-all each way over e_p ranks, then all-gathers them over the e_t ranks sharing
+        each expert (and reduce-scatters before the combine), forward and backward, again
+        for a recomputed forward; not overlapped. Megatron folds the expert grid over the
+        same ranks as the dense one, e_t fastest then e_p (parallel_state.py, order
+        "tp-ep-dp-pp"): the group is inside the scale-up domain while e_t e_p <= u, else the
+        share of each rank's peers on other domains goes over the node's NICs."""
+        md, hw, ep, et = self.model, self.hw, self.ep, self.etp
+        u, g = hw.scale_up, hw.g
+        routed = self.tokens * md.top_k * md.hidden * hw.value_bytes * self.capacity / t
+        inside = hw.intra_lat + routed * (ep - 1) / ep / hw.intra_bw
+        leaves = 1 - _max(u / et, 1) / ep
+        across = hw.inter_lat + routed * leaves / (hw.nic_bw / g)
+        a2a = _if(et * ep <= u, inside, across)
+        gather = (et - 1) * _if(et <= u, hw.intra_lat + routed / hw.intra_bw,
+                                hw.inter_lat + routed / min(hw.nic_bw, hw.intra_bw))
+        if hw.launch_s:
+            a2a, gather = _max(a2a, hw.launch_s), _max(gather, hw.launch_s)
+        passes = 6 if self.choices.recompute == "full" else 4
+        return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
+
+    def _matmul(self, rows, inner, cols, count=1):
+        """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
+        whichever is slower (roofline, Williams et al. 2009), and never faster than the host
+        issues a kernel. The rate falls with the GEMM's thinnest dimension n as n / (n + n_half):
+        a thin operand leaves output tiles and SM waves underfilled and the K loop too short to
+        hide its prologue (the saturating curve of vTrain, Bang et al. 2024, fig. 4, and of the
+        cuBLAS shape sweeps in NVIDIA's matmul performance guide)."""
+        hw = self.hw
+        rate = hw.matmul_flops
+        if hw.gemm_half_dim:
+            thin = sp.Min(rows, inner, cols, evaluate=False)
+            rate = rate * thin**2 / (thin**2 + hw.gemm_half_dim**2)
+        operand_bytes = 1 if hw.gemm_only else hw.value_bytes  # fp8 / fp4 operands: 1 byte
+        time = bound(2 * rows * inner * cols * count,
+                     operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
+                     rate, hw.mem_bw)
+        return _max(time, hw.launch_s) if hw.launch_s else time
+
+    def _kernels(self, count, bytes_moved):
+        """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
+        least the host's kernel issue time."""
+        hw = self.hw
+        if not hw.launch_s:
+            return bytes_moved / hw.mem_bw
+        return count * _max(bytes_moved / (count * hw.mem_bw), hw.launch_s)
+
+    def forward_parts(self):
+        """Forward time of one layer per micro-batch on one of t devices: (projections and
+        FFN, attention core or SSM scan, elementwise kernels), the mean over the model's
+        layer kinds (a stage of a mixed model holds its kinds in their proportions)."""
+        return self.parts()[:3]
+
+    def parts(self):
+        """`forward_parts`, the backward elementwise kernels, the tensor-parallel and the
+        expert-parallel communication: means over the layer kinds."""
+        md = self.model
+        kinds = md.layer_kinds()
+        parts = [self._kind_parts(k) for k, _ in kinds]
+        return tuple(sum(n * part[i] for part, (_, n) in zip(parts, kinds, strict=True))
+                     / md.layers for i in range(6))
+
+    def _kind_parts(self, kind):
+        md, tok, hw = self.model, self.tokens, self.hw
+        h, a = md.hidden, md.heads
+        mm = self._matmul
+        proj, core = sp.Integer(0), sp.Integer(0)
+        blocks, moe_comm = [], sp.Integer(0)  # the GEMM time of each tp block; MoE traffic
+        if kind.mixer in ("attention", "sliding"):
+            if md.mla:  # DeepSeek-V2 sec. 2.1: the down projections are not split by tp
+                la = md.mla
+                qk = la.qk_nope_head_dim + la.qk_rope_head_dim
+                proj += mm(tok, h, (la.q_lora_rank or 0) + la.kv_lora_rank + la.qk_rope_head_dim)
+                proj += mm(tok, la.q_lora_rank or h, sp.Integer(a * qk) / t)
+                proj += mm(tok, la.kv_lora_rank,
+                           sp.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t)
+                proj += mm(tok, sp.Integer(a * la.v_head_dim) / t, h)
+            else:
+                proj += (mm(tok, h, sp.Integer(md.q_dim + 2 * md.kv_dim) / t)
+                         + mm(tok, sp.Integer(md.q_dim) / t, h))
+            # each context-parallel rank holds s / c_p queries against all keys (a sliding
+            # layer: its window); Megatron's load-balanced causal chunks (2 c_p of them, rank
+            # i taking i and 2 c_p - 1 - i) give every rank the same share of the products
+            sq, keys = md.seq_len / self.cp, md.attention_keys(kind.mixer)
+            core = (mm(sq, md.head_dim, keys, b * a / t)
+                    + mm(sq, keys, md.v_head_dim, b * a / t))
+        elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
+            d_in, heads = md.mamba_inner(), md.mamba.heads
+            proj += (mm(tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t)
+                     + mm(tok, sp.Integer(d_in) / t, h))
+            # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024)
+            scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.matmul_flops
+            core = _max(scan, hw.launch_s) if hw.launch_s else scan
+        if kind.mixer:
+            blocks.append(proj)
+        gates = md.ffn_matrices - 1
+        if kind.ffn == "dense":
+            f = md.dense_ffn_hidden or md.ffn_hidden
+            ffn = mm(tok, h, sp.Integer(gates * f) / t) + mm(tok, sp.Integer(f) / t, h)
+            proj += ffn
+            blocks.append(ffn)
+        elif kind.ffn == "moe":
+            # the router on this rank's sequence-parallel tokens; then each of its E / e_p
+            # experts as a grouped GEMM on the tokens routed to it, f split e_t ways: top_k of
+            # E per token, from the e_p ranks of the group and gathered over e_t, times the
+            # capacity factor (few tokens per expert make thin GEMMs). The expert grid spans
+            # the same t c_p d ranks as the dense one, so each expert's tokens are shared by
+            # t c_p d / (e_t e_p) ranks: b s top_k e_p e_t / (E t c_p) rows each.
+            f, experts, et = md.ffn_hidden, md.experts, self.etp
+            rows = tok * md.top_k * self.ep * et * self.capacity / (experts * t)
+            proj += mm(tok / t, h, experts)
+            proj += (mm(rows, h, sp.Integer(gates * f) / et, experts / self.ep)
+                     + mm(rows, sp.Integer(f) / et, h, experts / self.ep))
+            if md.shared_experts:  # tensor-parallel like a dense FFN (its own gather/scatter)
+                fs = (md.shared_expert_ffn_hidden or f) * md.shared_experts
+                shared = mm(tok, h, sp.Integer(gates * fs) / t) + mm(tok, sp.Integer(fs) / t, h)
+                proj += shared
+                blocks.append(shared)
+            moe_comm = self._moe_comm()
+        traffic = tok * self.elementwise_bytes_per_token(kind)
+        # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
+        # and norm-weight reductions and the residual gradient sums)
+        return (proj, core, self._kernels(self.elementwise_kernels(), traffic),
+                self._kernels(2 * self.elementwise_kernels(),
+                              sp.Float(ELEMENTWISE_BACKWARD) * traffic),
+                self._tp_comm(blocks), moe_comm)
+
+    def elementwise_kernels(self) -> int:
+        """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
+        bias-dropout-adds, bias-GeLU; without flash attention the softmax, the attention
+        dropout and the copy of the context back to (s, b, h) (flash attention fuses them);
+        with an fp8 / fp4 GEMM precision one cast per GEMM input (Transformer Engine)."""
+        casts = 4 if self.hw.gemm_only else 0
+        return 5 + (1 if self.choices.flash_attention else 3) + casts
+
+    def elementwise_bytes_per_token(self, kind=None):
+        """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
+        them: two norms (read + write h), bias-GeLU (read + write f; SwiGLU reads 2 f), two
+        bias-dropout-adds (read 2 h, write h, a 1-byte mask) outside the TP region; inside it
+        the fused scale-mask-softmax (read + write a keys) and attention dropout (read + write +
+        mask a keys), unless flash attention keeps the scores on chip (Dao et al. 2022).
+        `kind`: a layer kind of the model (default: its first)."""
+        md, vb = self.model, self.hw.value_bytes
+        kind = kind or md.layer_kinds()[0][0]
+        h, a = md.hidden, md.heads
+        outside = 2 * 2 * h * vb + 2 * (3 * h * vb + h)
+        if kind.ffn == "moe":
+            f = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden or md.ffn_hidden) \
+                * md.shared_experts
+        else:
+            f = (md.dense_ffn_hidden or md.ffn_hidden) if kind.ffn else 0
+        ffn = (3 if md.gated_ffn else 2) * f * vb
+        attends = kind.mixer in ("attention", "sliding")
+        scores = (0 if self.choices.flash_attention or not attends
+                  else a * md.attention_keys(kind.mixer) * (2 * vb + 2 * vb + 1))
+        # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
+        # output projection and FC2) is read at 16 bits and written at 8 (Transformer Engine's
+        # cast with its amax fused in; Micikevicius et al. 2022, sec. 4)
+        casts = 3 if self.hw.gemm_only else 0
+        cast_outside = casts * 2 * h
+        cast_inside = casts * (h + f)
+        return outside + cast_outside + sp.Integer(ffn + scores + cast_inside) / t
+
+    def activation_bytes_per_layer(self, recompute: str):
+        """Stored activations of one layer, bytes per s b h at 16 bits (scaled for other
+        widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them: outside the
+        tensor-parallel region the two norms' inputs and outputs (8) and, with dropout, two
+        1-byte masks (2): their 10; inside it Q, K, V and the output projection's input, whose
+        widths are q_dim, kv_dim, kv_dim, q_dim (their 8 for multi-head attention; grouped
+        queries store narrower K and V), the scores without flash attention (5 a s / h) and
+        the FFN's. Sequence parallelism splits the outside part over t too."""
+        md, c = self.model, self.choices
+        s, h, a = md.seq_len, md.hidden, md.heads
+        sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
+        split = c.sequence_parallel
+        if recompute == "full":
+            return 2 * sbh / (t if split else 1)
+        outside = sp.Integer(10 if md.dropout else 8)
+        outside = outside / t if split else outside
+        # values of Q, K, V and O per token (MLA: per head q and k of nope + rope, v and o)
+        qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
+                else 2 * (md.q_dim + md.kv_dim))
+        attention = sp.Rational(2 * qkvo, h)
+        core = 0 if recompute == "selective" or c.flash_attention else sp.Integer(5 * a * s) / (h * t)
+        # the FFN intermediate is f / h wider than 4 h: scale the 16 s b h of the MLP block
+        mlp = (16 * sp.Rational(md.ffn_hidden, 4 * h) * (sp.Rational(3, 2) if md.gated_ffn
+                                                        else 1) * md.top_k)
+        return sbh * (outside + (attention + mlp) / t + core)

@@ -1,0 +1,139 @@
+"""Expert tensor parallelism (etp) and the MoE layer's own collectives, as Megatron-LM runs
+them: the expert grid etp x ep x expert-dp folded over the dense tp x cp x dp ranks, tokens
+dispatched from their sequence-parallel shards by all-to-all over ep, gathered over etp, and a
+capacity factor on the experts' rows. Exact traffic and memory against hand-written formulas,
+the rules as errors, the search against brute force."""
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+
+from planner.catalog import load_model, load_system
+from planner.cost.transformer import Hardware, iteration
+from planner.errors import SpecError
+from planner.plan import Plan
+from planner.search.hybrid import HybridSolver, Search, predict
+from planner.spec.hardware import Precision
+from planner.spec.transformer import build_transformer
+
+
+def _hw(**changes):  # no launch floor, one flat GEMM rate: the formulas below stay simple
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    return dataclasses.replace(hw, launch_s=0.0, gemm_half_dim=0.0, **changes)
+
+
+def _cfg(**over):
+    cfg = {"t": 1, "p": 1, "d": 8, "mb": 1, "acc": 1, "v": 1, "cp": 1, "ep": 1, "recompute": 0,
+           "sp": 1, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+    return cfg | over
+
+
+def _moe(**over):
+    spec = {"kind": "transformer", "name": "moe", "layers": 4, "hidden": 512, "heads": 8,
+            "seq_len": 1024, "vocab": 1000, "ffn_kind": "swiglu", "ffn_hidden": 1024,
+            "bias": False, "norm": "rmsnorm", "position_embedding": "rotary",
+            "moe": {"experts": 8, "top_k": 2}}
+    return build_transformer(spec | over, "test")
+
+
+def _ring(n, size, lat, bw):  # a ring allreduce written out: 2 (n - 1) steps of size / n
+    return 2 * (n - 1) * (lat + size / (n * bw))
+
+
+def test_moe_layer_traffic_is_its_formula():
+    """t = 2, ep = 2, etp = 2 on one node: per MoE layer and pass, an all-to-all each way of
+    this rank's s top_k h / t routed values, (ep - 1) / ep of them leaving, then an all-gather
+    (and a reduce-scatter) over etp; forward and backward. The tensor-parallel collectives
+    are the attention block's only (one allreduce-equivalent per pass)."""
+    m, hw = _moe(), _hw()
+    out = iteration(m, hw, _cfg(t=2, d=2, ep=2, etp=2))
+    routed = m.seq_len * m.top_k * m.hidden * hw.value_bytes / 2
+    a2a = hw.intra_lat + routed * (1 / 2) / hw.intra_bw
+    gather = 1 * (hw.intra_lat + routed / hw.intra_bw)
+    assert float(out["ep_comm"]) == pytest.approx(m.layers * 4 * (a2a + gather), rel=1e-9)
+    tp = _ring(2, m.seq_len * m.hidden * hw.value_bytes, hw.intra_lat, hw.intra_bw)
+    assert float(out["tp_comm"]) == pytest.approx(m.layers * 2 * tp, rel=1e-9)
+    # etp = 1: no gather, the all-to-all only
+    out1 = iteration(m, hw, _cfg(t=2, d=2, ep=2, etp=1))
+    assert float(out1["ep_comm"]) == pytest.approx(m.layers * 4 * a2a, rel=1e-9)
+
+
+def test_expert_grid_beyond_the_node_sends_its_remote_share_over_the_nics():
+    """ep = 16 at etp = 1 on 8-GPU nodes: half of each rank's peers are on the other node."""
+    m, hw = _moe(moe={"experts": 16, "top_k": 2}), _hw()
+    out = iteration(m, hw, _cfg(d=16, ep=16))
+    routed = m.seq_len * m.top_k * m.hidden * hw.value_bytes
+    a2a = hw.inter_lat + routed * (1 - 8 / 16) / (hw.nic_bw / 8)
+    assert float(out["ep_comm"]) == pytest.approx(m.layers * 4 * a2a, rel=1e-9)
+
+
+def test_etp_splits_the_experts_weights_and_zero_shards_them_over_expert_dp():
+    """Mixtral, t = 2, d = 4, ep = 4: experts / (etp ep) per rank; ZeRO-1 shards the expert
+    state over t d / (etp ep) ranks (Megatron's expert-data-parallel group)."""
+    m, hw = load_model("mixtral-8x7b"), _hw()
+    experts = m.layers * m.experts * m.expert_params()
+    dense = m.layers * (m.layer_params() - m.experts * m.expert_params()) + max(
+        m.embedding_params(), m.head_params())
+    for etp in (1, 2):
+        out = iteration(m, hw, _cfg(t=2, d=4, ep=4, etp=etp, zero=1))
+        local = dense / 2 + experts / (etp * 4)
+        assert float(out["weights"]) == pytest.approx(local * 2, rel=1e-12)
+        state = dense / 2 / 4 + experts / (etp * 4) / (2 * 4 / (etp * 4))
+        assert float(out["optimizer_state"]) == pytest.approx(state * 12, rel=1e-12)
+
+
+def test_capacity_factor_pads_the_dispatch_and_the_expert_rows():
+    m, hw = _moe(), _hw()
+    one = iteration(m, hw, _cfg(d=4, ep=4))
+    padded = iteration(m, hw, {**_cfg(d=4, ep=4), "capacity": 1.5})
+    routed = m.seq_len * m.top_k * m.hidden * hw.value_bytes * 1.5
+    a2a = hw.intra_lat + routed * 3 / 4 / hw.intra_bw
+    assert float(padded["ep_comm"]) == pytest.approx(m.layers * 4 * a2a, rel=1e-9)
+    assert float(padded["compute"]) > float(one["compute"])
+
+
+def test_the_expert_grid_must_fold_over_the_dense_ranks():
+    with pytest.raises(SpecError, match=r"etp\(2\) x ep\(4\) = 8 does not divide "
+                                        r"tp\(2\) x cp\(1\) x dp\(2\) = 4"):
+        Plan.split(2, 1, 2, 1, 8, node_size=8, ep=4, etp=2, sequence_parallel=True)
+    plan = Plan.split(2, 1, 4, 1, 8, node_size=8, ep=8, etp=1, sequence_parallel=True)
+    assert plan.to_json()["etp"] == 1
+    assert Plan.split(2, 1, 4, 1, 8, node_size=8).etp == 2  # Megatron's default: etp = tp
+
+
+def test_moe_rules_are_bad_input():
+    system, m = load_system("dgx-h100"), load_model("mixtral-8x7b")
+    no_sp = Plan.split(2, 1, 4, 1, 8, node_size=8, ep=4)
+    with pytest.raises(SpecError, match="sequence_parallel: Megatron-LM trains MoE"):
+        predict(m, system, Precision.bf16, no_sp)
+    dense = Plan.split(2, 1, 4, 1, 8, node_size=8, etp=1, sequence_parallel=True)
+    with pytest.raises(SpecError, match="etp: 'llama3-8b' is a dense model"):
+        predict(load_model("llama3-8b"), system, Precision.bf16, dense)
+    with pytest.raises(SpecError, match="capacity_factor: must be a number in"):
+        Plan.split(1, 1, 8, 1, 8, node_size=8, capacity_factor=0.5)
+
+
+def test_search_over_ep_and_etp_equals_brute_force():
+    m, system = _moe(), load_system("dgx-h100")
+    B, budget = 16, 16
+    best = math.inf
+    for t, ep, etp, p, d, mb in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("tp", 1),
+                                                  (1, 2, 4), (1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
+        for rec, zero in itertools.product(("none", "selective", "full"), (2, 3)):
+            if t * p * d > budget or B % (d * mb):
+                continue
+            try:
+                plan = Plan.split(t, p, d, mb, B, node_size=8, ep=ep,
+                                  etp=t if etp == "tp" else etp, recompute=rec, zero=zero,
+                                  sequence_parallel=t > 1)
+                pred = predict(m, system, Precision.bf16, plan)
+            except SpecError:
+                continue
+            if pred.fits_memory:
+                best = min(best, pred.iteration_time_s)
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, interleave=1)).solve()
+    assert sol.status == "optimal"
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)

@@ -1,0 +1,159 @@
+"""Pipelines as they are run (pinned first / last stage layers, Megatron-LM's uneven split)
+and tensor-parallel communication overlap (--tp-comm-overlap): each against numbers derived
+independently from other evaluations, Megatron's rules as errors, the search against brute
+force."""
+
+import itertools
+import math
+
+import pytest
+
+from planner.catalog import load_model, load_system
+from planner.cost.transformer import Hardware, activation_bytes_per_layer, iteration
+from planner.errors import SpecError
+from planner.launch import pipeline_layout
+from planner.plan import Plan, check_pins
+from planner.search.hybrid import HybridSolver, Search, predict
+from planner.spec.hardware import Precision
+
+LLAMA = load_model("llama3-8b")  # 32 layers
+H100 = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+
+
+def _cfg(**over):
+    cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 8, "v": 1, "recompute": 0, "sp": 0,
+           "zero": 0, "gpipe": 0}
+    return cfg | over
+
+
+def _run(**over):
+    return {k: float(v) for k, v in iteration(LLAMA, H100, _cfg(**over)).items()}
+
+
+def test_pinned_stages_set_the_pace_by_their_layers():
+    """From p = 1 (32 x + logit) and an even p = 4 (8 x + logit) follow one layer's time x and
+    the output layer's; 7 | 9 | 9 | 7 then runs at max(7 x, 9 x, 7 x + logit) per
+    micro-batch."""
+    m = 8
+    one, even = _run()["compute"] / m, _run(p=4)["compute"] / m
+    x = (one - even) / 24
+    logit = even - 8 * x
+    assert 0 < logit < 2 * x
+    got = _run(p=4, first_layers=7, last_layers=7)["compute"] / m
+    assert got == pytest.approx(max(7 * x, 9 * x, 7 * x + logit), rel=1e-9)
+    # only the last pinned: the first three share 30 layers, the last holds 2 and the output
+    got = _run(p=4, last_layers=2)["compute"] / m
+    assert got == pytest.approx(10 * x, rel=1e-9)
+
+
+def test_a_lighter_first_stage_holds_fewer_activations():
+    """1F1B: stage i holds min(p - i, m) micro-batches. 5 | 9 | 9 | 9 on p = 4 holds
+    max(5 x 4, 9 x 3) = 27 layers' activations where the even 8 x 4 holds 32."""
+    even = _run(p=4)["activations"]
+    got = _run(p=4, first_layers=5)["activations"]
+    assert got == pytest.approx(even * 27 / 32, rel=1e-9)
+
+
+@pytest.mark.parametrize("pins, message", [
+    ({"pp": 4, "first": 6}, "the 26 layers left"),
+    ({"pp": 1, "first": 8}, "pp: pinning the first / last stage layers needs pp >= 2"),
+    ({"pp": 4, "first": 5, "interleave": 2}, "first_stage_layers: 5 layers per stage"),
+    ({"pp": 3, "first": 16, "last": 16}, "the 0 layers left"),
+])
+def test_megatron_uneven_rules(pins, message):
+    with pytest.raises(SpecError, match=message):
+        check_pins(LLAMA, **pins)
+
+
+def test_megatron_uneven_layouts_that_hold():
+    for pins in ({"pp": 2, "first": 16, "last": 16}, {"pp": 4, "first": 8, "last": 6},
+                 {"pp": 4, "first": 6, "last": 6, "interleave": 2}):
+        check_pins(LLAMA, **pins)
+
+
+def test_search_with_pinned_stages_equals_brute_force():
+    system = load_system("dgx-h100")
+    B, budget, first = 32, 32, 5
+    best = math.inf
+    for t, p, d, mb in itertools.product((1, 2, 4, 8), (2, 3, 4, 6, 8), (1, 2, 4, 8, 16, 32),
+                                         (1, 2, 4, 8, 16, 32)):
+        for rec, zero in itertools.product(("none", "selective", "full"), (2, 3)):
+            if t * p * d > budget or B % (d * mb):
+                continue
+            try:
+                check_pins(LLAMA, pp=p, interleave=1, first=first)
+                plan = Plan.split(t, p, d, mb, B, node_size=8, recompute=rec, zero=zero,
+                                  sequence_parallel=t > 1, first_stage_layers=first)
+                pred = predict(LLAMA, system, Precision.bf16, plan)
+            except SpecError:
+                continue
+            if pred.fits_memory:
+                best = min(best, pred.iteration_time_s)
+    sol = HybridSolver(LLAMA, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, interleave=1, cp=1,
+                              first_stage_layers=first)).solve()
+    assert sol.status == "optimal" and sol.plan.first_stage_layers == first
+    assert sol.plan.pp > 1
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
+    """Llama-3-70B at tp 4 on DGX H100: every block's GEMMs outlast its collective, so of each
+    collective only the first of t chunks shows: tp_comm falls to exactly 1 / t."""
+    m = load_model("llama3-70b")
+    cfg = {**_cfg(t=4, sp=1, d=1, acc=1), "overlap": True}
+    plain = float(iteration(m, H100, cfg)["tp_comm"])
+    hidden = float(iteration(m, H100, {**cfg, "tp_overlap": True})["tp_comm"])
+    assert plain > 0
+    assert hidden == pytest.approx(plain / 4, rel=1e-9)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tp_overlap_never_costs_more(t):
+    for name in ("llama3-8b", "gpt3-175b"):
+        m = load_model(name)
+        cfg = _cfg(t=t, sp=1, recompute=2)
+        plain = iteration(m, H100, cfg)
+        hidden = iteration(m, H100, {**cfg, "tp_overlap": True})
+        assert float(hidden["tp_comm"]) <= float(plain["tp_comm"])
+        assert float(hidden["time"]) <= float(plain["time"])
+        assert float(hidden["compute"]) == float(plain["compute"])
+
+
+def test_tp_overlap_needs_sequence_parallel():
+    plan = Plan.split(4, 1, 2, 1, 8, node_size=8, tp_overlap=True)
+    with pytest.raises(SpecError, match="tp_overlap: tensor-parallel communication overlap"):
+        predict(LLAMA, load_system("dgx-h100"), Precision.bf16, plan)
+
+
+def test_uneven_chunks_take_the_largest_chunk_per_bubble_slot():
+    """Llama 3.1 405B, 126 layers on pp 16: each stage holds at most 8 layers; with v chunks
+    a bubble slot is the largest chunk, ceil(126 / (16 v)) layers: 1 at v = 8, 3 at v = 3."""
+    m = load_model("llama3.1-405b")
+    cfg = _cfg(t=8, p=16, d=1, acc=16, sp=1)
+    one = float(iteration(m, H100, cfg)["pp_bubble"])
+    for v, chunk in ((8, 1), (3, 3), (2, 4)):
+        got = float(iteration(m, H100, {**cfg, "v": v})["pp_bubble"])
+        assert got == pytest.approx(one * chunk / 8, rel=1e-12)
+
+
+def test_uneven_chunks_leave_the_first_stage_its_share():
+    """The layout gives the 126 layers over 128 chunks to chunks 1..126: the first stage keeps
+    7 layers, holding 16 micro-batches x (1 + 15 / (16 x 8)) of them."""
+    m = load_model("llama3.1-405b")
+    cfg = {**_cfg(t=8, p=16, d=1, acc=16, sp=1, v=8)}
+    a = activation_bytes_per_layer(m, H100, 8, 1, "none", True)
+    logits = 4 * m.seq_len * m.vocab / 8
+    want = max(7 * a * 16 * (1 + 15 / 128), 7 * a + logits)
+    assert float(iteration(m, H100, cfg)["activations"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_pipeline_layout_for_megatron():
+    layout = pipeline_layout(126, 16, 8)
+    chunks = layout.split("|")
+    assert len(chunks) == 128 and layout.count("t") == 126
+    assert chunks[0] == "E" and chunks[-1] == "L" and set(chunks[1:-1]) == {"t"}
+    for layers, pp, v in ((96, 4, 5), (61, 16, 2), (32, 3, 4)):
+        chunks = pipeline_layout(layers, pp, v).split("|")
+        per_stage = [sum(c.count("t") for c in chunks[r::pp]) for r in range(pp)]
+        assert sum(per_stage) == layers and max(per_stage) == -(-layers // pp)
