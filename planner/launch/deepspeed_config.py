@@ -1,0 +1,54 @@
+"""A DeepSpeed config (ds_config JSON) for the plan: batch sizes, precision and ZeRO stage. A plan
+this config cannot express (expert or context parallelism, pinned stage sizes, activation
+offload, ZeRO 2 or 3 under a pipeline) gets a SpecError.
+
+The keys were checked against DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641:
+deepspeed/runtime/constants.py, deepspeed/runtime/zero/config.py; train_batch_size = micro x
+accumulation x the data-parallel world size (deepspeed/runtime/config.py `_batch_assertion`);
+tests/test_launch.py keeps the key list with this commit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.errors import SpecError
+from planner.launch.common import Target
+
+
+def deepspeed(doc: dict, plan: dict, target: Target) -> str:
+    """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
+    (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
+    for key, what in (("offload_activations", "activation offload"),
+                      ("first_stage_layers", "pinned first-stage layers"),
+                      ("last_stage_layers", "pinned last-stage layers")):
+        if plan.get(key):
+            raise SpecError(f"format: this ds_config has no {what} (DeepSpeed sets pipeline "
+                            f"partitions and offload in the model code); use --format megatron")
+    if plan.get("ep", 1) > 1:
+        raise SpecError(f"format: this ds_config has no MoE expert-parallel block (DeepSpeed "
+                        f"sets ep in the model code); this plan has ep {plan['ep']}: use --format "
+                        f"megatron or torchtitan")
+    if plan.get("cp", 1) > 1:
+        raise SpecError(f"format: DeepSpeed has no ring-attention context parallelism (its "
+                        f"Ulysses sequence parallelism is all-to-all); this plan has cp "
+                        f"{plan['cp']}: use --format megatron or torchtitan")
+    if plan["pp"] > 1 and plan["zero"] >= 2:
+        raise SpecError(f"format: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only "
+                        f"(this plan: pp {plan['pp']}, ZeRO {plan['zero']})")
+    cfg = {"train_batch_size": plan["micro_batch"] * plan["gradient_accumulation"] * plan["dp"],
+           "train_micro_batch_size_per_gpu": plan["micro_batch"],
+           "gradient_accumulation_steps": plan["gradient_accumulation"]}
+    p = target.precision
+    if p in ("bf16", "fp8", "mxfp8", "nvfp4", "fp4"):  # fp8 / fp4 run through Transformer
+        # Engine in the model, bf16 around it
+        cfg["bf16"] = {"enabled": True}
+    elif p == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    elif p == "fp64":
+        raise SpecError("format: DeepSpeed has no fp64 training; use --precision bf16, fp16, "
+                        "tf32 or fp32")
+    cfg["zero_optimization"] = {"stage": plan["zero"]}
+    if plan["zero"] >= 1:
+        cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])
+    return json.dumps(cfg, indent=2)

@@ -1,0 +1,147 @@
+"""torchtitan's TOML job config (`--job.config_file`) for the plan: the model flavor, the batch,
+the parallelism degrees (FSDP2 resharding for ZeRO, first / last stage "less layers" for uneven or
+pinned stages), activation checkpointing, the float8 / MX converters.
+
+The keys were checked against torchtitan 238fa9953e4aec2a62582121564273d7cbb1e9f1 (the last
+commit whose launcher reads a TOML job config, `--job.config_file`; 9810191 moved to Python
+config functions, where the same `[section] key` pairs are the `--section.key` overrides):
+torchtitan/config/job_config.py; tests/test_launch.py keeps the key list with this commit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.errors import SpecError
+from planner.launch.common import Target, summary
+
+# torchtitan's built-in Llama 3 flavors (torchtitan/models/llama3/__init__.py at the commit above):
+# (layers, hidden, heads, kv_heads) -> (name, flavor)
+TORCHTITAN_FLAVORS = {(32, 4096, 32, 8): ("llama3", "8B"), (80, 8192, 64, 8): ("llama3", "70B"),
+                      (126, 16384, 128, 8): ("llama3", "405B")}
+
+
+def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
+    """torchtitan's first / last stage "less layers" for the plan's pinned stage sizes: it
+    counts the embedding and the output as that many layers and splits L + less_first +
+    less_last evenly (pipeline_parallel.py, generate_llm_fqn_per_model_part), so a middle
+    stage of M layers and a first stage of F take less_first = M - F."""
+    first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
+    pp, v = plan["pp"], plan["interleave"]
+    if not (first or last) and v > 1 and layers % (pp * v):
+        # uneven chunks: torchtitan gives every chunk `per` layers but the first and last,
+        # which count the embedding and the output as the layers they lack; priced as the
+        # planner's layout only when no stage then holds more than ceil(L / pp)
+        per = -(-layers // (pp * v))
+        lack = pp * v * per - layers
+        if v * per > -(-layers // pp) or lack > 2 * per:
+            raise SpecError(f"format: torchtitan cannot place {layers} layers in pp({pp}) x "
+                            f"interleave({v}) chunks as the plan does; use --format megatron")
+        return (lack + 1) // 2, lack // 2
+    if not (first or last):
+        return 0, 0
+    if plan["interleave"] > 1:
+        raise SpecError("format: torchtitan's interleaved schedules split the layers evenly; "
+                        "pinned first / last stage layers need --format megatron")
+    others = plan["pp"] - bool(first) - bool(last)
+    middle = (layers - (first or 0) - (last or 0)) // others if others else max(first, last)
+    less = (middle - first if first else 0, middle - last if last else 0)
+    if min(less) < 0:
+        raise SpecError(f"format: torchtitan can only give the first / last stage fewer layers "
+                        f"than the others ({middle}); this plan gives them {first} / {last}: "
+                        "use --format megatron")
+    return less
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string: JSON's escapes are valid TOML escapes
+
+
+def torchtitan(doc: dict, plan: dict, target: Target) -> str:
+    """torchtitan's job-config TOML (`--job.config_file`). torchtitan shards with FSDP2:
+    ZeRO 0 is plain data parallel (replicate), ZeRO 3 FSDP resharding after forward, ZeRO 1-2
+    FSDP keeping the weights gathered between forward and backward (reshard "never": weights
+    whole, gradients and optimizer state sharded: ZeRO-2, which also covers ZeRO-1's memory)."""
+    m = target.model
+    if m is None:
+        raise SpecError("format: torchtitan needs a transformer model (CNN plans have no "
+                        "torchtitan form)")
+    key = (m.layers, m.hidden, m.heads, m.kv_heads)
+    known = TORCHTITAN_FLAVORS.get(key) if (m.ffn_kind, m.norm, m.position_embedding) == (
+        "swiglu", "rmsnorm", "rotary") else None
+    name, flavor = known or ("llama3", m.name)
+    head = [f"# {line}" for line in summary(doc, plan)]
+    if known is None:
+        head.append(f"# torchtitan has no built-in flavor for '{m.name}': register one named "
+                    f"'{m.name}' ({m.layers} layers, dim {m.hidden}, {m.heads} heads, "
+                    f"{m.kv_heads} kv heads, vocab {m.vocab})")
+    dp, zero = plan["dp"], plan["zero"]
+    # with a pipeline, every micro-batch of an iteration goes through it in one step
+    local = plan["micro_batch"] * (plan["gradient_accumulation"] if plan["pp"] > 1 else 1)
+    if target.precision in ("fp64", "nvfp4", "fp4"):
+        raise SpecError(f"format: torchtitan has no {target.precision} training; use "
+                        "--precision bf16, fp16, fp8, mxfp8, tf32 or fp32")
+    low = target.precision in ("bf16", "fp16", "fp8", "mxfp8")
+    if target.precision == "fp16":
+        head.append("# precision: torchtitan trains in bf16 (same cost as the plan's fp16)")
+    model = {"name": name, "flavor": flavor}
+    if target.precision in ("fp8", "mxfp8"):
+        model["converters"] = ["quantize.linear.float8" if target.precision == "fp8"
+                               else "quantize.linear.mx"]
+    training = {"local_batch_size": local, "global_batch_size": plan["global_batch"],
+                "seq_len": m.seq_len, "mixed_precision_param": "bfloat16" if low else "float32"}
+    parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else 1,
+                   "data_parallel_shard_degree": 1 if zero == 0 else dp,
+                   "tensor_parallel_degree": plan["tp"],
+                   "pipeline_parallel_degree": plan["pp"],
+                   "context_parallel_degree": plan.get("cp", 1),
+                   "expert_parallel_degree": plan.get("ep", 1)}
+    if m.experts > 1:
+        # torchtitan runs the experts at etp = 1 or etp = tp only (job_config.py), 1 by default
+        etp = plan.get("etp", plan["tp"])
+        if etp not in (1, plan["tp"]):
+            raise SpecError(f"format: torchtitan runs experts at etp 1 or etp = tp; this plan "
+                            f"has etp {etp} with tp {plan['tp']}: use --format megatron")
+        parallelism["expert_tensor_parallel_degree"] = etp
+        if plan.get("capacity_factor", 1.0) > 1:
+            raise SpecError("format: torchtitan's MoE is dropless (no capacity factor); use "
+                            "--format megatron")
+    if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
+        raise SpecError("format: torchtitan has no activation offload; use --format megatron")
+    if plan.get("tp_overlap") and plan["tp"] > 1:  # AsyncTP works under torch.compile only
+        parallelism["enable_async_tensor_parallel"] = True
+    if zero in (1, 2):
+        parallelism["fsdp_reshard_after_forward"] = "never"
+    elif zero == 3:
+        parallelism["fsdp_reshard_after_forward"] = "always"
+    if plan["pp"] > 1:
+        parallelism["pipeline_parallel_microbatch_size"] = plan["micro_batch"]
+        less = _torchtitan_less_layers(m.layers, plan)
+        parallelism["pipeline_parallel_first_stage_less_layers"] = less[0]
+        parallelism["pipeline_parallel_last_stage_less_layers"] = less[1]
+        if plan["interleave"] > 1:
+            parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B"
+            parallelism["pipeline_parallel_layers_per_stage"] = \
+                -(-m.layers // (plan["pp"] * plan["interleave"]))
+        else:
+            parallelism["pipeline_parallel_schedule"] = (
+                "GPipe" if plan["schedule"] == "gpipe" else "1F1B")
+    ac = {"mode": plan["recompute"]}
+    if plan["recompute"] == "selective":
+        ac["selective_ac_option"] = "op"  # per-op: keeps matmul outputs, recomputes the rest
+    sections = [("model", model), ("training", training), ("parallelism", parallelism),
+                ("activation_checkpoint", ac)]
+    if target.precision == "fp8":
+        sections.append(("quantize.linear.float8", {"filter_fqns": ["output"]}))
+    if parallelism.get("enable_async_tensor_parallel"):
+        sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
+    out = head
+    for title, body in sections:
+        out += ["", f"[{title}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]
+    return "\n".join(out)
