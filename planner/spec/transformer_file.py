@@ -1,0 +1,138 @@
+"""The transformer spec file's schema: the `TransformerFile` pydantic model (the YAML / JSON keys,
+their ranges and defaults) with its nested `MoE`, `MLA` and `Mamba` blocks, and the checks that
+tie the keys together (head and kv-head divisibility, first dense layers, sliding-window and
+Nemotron-H layer patterns, MLA head sizes).
+
+What each key means, and how the loaded model counts parameters and FLOPs from it, is documented
+in `planner.spec.transformer`, which loads a validated file into its `Transformer` dataclass
+(`build_transformer`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from planner.spec.base import Spec
+
+Size = Annotated[int, Field(ge=1, le=10_000_000)]
+Count = Annotated[int, Field(ge=1, le=100_000)]
+
+# one character per layer, as Nemotron-H's hybrid_override_pattern
+PATTERN_MIXERS = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"),
+                  "E": (None, "moe")}
+
+
+class MoE(Spec):
+    experts: int = Field(ge=1, le=100_000)
+    top_k: int = Field(ge=1, le=100_000)
+    expert_ffn_hidden: Size | None = None
+    shared_experts: int = Field(default=0, ge=0, le=1_000)
+    shared_expert_ffn_hidden: Size | None = None  # default: expert_ffn_hidden
+    router_bias: bool = False  # one value per expert next to the router weight
+
+
+class MLA(Spec):
+    """Multi-head latent attention (DeepSeek-V2 sec. 2.1; HF DeepseekV3Attention)."""
+
+    q_lora_rank: Size | None = None  # None: q is projected directly (DeepSeek-V2-Lite)
+    kv_lora_rank: Size
+    qk_nope_head_dim: Size
+    qk_rope_head_dim: Size
+    v_head_dim: Size
+
+
+class Mamba(Spec):
+    """Mamba-2 mixer sizes (Dao & Gu 2024; HF Mamba2Mixer / NemotronHMamba2Mixer)."""
+
+    state_size: Size
+    heads: Count
+    head_dim: Size
+    n_groups: Count = 1
+    conv_kernel: int = Field(default=4, ge=1, le=1_000)
+    expand: int | None = Field(default=None, ge=1, le=1_000)  # informational: d_in = heads x head_dim
+    chunk_size: Size = 128
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+
+class TransformerFile(Spec):
+    kind: Literal["transformer"]
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    layers: int = Field(ge=1, le=100_000)
+    hidden: Size
+    heads: int = Field(ge=1, le=100_000)
+    seq_len: Size
+    vocab: int = Field(ge=1, le=100_000_000)
+    kv_heads: int | None = Field(default=None, ge=1, le=100_000)
+    head_dim: Size | None = None  # default hidden / heads
+    ffn_hidden: Size | None = None
+    ffn_kind: Literal["gelu", "swiglu", "geglu", "relu2"] = "gelu"
+    tied_embeddings: bool = True
+    bias: bool = True  # biases in every linear layer and in the norms
+    qkv_bias: bool | None = None  # default: bias
+    out_bias: bool | None = None  # attention output projection; default: bias
+    mlp_bias: bool | None = None  # FFN and expert matrices; default: bias
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    post_norms: bool = False  # Gemma 2/3: a norm after attention and after the FFN as well
+    qk_norm: bool = False
+    position_embedding: Literal["learned", "rotary"] = "learned"
+    max_positions: Size | None = None  # learned position table (default seq_len)
+    token_types: int = Field(default=0, ge=0, le=1_000_000)  # BERT segment embeddings
+    pooler: bool = False  # BERT's h x h pooler on the first token
+    # hidden dropout probability after attention and after the FFN (Megatron-LM's default
+    # 0.1 for GPT and BERT; 0 for Llama-lineage models): > 0 stores a 1-byte mask per value
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    moe: MoE | None = None
+    first_dense_layers: int = Field(default=0, ge=0, le=100_000)
+    mla: MLA | None = None
+    sliding_window: Size | None = None
+    sliding_window_pattern: str | None = Field(default=None, min_length=1, max_length=100_000)
+    attention_sinks: bool = False
+    layer_pattern: str | None = Field(default=None, min_length=1, max_length=100_000)
+    mamba: Mamba | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> TransformerFile:
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads} "
+                             "(set head_dim)")
+        kv = self.kv_heads or self.heads
+        if kv > self.heads or self.heads % kv:
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {kv}")
+        if self.moe and self.moe.top_k > self.moe.experts:
+            raise ValueError(f"moe.top_k {self.moe.top_k} exceeds moe.experts {self.moe.experts}")
+        if self.first_dense_layers and not self.moe:
+            raise ValueError("first_dense_layers needs moe")
+        if self.first_dense_layers >= self.layers:
+            raise ValueError(f"first_dense_layers {self.first_dense_layers} leaves no MoE layer "
+                             f"of {self.layers}")
+        if self.sliding_window_pattern is not None:
+            if set(self.sliding_window_pattern) - set("SF"):
+                raise ValueError(f"sliding_window_pattern {self.sliding_window_pattern[:40]!r}: "
+                                 "use S (sliding) and F (full) only")
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_pattern needs sliding_window")
+        if self.layer_pattern is not None:
+            bad = set(self.layer_pattern) - set(PATTERN_MIXERS)
+            if bad:
+                raise ValueError(f"layer_pattern: unknown layer {sorted(bad)[0]!r} (M Mamba-2, "
+                                 "* attention, - MLP, E MoE)")
+            if len(self.layer_pattern) != self.layers:
+                raise ValueError(f"layer_pattern has {len(self.layer_pattern)} layers, layers "
+                                 f"is {self.layers}")
+            if "M" in self.layer_pattern and self.mamba is None:
+                raise ValueError("layer_pattern has Mamba layers (M) but no mamba sizes")
+            if "E" in self.layer_pattern and self.moe is None:
+                raise ValueError("layer_pattern has MoE layers (E) but no moe")
+            if self.first_dense_layers:
+                raise ValueError("first_dense_layers and layer_pattern: write the dense layers "
+                                 "into the pattern")
+        elif self.mamba is not None:
+            raise ValueError("mamba needs a layer_pattern with M layers")
+        if self.mla is not None and self.head_dim is not None:
+            raise ValueError("mla sets its own head sizes: drop head_dim")
+        return self
