@@ -9,6 +9,7 @@ anything odd becomes a one-line `SpecError`.
 
 from __future__ import annotations
 
+import copy
 import errno
 import functools
 import os
@@ -147,6 +148,13 @@ def parse_yaml(text: str, where: str):
         raise SpecError(f"{where}: YAML nested too deeply") from None
 
 
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str, where: str):
+    """`parse_yaml`, once per text: a search reads the same model and hardware files on every
+    call (a sweep or a batch calls it hundreds of times)."""
+    return parse_yaml(text, where)
+
+
 def read_yaml(path: Path) -> Any:
     where = shown(path)
     raw = read_file(path, MAX_BYTES, "YAML file")
@@ -156,7 +164,7 @@ def read_yaml(path: Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{where}: not UTF-8 (byte {exc.start})") from None
-    data = parse_yaml(text, where)
+    data = copy.deepcopy(_parsed(text, where))  # callers may change what they get
     if data is None:
         raise SpecError(f"{where}: empty document")
     if not isinstance(data, dict):

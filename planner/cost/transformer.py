@@ -89,9 +89,11 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    int(shared["last_layers"]), bool(shared["offload"]))
 
 
-def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
+def iteration(m: Transformer, hw: Hardware, cfg: dict,
+              outputs: tuple[str, ...] = OUTPUTS) -> dict:
     """Time and memory of one iteration for arrays of configurations: name -> array of the
-    configurations' broadcast shape (names in `OUTPUTS`).
+    configurations' broadcast shape, for the names in `outputs` (default: all of `OUTPUTS`;
+    the search asks for time and memory only).
 
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
@@ -107,35 +109,35 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict) -> dict:
     num_shape, cat_shape = num_shape[-len(shape):], cat_shape[-len(shape):]
     if len(shape) and any(a > 1 and c > 1 for a, c in zip(num_shape, cat_shape, strict=True)):
         # choices vary along the same axes as the plan: price each choice on its own rows
-        return _grouped(m, hw, nums, cats, shared, shape)
+        return _grouped(m, hw, nums, cats, shared, shape, outputs)
 
     # each cell of the choice grid prices every plan: one program for all the cells' choices
     cells = list(np.ndindex(cats[0].shape)) or [()]
     choices = [_choice(*(c[i] for c in cats), shared) for i in cells]
     unique = tuple(dict.fromkeys(choices))
-    values = program(m, hw, unique)(*nums)
-    out = {k: np.empty(shape) for k in OUTPUTS}
+    values = program(m, hw, unique, outputs)(*nums)
+    out = {k: np.empty(shape) for k in outputs}
     lead = len(shape) - cats[0].ndim
     for cell, choice in zip(cells, choices, strict=True):
         j = unique.index(choice)
         where = (slice(None),) * lead + tuple(
             slice(i, i + 1) if n > 1 else slice(None) for i, n in zip(cell, cats[0].shape,
                                                                        strict=True))
-        for k in OUTPUTS:
+        for k in outputs:
             out[k][where] = values[(j, k)]
     return out
 
 
-def _grouped(m, hw, nums, cats, shared, shape) -> dict:
+def _grouped(m, hw, nums, cats, shared, shape, outputs) -> dict:
     nums = [np.broadcast_to(x, shape).ravel() for x in nums]
     cats = [np.broadcast_to(c, shape).ravel() for c in cats]
     combos, inverse = np.unique(np.column_stack(cats), axis=0, return_inverse=True)
     inverse = inverse.ravel()
-    out = {k: np.empty(inverse.size) for k in OUTPUTS}
+    out = {k: np.empty(inverse.size) for k in outputs}
     for j, combo in enumerate(combos):
         rows = np.flatnonzero(inverse == j)
-        values = program(m, hw, (_choice(*combo, shared),))(*(x[rows] for x in nums))
-        for k in OUTPUTS:
+        values = program(m, hw, (_choice(*combo, shared),), outputs)(*(x[rows] for x in nums))
+        for k in outputs:
             out[k][rows] = values[(0, k)]
     return {k: v.reshape(shape) for k, v in out.items()}
 

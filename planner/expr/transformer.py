@@ -274,10 +274,11 @@ def memory_form(c: Choices) -> sp.Expr:
 
 
 @functools.lru_cache(maxsize=128)
-def program(model, hw, choices: tuple[Choices, ...]) -> Program:
-    """One numpy program computing every output of every choice in `choices`, keyed
-    (choice index, output name): the sub-expressions the choices share (the matmul rooflines,
-    the stage's layers, the allreduce) are computed once for all of them."""
+def program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = OUTPUTS
+            ) -> Program:
+    """One numpy program computing `outputs` (default: all) of every choice in `choices`,
+    keyed (choice index, output name): the sub-expressions the choices share (the matmul
+    rooflines, the stage's layers, the allreduce) are computed once for all of them."""
     exprs = {(j, k): e for j, c in enumerate(choices)
-             for k, e in TransformerExpressions(model, hw, c).terms.items()}
+             for k, e in TransformerExpressions(model, hw, c).terms.items() if k in outputs}
     return Program(exprs, PLAN_SYMBOLS)

@@ -331,7 +331,7 @@ class HybridSolver:
                    "acc": B // (d * mb),
                    "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
                    **_shared(self.q)}
-            r = iteration(self.m, self.hw, cfg)
+            r = iteration(self.m, self.hw, cfg, ("time", "memory"))
             shape = (len(st), len(ch))
             time_s, mem = (np.broadcast_to(r[k], shape) for k in ("time", "memory"))
             smallest = min(smallest, float(mem.min()))

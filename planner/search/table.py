@@ -31,6 +31,10 @@ from planner.errors import InfeasibleError, SpecError
 from planner.search.rows import RowModel, cp_solver
 
 TIE_BITS = 42  # objectives equal in their first 42 mantissa bits are a tie
+# the solve first orders only the rows at least as good as the PREFIX-th best (every row left
+# out is strictly worse than every row kept); it orders the whole table only when the gates
+# or the runners-up reach past them
+PREFIX = 4096
 
 
 def snapped(x: np.ndarray) -> np.ndarray:
@@ -80,10 +84,17 @@ class Table:
     def __len__(self) -> int:
         return len(self.objective)
 
-    def order(self, first: np.ndarray | None = None) -> np.ndarray:
-        """Row indices sorted by (first,) objective, other objective, devices, generation."""
+    def order(self, first: np.ndarray | None = None, limit: int | None = None) -> np.ndarray:
+        """Row indices sorted by (first,) objective, other objective, devices, generation;
+        with `limit`, only the prefix of that order holding every row whose first key is at
+        most the limit-th smallest (ties included, so the prefix is exact)."""
         keys = [snapped(self.objective), snapped(self.other), self.devices]
-        return sorted_by(keys if first is None else [first, *keys])
+        keys = keys if first is None else [first, *keys]
+        if limit is None or limit >= len(self):
+            return sorted_by(keys)
+        cut = np.partition(keys[0], limit - 1)[limit - 1]
+        rows = np.flatnonzero(keys[0] <= cut)
+        return rows[sorted_by([k[rows] for k in keys])]
 
     def allowed(self) -> np.ndarray:
         ok = np.ones(len(self), dtype=bool)
@@ -147,9 +158,27 @@ def solve(table: Table, *, top: int = 0, within: float | None = None,
           note: Callable[[tuple[str, ...]], str] | None = None) -> Found:
     """The best row, proven by CP-SAT over the sorted table; runners-up and the fewest-nodes
     phase as asked. When no row passes every gate the error names the smallest conflicting set
-    of gates, found on `explain()`'s table (a wider space) when given."""
-    main = _Sorted(table, table.order())
+    of gates, found on `explain()`'s table (a wider space) when given. CP-SAT first sees the
+    best PREFIX rows (the rest are worse than all of them), and the whole table when the gates
+    or the runners-up asked for need more."""
+    try:
+        return _solve(table, table.order(limit=PREFIX), top, within, time_limit_s, workers,
+                      explain, note)
+    except _Exhausted:
+        return _solve(table, table.order(), top, within, time_limit_s, workers, explain, note)
+
+
+class _Exhausted(Exception):
+    """The ordered prefix ran out before the answer was found."""
+
+
+def _solve(table: Table, order: np.ndarray, top, within, time_limit_s, workers, explain,
+           note) -> Found:
+    partial = len(order) < len(table)
+    main = _Sorted(table, order)
     solver, status = main.run(time_limit_s, workers)
+    if status == cp_model.INFEASIBLE and partial:
+        raise _Exhausted
     if status == cp_model.INFEASIBLE:
         raise conflict_error(explain() if explain else table, note)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -175,16 +204,19 @@ def solve(table: Table, *, top: int = 0, within: float | None = None,
 
     alternatives: list[int] = []
     if top:
-        position = np.empty(len(table), dtype=np.int64)
-        position[main.order] = np.arange(len(table))
+        position = np.full(len(table), -1, dtype=np.int64)
+        position[main.order] = np.arange(len(main.order))
         group = table.group if table.group is not None else np.arange(len(table))
         taken = best
         for _ in range(top):
             # no runner-up repeats a plan already returned (its whole group is excluded)
-            main.rm.exclude(position[np.flatnonzero(group == group[taken])])
+            same = position[np.flatnonzero(group == group[taken])]
+            main.rm.exclude(same[same >= 0])
             s3, st = main.run(time_limit_s, workers)
             wall, branches = wall + s3.wall_time, branches + s3.num_branches
             if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                if partial:
+                    raise _Exhausted
                 break
             taken = int(main.order[s3.value(main.rm.point)])
             alternatives.append(taken)
