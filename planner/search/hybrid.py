@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,10 +28,11 @@ from planner.errors import InfeasibleError, SpecError
 from planner.plan import Plan, Recompute, Schedule, check_for_model, check_pins
 from planner.prediction import Prediction
 from planner.search import table as core
+from planner.search.hybrid_space import Search, candidate_batches, choices, structures
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
 from planner.search.objective import Objective, objective_for, other_objective
 from planner.search.solution import Solution, front_entry
-from planner.search.training import Training, check_training
+from planner.search.training import check_training
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
@@ -115,153 +115,6 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
 # --- the search ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Search:
-    """What the user pinned or bounded; None means free. Give global_batch or
-    global_batch_range (the search then picks among `candidate_batches`)."""
-
-    global_batch: int | None = None
-    global_batch_range: tuple[int, int] | None = None
-    nodes: int | None = None
-    nodes_max: int | None = None
-    devices: int | None = None
-    devices_max: int | None = None
-    tp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    etp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    micro_batch: int | None = None
-    interleave: int | None = None
-    recompute: str | None = None
-    sequence_parallel: bool | None = None
-    zero: int | None = None
-    schedule: str | None = None
-    overlap: bool = True
-    flash_attention: bool = True
-    tp_overlap: bool = False
-    capacity_factor: float = 1.0
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    offload_activations: bool = False
-    objective: Objective | str = Objective.throughput
-    token_budget: float | None = None
-    training: Training | None = None
-    pareto: bool = False
-    top: int = 0
-    fewest_nodes_within: float | None = None  # 0.05: the fewest nodes within 5% of the best
-    time_limit_s: float = 10.0
-    workers: int = 1
-    memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
-    knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
-
-
-def _divisors(x: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
-    return sorted(set(small + [x // d for d in small]))
-
-
-def candidate_batches(lo: int, hi: int) -> list[int]:
-    """The global batches a batch range offers: its ends and every 2^k and 3 x 2^k between
-    (1024, 1536, 2048, ...: the batches transformer runs use, a grid no coarser than 1.5x).
-    Each one is searched exactly; every integer would multiply the rows by the range width."""
-    out = {lo, hi}
-    k = 1
-    while k <= hi:
-        out.update(x for x in (k, 3 * k) if lo <= x <= hi)
-        k *= 2
-    return sorted(out)
-
-
-def _cps(m: Transformer, q: Search) -> list[int]:
-    """Context-parallel degrees the search offers: the pin, or 1 and every power of two up to
-    16 whose 2 cp load-balanced chunks divide the sequence, for sequences of 8k tokens and
-    more (shorter ones gain nothing from splitting)."""
-    if q.cp is not None:
-        return [q.cp]
-    return [1] + [c for c in (2, 4, 8, 16) if m.seq_len >= 8192 and m.seq_len % (2 * c) == 0]
-
-
-def _eps(m: Transformer, q: Search) -> list[int]:
-    """Expert-parallel degrees the search offers: the pin, or every power of two dividing the
-    experts (1 for a dense model)."""
-    if q.ep is not None:
-        return [q.ep]
-    return [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if m.experts % e == 0]
-
-
-def _etp_modes(m: Transformer, q: Search) -> list[int]:
-    """Expert tensor parallelism the search offers, as codes: 0 for etp = tp (Megatron-LM's
-    default), 1 for etp = 1 (experts whole on each rank, the usual choice for fine-grained
-    experts); a pin is its value (negative codes are pins). Dense models: etp = tp."""
-    if q.etp is not None:
-        return [-q.etp]
-    return [0, 1] if m.experts > 1 else [0]
-
-
-def _stage_ok(m: Transformer, q: Search, p: int, v: int) -> bool:
-    """Whether p stages of v chunks can hold the layers: an even split (Megatron-LM), or the
-    pinned first / last stages and an even split of the rest."""
-    if not (q.first_stage_layers or q.last_stage_layers):
-        # unpinned, the search offers even chunks; a pinned v may leave them uneven
-        return v == 1 or m.layers % (p * v) == 0 or (q.interleave == v
-                                                     and v <= -(-m.layers // p))
-    try:
-        check_pins(m, pp=p, interleave=v, first=q.first_stage_layers, last=q.last_stage_layers)
-    except SpecError:
-        return False
-    return True
-
-
-def _structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
-    """(t, p, v, d, mb, cp, ep, etp) rows at global batch B that satisfy divisibility, the
-    pins and the device budget, in lexicographic order of (t, p, d, cp, mb, ep, etp, v). Built
-    as one numpy grid of the (t, p, v) and (d, mb) combinations and the cp, ep and etp
-    degrees, then masked."""
-    cap = q.devices or q.devices_max or 1 << 20
-    ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
-    if m.experts > 1 and q.sequence_parallel is False:  # MoE with tp needs sp (Megatron-LM)
-        ts = [t for t in ts if t == 1]
-    uneven = bool(q.first_stage_layers or q.last_stage_layers)
-    tpv = []
-    for t, p in itertools.product(ts, range(1, m.layers + 1)):
-        if q.pp not in (None, p) or t * p > cap or (uneven and not _stage_ok(m, q, p, 1)):
-            continue
-        vs = [1] + [v for v in range(2, m.layers // p + 1) if p > 1 and _stage_ok(m, q, p, v)]
-        tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
-    pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
-             for mb in _divisors(B // d) if q.micro_batch in (None, mb)]
-    if not tpv or not pairs:
-        return np.empty((0, 8), dtype=np.int64)
-    tpv_a, pairs_a = np.array(tpv, dtype=np.int64), np.array(pairs, dtype=np.int64)
-    i, j, cp, ep, mode = (a.ravel() for a in np.meshgrid(
-        np.arange(len(tpv_a)), np.arange(len(pairs_a)), np.array(_cps(m, q), dtype=np.int64),
-        np.array(_eps(m, q), dtype=np.int64), np.array(_etp_modes(m, q), dtype=np.int64),
-        indexing="ij"))
-    (t, p, v), (d, mb) = tpv_a[i].T, pairs_a[j].T
-    etp = np.where(mode == 0, t, np.where(mode == 1, 1, -mode))
-    n = t * p * d * cp
-    # the expert grid etp x ep folds over the tp x cp x dp ranks (Megatron-LM)
-    ok = (n <= cap) & ((n <= g) | (n % g == 0)) & ((t * d * cp) % (ep * etp) == 0)
-    ok &= (mode != 1) | (t > 1)  # etp = 1 at t = 1 is the default row already
-    if q.devices is not None:
-        ok &= n == q.devices
-    # interleaving needs a multiple of p micro-batches (Megatron-LM)
-    ok &= (v == 1) | ((B // (d * mb)) % p == 0)
-    rows = np.column_stack([t, p, v, d, mb, cp, ep, etp])[ok]
-    return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
-
-
-def _choices(q: Search) -> list[tuple[int, int, int, int]]:
-    """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring)."""
-    recs = [RECOMPUTE.index(q.recompute)] if q.recompute else [0, 1, 2]
-    sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
-    zeros = [q.zero] if q.zero is not None else [2, 3]
-    gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
-    return [(r, s, z, k) for r in recs for s in sps for z in zeros for k in gp]
-
-
 class HybridSolver:
     def __init__(self, m: Transformer, system: System, precision: Precision, q: Search):
         g = system.devices_per_node
@@ -313,13 +166,13 @@ class HybridSolver:
         gpipe, cp, ep, etp; iteration time per row; plans priced). Priced one global batch at a time, with
         the structural terms computed once per structure and broadcast over the choices;
         memory is the one constraint every plan must meet, so rows over it are dropped here."""
-        ch = np.array(_choices(self.q), dtype=np.int64)
+        ch = np.array(choices(self.q), dtype=np.int64)
         rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
         cap, smallest, priced = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom), \
             math.inf, 0
         rows, times = [], []
         for B in self.batches:
-            st = _structures(self.m, self.hw.g, self.q, B)
+            st = structures(self.m, self.hw.g, self.q, B)
             priced += len(st) * len(ch)
             if priced > MAX_ROWS:
                 raise SpecError(f"the search space has over {MAX_ROWS:,} rows; pin --tp or "
@@ -357,7 +210,7 @@ class HybridSolver:
         for size in range(1, len(pins) + 1):
             for combo in itertools.combinations(pins, size):
                 free = dataclasses.replace(self.q, **{k: None for k in combo})
-                if any(len(_structures(self.m, self.hw.g, free, B)) for B in self.batches):
+                if any(len(structures(self.m, self.hw.g, free, B)) for B in self.batches):
                     what = ", ".join(f"{k} = {getattr(self.q, k)}" for k in combo)
                     return InfeasibleError(
                         f"infeasible: these pins conflict with {batch}, {self.m.layers} "
