@@ -21,7 +21,8 @@ CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", 
 TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
                     "token_budget", "target_tokens", "tp_overlap", "capacity_factor",
-                    "first_stage_layers", "last_stage_layers", "offload_activations")
+                    "first_stage_layers", "last_stage_layers", "offload_activations",
+                    "ep_overlap")
 
 
 def enum_value(cls, value, key: str):

@@ -82,6 +82,7 @@ class Plan:
     first_stage_layers: int | None = None  # layers on the first pipeline stage (None: even)
     last_stage_layers: int | None = None  # layers on the last pipeline stage (None: even)
     offload_activations: bool = False  # saved activations kept in host memory (Grace C2C)
+    ep_overlap: bool = False  # all-to-alls behind another micro-batch's compute
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -203,7 +204,7 @@ class Plan:
                "capacity_factor": self.capacity_factor,
                "first_stage_layers": self.first_stage_layers,
                "last_stage_layers": self.last_stage_layers,
-               "offload_activations": self.offload_activations}
+               "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
@@ -228,6 +229,13 @@ def check_for_model(model, plan: Plan) -> None:
     if model.experts > 1 and plan.tp > 1 and not plan.sequence_parallel:
         raise SpecError(f"sequence_parallel: Megatron-LM trains MoE layers with tp({plan.tp}) > "
                         "1 only with sequence parallelism")
+    # Megatron-LM (TransformerConfig): the all-to-all overlap needs expert parallelism, two
+    # micro-batches to overlap and no full recomputation
+    if plan.ep_overlap and (plan.ep == 1 or plan.recompute is Recompute.full
+                            or plan.accumulation < 2):
+        raise SpecError(f"ep_overlap: overlapping the all-to-alls needs ep > 1 (got "
+                        f"{plan.ep}), 2 or more micro-batches (got {plan.accumulation}) and no "
+                        f"full recompute (Megatron-LM)")
     # Megatron-LM: Transformer Engine's tp communication overlap needs sequence parallelism
     if plan.tp_overlap and plan.tp > 1 and not plan.sequence_parallel:
         raise SpecError("tp_overlap: tensor-parallel communication overlap needs sequence "

@@ -50,7 +50,7 @@ MEGATRON_FLAGS = frozenset({
     "--expert-tensor-parallel-size", "--tp-comm-overlap", "--moe-token-dispatcher-type",
     "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
     "--pipeline-model-parallel-layout", "--fine-grained-activation-offloading",
-    "--offload-modules",
+    "--offload-modules", "--overlap-moe-expert-parallel-comm",
 })
 MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
     "--normalization": {"LayerNorm", "RMSNorm"},
@@ -444,6 +444,9 @@ def test_megatron_moe_stages_overlap_and_offload_flags(run, run_json):
     assert flags["--moe-expert-capacity-factor"] == ["1.25"]
     assert "--moe-pad-expert-input-to-capacity" in flags and "--tp-comm-overlap" in flags
     assert "--sequence-parallel" in flags
+    flags = _megatron_flags(_out(run, *MIXTRAL[:-4], "--recompute", "selective", "--zero", "1",
+                                 "--ep-overlap", "--format", "megatron"))
+    assert "--overlap-moe-expert-parallel-comm" in flags
     # etp = tp is Megatron's default: no flag
     default = tuple(x for i, x in enumerate(MIXTRAL) if "--etp" not in MIXTRAL[i - 1:i + 1])
     assert "--etp" not in default and len(default) == len(MIXTRAL) - 2

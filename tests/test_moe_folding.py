@@ -137,3 +137,26 @@ def test_search_over_ep_and_etp_equals_brute_force():
                        Search(global_batch=B, devices_max=budget, interleave=1)).solve()
     assert sol.status == "optimal"
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+def test_ep_overlap_hides_the_all_to_alls_behind_the_layers_compute():
+    """Per layer only the all-to-all time beyond one layer's compute x shows: m L max(0, a2a -
+    x). x from two stage splits: p = 1 runs L x + logit per micro-batch, p = 2 L / 2 x +
+    logit."""
+    m, mb = _moe(), 2
+    base = {**_cfg(d=4, ep=4, acc=mb), "ep_overlap": False}
+    for hw, shows in ((_hw(), False), (_hw(intra_bw=1e8), True)):
+        one = float(iteration(m, hw, base)["compute"]) / mb
+        two = float(iteration(m, hw, {**base, "p": 2})["compute"]) / mb
+        x = 2 * (one - two) / m.layers
+        plain = float(iteration(m, hw, base)["ep_comm"])
+        hidden = float(iteration(m, hw, {**base, "ep_overlap": True})["ep_comm"])
+        want = mb * m.layers * max(0.0, plain / (mb * m.layers) - x)
+        assert hidden == pytest.approx(want, rel=1e-9, abs=1e-15)
+        assert (hidden > 0) == shows
+
+
+def test_ep_overlap_rules():
+    with pytest.raises(SpecError, match="ep_overlap: overlapping the all-to-alls needs ep > 1"):
+        predict(_moe(), load_system("dgx-h100"), Precision.bf16,
+                Plan.split(1, 1, 8, 1, 16, node_size=8, ep=1, ep_overlap=True))

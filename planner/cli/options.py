@@ -51,7 +51,7 @@ def spec_options(f=None, *, formats=FORMATS):
 TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
-                    "offload_activations", "seq_len")
+                    "offload_activations", "ep_overlap", "seq_len")
 
 
 def transformer_options(f):
@@ -97,6 +97,9 @@ def transformer_options(f):
         click.option("--last-stage-layers", "last_stage_layers", type=DecimalInt(1, 100_000),
                      help="Layers on the last pipeline stage (--decoder-last-pipeline-num-"
                           "layers)."),
+        click.option("--ep-overlap/--no-ep-overlap", "ep_overlap", default=None,
+                     help="MoE: run each micro-batch's all-to-alls behind another's compute "
+                          "(Megatron-LM --overlap-moe-expert-parallel-comm) [default: off]."),
         click.option("--offload-activations/--no-offload-activations", "offload_activations",
                      default=None,
                      help="Keep saved activations in host memory, copied over the system's "

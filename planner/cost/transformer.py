@@ -79,14 +79,15 @@ class Hardware:
 
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
-           "first_layers": 0, "last_layers": 0, "offload": False}
+           "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
     return Choices(RECOMPUTE[int(rec)], bool(sp), int(zero), SCHEDULES[int(gpipe)],
                    bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
                    float(shared["capacity"]), int(shared["first_layers"]),
-                   int(shared["last_layers"]), bool(shared["offload"]))
+                   int(shared["last_layers"]), bool(shared["offload"]),
+                   bool(shared["ep_overlap"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -98,7 +99,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
     (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
-    offload (bool)."""
+    offload (bool), ep_overlap (bool)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

@@ -46,6 +46,9 @@ class Choices:
     # its backward, overlapped with the neighbouring layers' compute (Megatron-LM
     # --cpu-offloading; NVIDIA's GB200 recipes over NVLink-C2C)
     offload: bool = False
+    # the expert-parallel all-to-alls of one micro-batch run behind another micro-batch's
+    # compute (Megatron-LM --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe idea)
+    ep_overlap: bool = False
 
     @property
     def uneven(self) -> bool:

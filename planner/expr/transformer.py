@@ -131,6 +131,9 @@ class TransformerExpressions(LayerCosts):
                 return _if(p > 1, _max(here * per_layer, fewer * per_layer + logit),
                            L * per_layer + logit)
 
+        if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
+            ep_layer = _max(0, ep_layer - layer)
+
         # --- activation offload: each layer's saved activations go to host memory during the
         # forward and come back before its backward over the device's share of the host link,
         # hidden behind that layer's forward / backward compute where shorter ---

@@ -38,7 +38,8 @@ def normalise(config: dict) -> dict:
                 "capacity_factor": config.get("capacity_factor", 1.0),
                 "first_stage_layers": config.get("first_stage_layers"),
                 "last_stage_layers": config.get("last_stage_layers"),
-                "offload_activations": config.get("offload_activations", False)}
+                "offload_activations": config.get("offload_activations", False),
+                "ep_overlap": config.get("ep_overlap", False)}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],

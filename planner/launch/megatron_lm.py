@@ -142,6 +142,8 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
               "--recompute-num-layers", 1]
     if not plan["flash_attention"]:
         a += ["--attention-backend", "unfused"]
+    if plan.get("ep_overlap"):  # ModelParallelConfig.overlap_moe_expert_parallel_comm
+        a += ["--overlap-moe-expert-parallel-comm"]
     if plan.get("offload_activations"):  # the inputs of every module that saves them
         modules = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
         modules += ["expert_fc1", "moe_act"] if m.experts > 1 else []

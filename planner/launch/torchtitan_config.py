@@ -112,6 +112,9 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
         if plan.get("capacity_factor", 1.0) > 1:
             raise SpecError("format: torchtitan's MoE is dropless (no capacity factor); use "
                             "--format megatron")
+    if plan.get("ep_overlap"):
+        raise SpecError("format: torchtitan does not overlap the MoE all-to-alls across "
+                        "micro-batches; use --format megatron")
     if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
         raise SpecError("format: torchtitan has no activation offload; use --format megatron")
     if plan.get("tp_overlap") and plan["tp"] > 1:  # AsyncTP works under torch.compile only

@@ -55,7 +55,8 @@ def evaluation_text(plan, pred) -> str:
                                  + (f", capacity factor {plan.capacity_factor:g}"
                                     if plan.capacity_factor != 1 else "")
                                  + (", activation offload on" if plan.offload_activations
-                                    else "")))
+                                    else "")
+                                 + (", ep overlap on" if plan.ep_overlap else "")))
     pairs.append(("iteration time", f"{si(pred.iteration_time_s, 's')} ({times})"))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
     if pred.tokens_per_s is not None:

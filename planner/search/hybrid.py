@@ -60,7 +60,8 @@ def _shared(x) -> dict:
     """The cost model's choices shared by every row, from a Plan or a Search."""
     return {"overlap": x.overlap, "flash": x.flash_attention, "tp_overlap": x.tp_overlap,
             "capacity": x.capacity_factor, "first_layers": x.first_stage_layers or 0,
-            "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations}
+            "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
+            "ep_overlap": x.ep_overlap}
 
 
 def _check_offload(system: System, offload: bool) -> None:
@@ -318,4 +319,5 @@ class HybridSolver:
                           capacity_factor=q.capacity_factor,
                           first_stage_layers=q.first_stage_layers,
                           last_stage_layers=q.last_stage_layers,
-                          offload_activations=q.offload_activations)
+                          offload_activations=q.offload_activations,
+                          ep_overlap=q.ep_overlap)

@@ -50,6 +50,7 @@ class Search:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     offload_activations: bool = False
+    ep_overlap: bool = False
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
