@@ -241,10 +241,17 @@ def _shards(c: Choices) -> dict[int, sp.Expr]:
 
 
 def allreduce_form() -> sp.Expr:
-    """The data-parallel gradient allreduce: a ring over the r replicas of a node, then a ring
-    over ceil(d / r) nodes carrying M / r each (NCCL's hierarchical allreduce)."""
-    return (ring(S.r, S.M, S.beta_i, S.alpha_i)
-            + ring(sp.ceiling(d / S.r), S.M / S.r, S.beta, S.alpha))
+    """The data-parallel gradient allreduce as NCCL runs it: one ring through all d replicas,
+    r of them on each of the ceil(d / r) nodes. Every replica moves 2 (d - 1) / d M bytes over
+    NVLink, and each node's NICs carry that for its r replicas; the pipelined chunks keep both
+    busy at once, so the slower sets the pace while every step's latency adds:
+    2 (r - 1) alpha_i + 2 (N - 1) alpha + 2 (d - 1) / d M max(1 / beta_i, 1 / (r beta)), the
+    NIC term only beyond one node. On one node this is the ring over the node's replicas. Checked
+    against published nccl-tests bus bandwidths (docs/nccl-check.md)."""
+    nodes = sp.ceiling(d / S.r)
+    latency = 2 * (S.r - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
+    return latency + 2 * (d - 1) / d * S.M * sp.Max(
+        1 / S.beta_i, _if(d > S.r, 1 / (S.r * S.beta), 0), evaluate=False)
 
 
 def exposed_form(c: Choices) -> sp.Expr:

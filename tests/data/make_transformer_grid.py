@@ -4,8 +4,10 @@ models, systems, precisions, splits and every categorical choice.
 The file pins the numbers of the cost model as it was when the transformer physics moved from
 hand-written numpy to SymPy expressions (issue: one symbolic cost engine), regenerated when the
 physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only and the A100 fit,
-and when MoE layers got expert tensor parallelism and their own collectives (the MoE cases draw
-ep, etp and cp too); `test_transformer_grid` holds the engine to them at 1e-9 relative.
+when MoE layers got expert tensor parallelism and their own collectives (the MoE cases draw
+ep, etp and cp too), activations their per-tensor count, uneven chunks their own bubble, and
+the data-parallel allreduce NCCL's pipelined ring (docs/nccl-check.md);
+`test_transformer_grid` holds the engine to them at 1e-9 relative.
 Regenerate only when the physics changes on purpose:
 
     python tests/data/make_transformer_grid.py
