@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from planner.catalog import load_model
+from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.spec.transformer import LayerKind, build_transformer, with_seq_len
 
@@ -186,3 +186,24 @@ def test_with_seq_len_keeps_the_architecture():
     # sliding layers grow linearly, full ones quadratically
     sliding = LayerKind("sliding", "moe")
     assert longer.kind_attention_core_flops(sliding) == 32 * m.kind_attention_core_flops(sliding)
+
+
+def test_hybrid_activation_memory_counts_each_kinds_tensors():
+    """Nemotron-H 8B (24 Mamba-2, 24 MLP, 4 attention layers, no dropout, flash attention):
+    each layer has one part, so one norm's input and output outside (4 bytes per value of h);
+    inside, a Mamba layer its in_proj output, conv output, scan output and gated norm output,
+    an MLP layer its 4 h GeLU count scaled to 21,504 (relu2: not gated), an attention layer
+    Q, K, V, O. The stage's mean per layer, at t = 1, micro-batch 1."""
+    from planner.cost.transformer import Hardware, activation_bytes_per_layer
+    from planner.spec.hardware import Precision
+
+    m = load_model("nemotron-h-8b")
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    h, s = m.hidden, m.seq_len
+    d_in, conv, heads = 128 * 64, 128 * 64 + 2 * 8 * 128, 128
+    mamba = 4 * h + 2 * (d_in + conv + heads) + 2 * conv + 4 * d_in  # bytes per token
+    mlp = 4 * h + 16 * 21504 / 4
+    attention = 4 * h + 2 * 2 * (4096 + 1024)
+    want = s * (24 * mamba + 24 * mlp + 4 * attention) / 52
+    got = activation_bytes_per_layer(m, hw, 1, 1, "none", False)
+    assert got == pytest.approx(want, rel=1e-12)

@@ -285,27 +285,50 @@ class LayerCosts:
         return outside + cast_outside + sp.Integer(ffn + scores + cast_inside) / t
 
     def activation_bytes_per_layer(self, recompute: str):
-        """Stored activations of one layer, bytes per s b h at 16 bits (scaled for other
-        widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them: outside the
-        tensor-parallel region the two norms' inputs and outputs (8) and, with dropout, two
-        1-byte masks (2): their 10; inside it Q, K, V and the output projection's input, whose
-        widths are q_dim, kv_dim, kv_dim, q_dim (their 8 for multi-head attention; grouped
-        queries store narrower K and V), the scores without flash attention (5 a s / h) and
-        the FFN's. Sequence parallelism splits the outside part over t too."""
+        """Stored activations of one layer, the mean over the model's layer kinds (a stage
+        holds its kinds in their proportions): `kind_activation_bytes`."""
+        md = self.model
+        return sum(n * self.kind_activation_bytes(recompute, k)
+                   for k, n in md.layer_kinds()) / md.layers
+
+    def kind_activation_bytes(self, recompute: str, kind):
+        """Stored activations of one layer of `kind`, bytes per s b h at 16 bits (scaled for
+        other widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them. Each
+        part (mixer, FFN) stores outside the tensor-parallel region its norm's input and output
+        (4) and, with dropout, a 1-byte mask (1): their 10 for the two parts of a GPT layer.
+        Inside it: attention stores Q, K, V and the output projection's input, of widths
+        q_dim, kv_dim, kv_dim, q_dim (their 8 for multi-head attention; grouped queries store
+        narrower K and V), and the scores without flash attention (5 a keys / h); a Mamba-2
+        mixer its in_proj output (z, x B C, dt), the conv output, the scan output and the
+        gated norm's output (the out_proj input); the FFN its inner activations (their 16 for a
+        4 h GeLU FFN, scaled to the width, 3 / 2 gated, top_k routed experts plus the shared
+        ones). Sequence parallelism splits the outside part over t too; full recomputation
+        keeps only the layer's input."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
         sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
         split = c.sequence_parallel
         if recompute == "full":
             return 2 * sbh / (t if split else 1)
-        outside = sp.Integer(10 if md.dropout else 8)
+        parts = bool(kind.mixer) + bool(kind.ffn)
+        outside = sp.Integer(parts * (5 if md.dropout else 4))
         outside = outside / t if split else outside
-        # values of Q, K, V and O per token (MLA: per head q and k of nope + rope, v and o)
-        qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
-                else 2 * (md.q_dim + md.kv_dim))
-        attention = sp.Rational(2 * qkvo, h)
-        core = 0 if recompute == "selective" or c.flash_attention else sp.Integer(5 * a * s) / (h * t)
-        # the FFN intermediate is f / h wider than 4 h: scale the 16 s b h of the MLP block
-        mlp = (16 * sp.Rational(md.ffn_hidden, 4 * h) * (sp.Rational(3, 2) if md.gated_ffn
-                                                        else 1) * md.top_k)
-        return sbh * (outside + (attention + mlp) / t + core)
+        inside, core = sp.Integer(0), sp.Integer(0)
+        if kind.mixer in ("attention", "sliding"):
+            # values of Q, K, V and O per token (MLA: per head q and k of nope + rope, v and o)
+            qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
+                    else 2 * (md.q_dim + md.kv_dim))
+            inside += sp.Rational(2 * qkvo, h)
+            if not (recompute == "selective" or c.flash_attention):
+                core = sp.Integer(5 * a * md.attention_keys(kind.mixer)) / (h * t)
+        elif kind.mixer == "mamba":
+            d_in, conv = md.mamba_inner(), md.mamba_conv_dim()
+            inside += sp.Rational(2 * (d_in + conv + md.mamba.heads) + 2 * conv + 4 * d_in, h)
+        gated = sp.Rational(3, 2) if md.gated_ffn else 1
+        if kind.ffn == "dense":
+            inside += 16 * sp.Rational(md.dense_ffn_hidden or md.ffn_hidden, 4 * h) * gated
+        elif kind.ffn == "moe":
+            width = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
+                                                or md.ffn_hidden) * md.shared_experts
+            inside += 16 * sp.Rational(width, 4 * h) * gated * self.capacity
+        return sbh * (outside + inside / t + core)
