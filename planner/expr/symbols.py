@@ -50,6 +50,7 @@ tau = sp.Symbol("tau", positive=True)  # one micro-batch through the slowest sta
 tau_p2p = sp.Symbol("tau_p2p", nonnegative=True)  # pipeline sends per micro-batch slot
 r = sp.Symbol("r", positive=True)  # data-parallel replicas on one node
 H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
+ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
 Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
 delta = sp.Symbol("delta", positive=True)  # bytes per weight / gradient value
@@ -111,6 +112,7 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     r: Meaning("data-parallel replicas on one node (reduced inside the node first)",
                "replicas"),
     H: Meaning("one micro-batch's backward on a stage: what hides the gradient sync", "s"),
+    ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
     Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
     delta: Meaning("bytes per weight and gradient value", "B/parameter"),

@@ -193,6 +193,7 @@ class TransformerExpressions(LayerCosts):
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
             S.alpha: hw.inter_lat,
             S.H: 2 * fwd * here,  # one micro-batch's backward on the stage
+            S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
             S.T_opt: local_params * (2 * adam + 3 * vb) / hw.mem_bw,
             S.Psi: local_params, S.delta: vb, S.kappa: adam, S.A_act: acts,
@@ -259,11 +260,16 @@ def exposed_form(c: Choices) -> sp.Expr:
     backward when overlapped. ZeRO-3 gathers the weights again in every micro-batch's forward
     and backward (an all-gather is half a ring allreduce, two of them), hidden behind that
     micro-batch's forward and backward, 3/2 H, when overlapped (Rajbhandari et al. 2020,
-    sec. 7.2.3)."""
+    sec. 7.2.3); each layer's gather is prefetched behind the layer before it, so the first
+    layer's, in the forward and in the backward (two all-gathers of one of the stage's ell
+    layers: sync / ell), shows in every micro-batch (PyTorch FSDP's forward / backward
+    prefetch)."""
     sync = allreduce_form()
     exposed = _max(0, sync - S.H) if c.overlap else sync
     if c.zero == 3:
-        exposed = exposed + m * (_max(0, sync - sp.Rational(3, 2) * S.H) if c.overlap else sync)
+        hidden = sp.Min(sync, _max(0, sync - sp.Rational(3, 2) * S.H) + sync / S.ell,
+                        evaluate=False)
+        exposed = exposed + m * (hidden if c.overlap else sync)
     return exposed
 
 

@@ -6,7 +6,8 @@ hand-written numpy to SymPy expressions (issue: one symbolic cost engine), regen
 physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only and the A100 fit,
 when MoE layers got expert tensor parallelism and their own collectives (the MoE cases draw
 ep, etp and cp too), activations their per-tensor count, uneven chunks their own bubble, and
-the data-parallel allreduce NCCL's pipelined ring (docs/nccl-check.md);
+the data-parallel allreduce NCCL's pipelined ring (docs/nccl-check.md), and ZeRO-3 the first
+layer's gathers;
 `test_transformer_grid` holds the engine to them at 1e-9 relative.
 Regenerate only when the physics changes on purpose:
 
