@@ -104,15 +104,18 @@ class LayerCosts:
         block (the mixer, a dense or shared-expert FFN) forward and one backward, a second
         forward when the forward is recomputed (Megatron-LM: 4 per layer, 6 recomputed;
         Narayanan et al. SC21 sec. 3.2). With `tp_overlap` each is cut into t chunks pipelined
-        with the block's GEMMs (forward time `gemm`, backward twice that): the first chunk
-        shows, the rest only where it outlasts the GEMM (Wang et al. 2023, "Overlap
-        communication with dependent computation via decomposition", sec. 4)."""
+        with the block's GEMMs, themselves cut into t row chunks (forward time `chunked`,
+        backward twice that): the first chunk shows, the rest only where it outlasts the GEMM
+        (Wang et al. 2023, "Overlap communication with dependent computation via
+        decomposition", sec. 4), and the thinner chunked GEMMs' extra time counts here too.
+        `blocks`: (GEMM time, chunked GEMM time) per block."""
         ring_t, full = self.tp_ring, self.choices.recompute == "full"
         total = sp.Integer(0)
-        for gemm in blocks:
+        for gemm, chunked in blocks:
             if self.choices.tp_overlap:
-                fwd = ring_t / t + _max(0, ring_t * (t - 1) / t - gemm)
-                bwd = ring_t / t + _max(0, ring_t * (t - 1) / t - 2 * gemm)
+                slower = chunked - gemm
+                fwd = ring_t / t + _max(0, ring_t * (t - 1) / t - chunked) + slower
+                bwd = ring_t / t + _max(0, ring_t * (t - 1) / t - 2 * chunked) + 2 * slower
             else:
                 fwd = bwd = ring_t
             total += (2 if full else 1) * fwd + bwd
@@ -188,19 +191,29 @@ class LayerCosts:
         h, a = md.hidden, md.heads
         mm = self._matmul
         proj, core = sp.Integer(0), sp.Integer(0)
-        blocks, moe_comm = [], sp.Integer(0)  # the GEMM time of each tp block; MoE traffic
+        blocks, moe_comm = [], sp.Integer(0)  # (GEMM time, chunked) per tp block; MoE traffic
+
+        def block(*shapes):
+            """A tensor-parallel block's GEMMs (rows, inner, cols): their time, noted with
+            their time cut into t row chunks (what --tp-overlap runs) for `_tp_comm`."""
+            time = sum(mm(*shape) for shape in shapes)
+            chunked = (sum(t * mm(rows / t, inner, cols) for rows, inner, cols in shapes)
+                       if self.choices.tp_overlap else time)
+            blocks.append((time, chunked))
+            return time
+
         if kind.mixer in ("attention", "sliding"):
             if md.mla:  # DeepSeek-V2 sec. 2.1: the down projections are not split by tp
                 la = md.mla
                 qk = la.qk_nope_head_dim + la.qk_rope_head_dim
-                proj += mm(tok, h, (la.q_lora_rank or 0) + la.kv_lora_rank + la.qk_rope_head_dim)
-                proj += mm(tok, la.q_lora_rank or h, sp.Integer(a * qk) / t)
-                proj += mm(tok, la.kv_lora_rank,
-                           sp.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t)
-                proj += mm(tok, sp.Integer(a * la.v_head_dim) / t, h)
+                proj += block(
+                    (tok, h, (la.q_lora_rank or 0) + la.kv_lora_rank + la.qk_rope_head_dim),
+                    (tok, la.q_lora_rank or h, sp.Integer(a * qk) / t),
+                    (tok, la.kv_lora_rank, sp.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t),
+                    (tok, sp.Integer(a * la.v_head_dim) / t, h))
             else:
-                proj += (mm(tok, h, sp.Integer(md.q_dim + 2 * md.kv_dim) / t)
-                         + mm(tok, sp.Integer(md.q_dim) / t, h))
+                proj += block((tok, h, sp.Integer(md.q_dim + 2 * md.kv_dim) / t),
+                              (tok, sp.Integer(md.q_dim) / t, h))
             # each context-parallel rank holds s / c_p queries against all keys (a sliding
             # layer: its window); Megatron's load-balanced causal chunks (2 c_p of them, rank
             # i taking i and 2 c_p - 1 - i) give every rank the same share of the products
@@ -209,19 +222,15 @@ class LayerCosts:
                     + mm(sq, keys, md.v_head_dim, b * a / t))
         elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
             d_in, heads = md.mamba_inner(), md.mamba.heads
-            proj += (mm(tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t)
-                     + mm(tok, sp.Integer(d_in) / t, h))
+            proj += block((tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t),
+                          (tok, sp.Integer(d_in) / t, h))
             # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024)
             scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.matmul_flops
             core = _max(scan, hw.launch_s) if hw.launch_s else scan
-        if kind.mixer:
-            blocks.append(proj)
         gates = md.ffn_matrices - 1
         if kind.ffn == "dense":
             f = md.dense_ffn_hidden or md.ffn_hidden
-            ffn = mm(tok, h, sp.Integer(gates * f) / t) + mm(tok, sp.Integer(f) / t, h)
-            proj += ffn
-            blocks.append(ffn)
+            proj += block((tok, h, sp.Integer(gates * f) / t), (tok, sp.Integer(f) / t, h))
         elif kind.ffn == "moe":
             # the router on this rank's sequence-parallel tokens; then each of its E / e_p
             # experts as a grouped GEMM on the tokens routed to it, f split e_t ways: top_k of
@@ -236,9 +245,7 @@ class LayerCosts:
                      + mm(rows, sp.Integer(f) / et, h, experts / self.ep))
             if md.shared_experts:  # tensor-parallel like a dense FFN (its own gather/scatter)
                 fs = (md.shared_expert_ffn_hidden or f) * md.shared_experts
-                shared = mm(tok, h, sp.Integer(gates * fs) / t) + mm(tok, sp.Integer(fs) / t, h)
-                proj += shared
-                blocks.append(shared)
+                proj += block((tok, h, sp.Integer(gates * fs) / t), (tok, sp.Integer(fs) / t, h))
             moe_comm = self._moe_comm()
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
