@@ -118,11 +118,11 @@ def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "llama3-8b"])
 def test_tp_overlap_pays_where_the_chunks_stay_thick(name):
-    """Overlap cuts each GEMM into t row chunks of b s / t tokens. With chunks of 1,024 and
-    more tokens (tp 2 and 4 at micro-batch 1, tp 8 at micro-batch 4) it hides more than the
-    thinner GEMMs cost; at tp 8 and micro-batch 1 (256 tokens for GPT-3's 2,048, 1,024 for
-    Llama's 8,192 ... both models lose) the chunked GEMMs and their launches cost more than
-    it hides. The compute itself is the same either way."""
+    """Overlap cuts each GEMM into t row chunks of b s / t tokens. At tp 2 and 4 with one
+    micro-batch, and at tp 8 with four, it hides more than the thinner GEMMs cost; at tp 8
+    with one micro-batch both models lose (GPT-3's chunks are 256 tokens, Llama-3-8B's GEMMs
+    narrow after the split): the chunked GEMMs and their launches cost more than the overlap
+    hides. The compute itself is the same either way."""
     m = load_model(name)
     for t, mb, pays in ((2, 1, True), (4, 1, True), (8, 4, True), (8, 1, False)):
         cfg = _cfg(t=t, mb=mb, sp=1, recompute=2)
