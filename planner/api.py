@@ -293,13 +293,15 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
             raise SpecError(f"{key}: the transformer limits hold at {key} = 1 (got {value}); "
                             f"use evaluate, solve or sweep for {key} > 1")
     for key, value in (("etp", etp), ("capacity_factor", capacity_factor),
+                       ("tp_overlap", tp_overlap or None),
                        ("first_stage_layers", first_stage_layers),
                        ("last_stage_layers", last_stage_layers),
                        ("offload_activations", offload_activations or None),
                        ("ep_overlap", ep_overlap or None)):
         if value is not None:
-            raise SpecError(f"{key}: the transformer limits hold for an even pipeline split "
-                            f"and no expert parallelism; use evaluate, solve or sweep")
+            raise SpecError(f"{key}: the transformer limits are derived without "
+                            f"--{key.replace('_', '-')} (an even pipeline split, no expert "
+                            f"or tp-overlap choices); use evaluate, solve or sweep")
 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     base = tl.DEFAULT_CHOICES
@@ -314,7 +316,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
     choices = Choices(recompute or base.recompute,
                       base.sequence_parallel if sequence_parallel is None else sequence_parallel,
                       base.zero if zero is None else zero, schedule or base.schedule, overlap,
-                      flash_attention, bool(tp_overlap))
+                      flash_attention)
     return tl.TransformerLimits(
         m, system, prec, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch or 1,
         interleave=interleave or 1, choices=choices,

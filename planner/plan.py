@@ -232,10 +232,10 @@ def check_for_model(model, plan: Plan) -> None:
     # Megatron-LM (TransformerConfig): the all-to-all overlap needs expert parallelism, two
     # micro-batches to overlap and no full recomputation
     if plan.ep_overlap and (plan.ep == 1 or plan.recompute is Recompute.full
-                            or plan.accumulation < 2):
+                            or plan.accumulation < 2 or (plan.pp > 1 and plan.interleave == 1)):
         raise SpecError(f"ep_overlap: overlapping the all-to-alls needs ep > 1 (got "
-                        f"{plan.ep}), 2 or more micro-batches (got {plan.accumulation}) and no "
-                        f"full recompute (Megatron-LM)")
+                        f"{plan.ep}), 2 or more micro-batches (got {plan.accumulation}), no "
+                        f"full recompute and, with a pipeline, virtual stages (Megatron-LM)")
     # Megatron-LM: Transformer Engine's tp communication overlap needs sequence parallelism
     if plan.tp_overlap and plan.tp > 1 and not plan.sequence_parallel:
         raise SpecError("tp_overlap: tensor-parallel communication overlap needs sequence "
@@ -287,9 +287,10 @@ def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
                         f"'{m.name}' has {m.layers}")
     if pp is None:  # the search: only the structures that meet the rules below are offered
         return
-    if pp < 1 + len(pinned) - (rest == 0):
-        raise SpecError(f"pp: pinning the first / last stage layers needs pp >= "
-                        f"{1 + len(pinned) - (rest == 0)} (got {pp})")
+    least = max(2, 1 + len(pinned) - (rest == 0))
+    if pp < least:
+        raise SpecError(f"pp: pinning the first / last stage layers needs pp >= {least} "
+                        f"(got {pp})")
     others = pp - len(pinned)
     if bool(rest) != bool(others) or (others and rest % others):
         raise SpecError(f"pp: the {rest} layers left of '{m.name}' ({m.layers} minus the pinned "

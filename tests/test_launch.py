@@ -445,7 +445,7 @@ def test_megatron_moe_stages_overlap_and_offload_flags(run, run_json):
     assert "--moe-pad-expert-input-to-capacity" in flags and "--tp-comm-overlap" in flags
     assert "--sequence-parallel" in flags
     flags = _megatron_flags(_out(run, *MIXTRAL[:-4], "--recompute", "selective", "--zero", "1",
-                                 "--ep-overlap", "--format", "megatron"))
+                                 "--interleave", "2", "--ep-overlap", "--format", "megatron"))
     assert "--overlap-moe-expert-parallel-comm" in flags
     # etp = tp is Megatron's default: no flag
     default = tuple(x for i, x in enumerate(MIXTRAL) if "--etp" not in MIXTRAL[i - 1:i + 1])
@@ -468,7 +468,7 @@ def test_megatron_offload_modules_are_its_choices(run):
 def test_uneven_chunks_get_a_megatron_layout_and_torchtitan_stage_weights(run):
     args = ("evaluate", "-m", "llama3.1-405b", "-H", "dgx-h100", "--devices", "16384", "--tp",
             "8", "--pp", "16", "--interleave", "8", "--global-batch", "2048", "--seq-len",
-            "8192", "--sequence-parallel", "--zero", "1")
+            "8192", "--sequence-parallel", "--zero", "1", "--recompute", "full")
     flags = _megatron_flags(_out(run, *args, "--format", "megatron"))
     assert "--num-virtual-stages-per-pipeline-rank" not in flags  # exclusive with the layout
     layout = flags["--pipeline-model-parallel-layout"][0].split("|")

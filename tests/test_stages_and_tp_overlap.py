@@ -149,15 +149,30 @@ def test_uneven_chunks_take_the_largest_chunk_per_bubble_slot():
         assert got == pytest.approx(one * chunk / 8, rel=1e-12)
 
 
-def test_uneven_chunks_leave_the_first_stage_its_share():
-    """The layout gives the 126 layers over 128 chunks to chunks 1..126: the first stage keeps
-    7 layers, holding 16 micro-batches x (1 + 15 / (16 x 8)) of them."""
+def test_uneven_chunks_keep_the_largest_stage_in_memory():
+    """Memory with uneven chunks is priced at ceil(126 / 16) = 8 layers holding the first
+    stage's 16 micro-batches x (1 + 15 / (16 x 8)): in the interleaved warm-up the stage with
+    the most layer-micro-batches may be the second, not the lighter first."""
     m = load_model("llama3.1-405b")
     cfg = {**_cfg(t=8, p=16, d=1, acc=16, sp=1, v=8)}
     a = activation_bytes_per_layer(m, H100, 8, 1, "none", True)
     logits = 4 * m.seq_len * m.vocab / 8
-    want = max(7 * a * 16 * (1 + 15 / 128), 7 * a + logits)
+    want = max(8 * a * 16 * (1 + 15 / 128), 8 * a + logits)
     assert float(iteration(m, H100, cfg)["activations"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_uneven_chunks_price_the_last_stage_the_layout_gives():
+    """Llama-2-70B, 80 layers on pp 3 x 2 chunks: the layout E+13|14|14|13|13|13+L leaves the
+    last stage 27 layers and the output layer; from p = 1 (80 x + logit) and p = 4 (20 x +
+    logit) follow x and the logit, and the stage runs 27 x + logit."""
+    m, mb = load_model("llama2-70b"), 6
+    run = lambda **o: float(iteration(m, H100, _cfg(t=8, sp=1, acc=mb, **o))["compute"]) / mb  # noqa: E731
+    one, four = run(), run(p=4)
+    x = (one - four) / 60
+    logit = four - 20 * x
+    assert pipeline_layout(80, 3, 2) == "E" + "t" * 13 + "|" + "|".join(
+        "t" * n for n in (14, 14, 13, 13)) + "|" + "t" * 13 + "L"
+    assert run(p=3, v=2) == pytest.approx(27 * x + logit, rel=1e-9)
 
 
 def test_pipeline_layout_for_megatron():

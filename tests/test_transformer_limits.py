@@ -125,7 +125,7 @@ def test_smallest_efficient_micro_batch_meets_its_definition(case):
     tau = TransformerExpressions(lim.model, lim.hw, lim.choices, cp=1, ep=1).aggregates[S.tau]
 
     def per_sequence(b):
-        return float(tau.subs({S.t: lim.tp, S.p: lim.pp, S.b: b})) / b
+        return float(tau.subs({S.t: lim.tp, S.p: lim.pp, S.v: lim.v, S.b: b})) / b
 
     rate = per_sequence(2**20)
     b_min = s["max_useful_devices"]["smallest_efficient_micro_batch"]

@@ -42,9 +42,9 @@ class Choices:
     # (Megatron-LM --decoder-first/last-pipeline-num-layers); 0: an even split
     first_layers: int = 0
     last_layers: int = 0
-    # each layer's saved activations copied to host memory in the forward and back before
-    # its backward, overlapped with the neighbouring layers' compute (Megatron-LM
-    # --cpu-offloading; NVIDIA's GB200 recipes over NVLink-C2C)
+    # the inputs of the modules Megatron-LM offloads copied to host memory in the forward and
+    # back before the backward, overlapped with the layers' compute (its fine-grained
+    # activation offloading; NVIDIA's GB200 recipes over NVLink-C2C)
     offload: bool = False
     # the expert-parallel all-to-alls of one micro-batch run behind another micro-batch's
     # compute (Megatron-LM --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe idea)
@@ -127,7 +127,8 @@ class LayerCosts:
         the routed tokens (b s top_k h / t) to the experts' ranks and gets them back, an
         all-to-all each way over e_p ranks, then all-gathers them over the e_t ranks sharing
         each expert (and reduce-scatters before the combine), forward and backward, again
-        for a recomputed forward; not overlapped. Megatron folds the expert grid over the
+        for a recomputed forward; not overlapped unless `ep_overlap` (in the assembly).
+        Megatron folds the expert grid over the
         same ranks as the dense one, e_t fastest then e_p (parallel_state.py, order
         "tp-ep-dp-pp"): the group is inside the scale-up domain while e_t e_p <= u, else the
         share of each rank's peers on other domains goes over the node's NICs."""
@@ -298,6 +299,35 @@ class LayerCosts:
         return sum(n * self.kind_activation_bytes(recompute, k)
                    for k, n in md.layer_kinds()) / md.layers
 
+    def offloaded_bytes_per_layer(self, recompute: str):
+        """Of `activation_bytes_per_layer`, what Megatron-LM's fine-grained activation offload
+        moves to host memory: the inputs of the modules it offloads (TransformerConfig
+        .offload_modules: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1,
+        moe_act). A layer's attention part goes whole; of an FFN only the norm's input, and
+        for routed experts their input and the activation's input (fc1's output); Mamba
+        mixers, dense FFN insides, shared experts and masks stay. A fully recomputed layer
+        keeps only its input, which is not among them."""
+        md = self.model
+        if recompute == "full":
+            return sp.Integer(0)
+        sbh = self.tokens * md.hidden * sp.Rational(self.hw.value_bytes, 2)
+        split = self.choices.sequence_parallel
+        total = sp.Integer(0)
+        for kind, n in md.layer_kinds():
+            outside, inside = sp.Integer(0), sp.Integer(0)
+            if kind.mixer in ("attention", "sliding"):
+                qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
+                        else 2 * (md.q_dim + md.kv_dim))
+                outside += 4
+                inside += sp.Rational(2 * qkvo, md.hidden)
+            if kind.ffn:
+                outside += 2  # mlp_norm's input
+            if kind.ffn == "moe":
+                fc1 = (4 if md.gated_ffn else 2) * md.ffn_hidden * md.top_k
+                inside += (sp.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp) * self.capacity
+            total += n * sbh * ((outside / t if split else outside) + inside / t)
+        return total / md.layers
+
     def kind_activation_bytes(self, recompute: str, kind):
         """Stored activations of one layer of `kind`, bytes per s b h at 16 bits (scaled for
         other widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them. Each
@@ -309,8 +339,9 @@ class LayerCosts:
         mixer its in_proj output (z, x B C, dt), the conv output, the scan output and the
         gated norm's output (the out_proj input); the FFN its inner activations (their 16 for a
         4 h GeLU FFN, scaled to the width, 3 / 2 gated, top_k routed experts plus the shared
-        ones). Sequence parallelism splits the outside part over t too; full recomputation
-        keeps only the layer's input."""
+        ones, and the routed experts' input, top_k h per token gathered over e_t). Sequence
+        parallelism splits the outside part over t too; full recomputation keeps only the
+        layer's input."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
         sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
@@ -338,4 +369,7 @@ class LayerCosts:
             width = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
                                                 or md.ffn_hidden) * md.shared_experts
             inside += 16 * sp.Rational(width, 4 * h) * gated * self.capacity
+            # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
+            # gathered over e_t (Megatron saves them for the expert GEMMs' backward)
+            inside += 2 * md.top_k * self.capacity * self.etp
         return sbh * (outside + inside / t + core)

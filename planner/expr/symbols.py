@@ -109,7 +109,7 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     tau: Meaning("time of one micro-batch through the slowest pipeline stage (forward, "
                  "backward, recompute, tensor-parallel collectives)", "s"),
     tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),
-    r: Meaning("data-parallel replicas on one node (reduced inside the node first)",
+    r: Meaning("data-parallel replicas on one node (their traffic shares its NICs)",
                "replicas"),
     H: Meaning("one micro-batch's backward on a stage: what hides the gradient sync", "s"),
     ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),

@@ -1,9 +1,11 @@
 """Hybrid-parallel transformer training: one iteration's time and memory as SymPy expressions.
 
 The free symbols are the plan's integers (t tensor-parallel, p pipeline stages, d data-parallel
-replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks); the model and the
-system enter as numbers. Every categorical choice (recompute, sequence parallel, ZeRO stage,
-schedule, overlap, flash attention) gets its own expressions, so `limits` and `derive` read
+replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks, c_p context-, e_p
+expert- and e_t expert-tensor-parallel ranks); the model and the system enter as numbers. Every
+categorical choice (recompute, sequence parallel, ZeRO stage, schedule, overlap, flash
+attention, tp and ep overlap, capacity factor, pinned stages, offload: `layer.Choices`) gets
+its own expressions, so `limits` and `derive` read
 plain formulas and the search prices each choice with one compiled numpy program. The physics,
 by term:
 
@@ -32,7 +34,7 @@ by term:
   rest) sets the pace.
 - data parallel: ring allreduce (or reduce-scatter + all-gather with ZeRO, same volume; ZeRO-3
   re-gathers the weights in every micro-batch's forward and backward, Rajbhandari et al. 2020),
-  hierarchical when several replicas share a node, exposed beyond one micro-batch's backward
+  as NCCL's one pipelined ring through every replica, exposed beyond one micro-batch's backward
   when overlapped.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
   ZeRO sec. 3.1) sharded by the ZeRO stage; activations per Korthikanti et al. Table 2 with the
@@ -121,26 +123,31 @@ class TransformerExpressions(LayerCosts):
             # slot is the largest chunk, 1 / chunks of the stage (= v for an even split)
             chunks = here / sp.ceiling(L / (p * v))
             # the layout gives the L - p v floor(L / (p v)) layers left over one each to chunks
-            # 1, 2, ... (model order, round-robin over the stages), so the first stage, which
-            # holds the most micro-batches, keeps v floor(L / (p v)) + floor(left / p)
+            # 1, 2, ... (model order, round-robin over the stages): the last stage, which also
+            # runs the output layer, holds v floor(L / (p v)) + floor((left + 1) / p) of them
+            # (floor(L / p) when the chunks are even or v = 1). Memory is priced at ceil(L / p)
+            # layers on the first stage's micro-batches: with uneven chunks the stage holding
+            # the most layer-micro-batches in the interleaved warm-up may be the second.
             whole_chunks = sp.floor(L / (p * v))
-            first_stage = _if(v > 1, v * whole_chunks + sp.floor((L - p * v * whole_chunks) / p),
-                              here)
+            last = _if(v > 1, v * whole_chunks
+                       + sp.floor((L - p * v * whole_chunks + 1) / p), fewer)
 
             def slowest(per_layer):
-                return _if(p > 1, _max(here * per_layer, fewer * per_layer + logit),
+                return _if(p > 1, _max(here * per_layer, last * per_layer + logit),
                            L * per_layer + logit)
 
         if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
             ep_layer = _max(0, ep_layer - layer)
 
-        # --- activation offload: each layer's saved activations go to host memory during the
-        # forward and come back before its backward over the device's share of the host link,
-        # hidden behind that layer's forward / backward compute where shorter ---
+        # --- activation offload: what Megatron offloads of each layer's saved activations goes
+        # to host memory during the forward and comes back before its backward over the
+        # device's share of the host link, hidden behind that layer's forward / backward
+        # compute where shorter ---
         saved = self.activation_bytes_per_layer(c.recompute)
-        off_layer = sp.Integer(0)
+        off_layer, moved = sp.Integer(0), sp.Integer(0)
         if c.offload:
-            copy = saved / hw.host_bw
+            moved = self.offloaded_bytes_per_layer(c.recompute)
+            copy = moved / hw.host_bw
             off_layer = _max(0, copy - fwd) + _max(0, copy - (layer - fwd))
 
         stage = slowest(layer + tp_layer + cp_layer + ep_layer + off_layer)
@@ -155,7 +162,7 @@ class TransformerExpressions(LayerCosts):
                            (2 * v * (hw.intra_lat + send / hw.intra_bw), p > 1), (0, True))
         slots = m + (p - 1) / chunks
 
-        # --- data parallel gradient sync: inside the node first, then across nodes ---
+        # --- data parallel gradient sync: NCCL's ring through every replica ---
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
         experts_per_layer = sp.Rational(moe * md.experts * md.expert_params(), L)
         expert_params = here * experts_per_layer / (self.etp * ep)
@@ -165,7 +172,7 @@ class TransformerExpressions(LayerCosts):
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         # Korthikanti et al. sec. 4.2.3: interleaving with v chunks holds 1 + (p - 1) / (p v) x more
-        act_layer = saved
+        act_layer = saved - moved  # what stays on the device
         # a fully recomputed layer rebuilds its full activations during backward
         rebuilt = self.activation_bytes_per_layer("none") if full else 0
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
@@ -173,7 +180,7 @@ class TransformerExpressions(LayerCosts):
         if not c.uneven:
             in_flight = (m if c.schedule == "gpipe"
                          else sp.Min(p, m, evaluate=False) * interleaved)
-            acts = first_stage * act_layer * in_flight + rebuilt
+            acts = here * act_layer * in_flight + rebuilt
             acts = _max(acts, acts / _max(in_flight, 1) + logits)
         else:  # stage i holds min(p - i, m) micro-batches (1F1B): the first two and the last
             if c.schedule == "gpipe":
@@ -182,8 +189,8 @@ class TransformerExpressions(LayerCosts):
                 acts = _max(first * act_layer * sp.Min(p, m, evaluate=False) * interleaved,
                             middle * act_layer * sp.Min(p - 1, m, evaluate=False) * interleaved)
             acts = _max(acts + rebuilt, last * act_layer + rebuilt + logits)
-        if c.offload:  # on the device: the layer computing and the one in transfer
-            acts = _max(2 * act_layer + rebuilt, act_layer + rebuilt + logits)
+        if c.offload:  # and the moved part of the layer computing and of the one in transfer
+            acts = acts + 2 * moved
 
         # the aggregates the forms are written in, as expressions of the plan
         self.aggregates = {

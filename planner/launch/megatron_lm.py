@@ -10,6 +10,7 @@ TransformerConfig / ModelParallelConfig (megatron/training/argument_utils.py: fi
 
 from __future__ import annotations
 
+import itertools
 import shlex
 
 from planner.errors import SpecError
@@ -32,16 +33,18 @@ def pipeline_layout(layers: int, pp: int, v: int) -> str:
 
 def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
     """(first, last) stage sizes for Megatron's uneven pipeline (the middle stages equal), no
-    stage over ceil(layers / pp), the bound the cost model prices; None when pp divides
-    layers."""
+    stage over ceil(layers / pp) and the last, which runs the output layer too, at most
+    floor(layers / pp): what the cost model prices; None when pp divides layers."""
     if layers % pp == 0:
         return None
-    most = -(-layers // pp)
+    most, least = -(-layers // pp), layers // pp
     if pp == 2:
         return most, layers - most
-    for middle in (most, layers // pp):
+    # a last stage of at most floor(L / pp) first (what the cost model prices), else of at
+    # most ceil(L / pp)
+    for bound, middle in itertools.product((least, most), (most, least)):
         total = layers - (pp - 2) * middle
-        for last in range(min(most, total - 1), 0, -1):
+        for last in range(min(bound, total - 1), 0, -1):
             if 1 <= total - last <= most:
                 return total - last, last
     raise SpecError(f"format: Megatron-LM's uneven pipeline (first and last stage sizes, equal "
@@ -117,12 +120,14 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--expert-model-parallel-size", plan["ep"]]
     if plan.get("etp", plan["tp"]) != plan["tp"]:  # Megatron's default is tp
         a += ["--expert-tensor-parallel-size", plan["etp"]]
-    if plan["interleave"] > 1 and m.layers % (plan["pp"] * plan["interleave"]):
+    first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
+    if plan["interleave"] > 1 and not (first or last) and m.layers % (
+            plan["pp"] * plan["interleave"]):
+        # exclusive with the other layout flags (arguments.py)
         a += ["--pipeline-model-parallel-layout",
               pipeline_layout(m.layers, plan["pp"], plan["interleave"])]
     elif plan["interleave"] > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", plan["interleave"]]
-    first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
     if first or last:  # pinned by the plan (checked against Megatron's rules there)
         a += ["--decoder-first-pipeline-num-layers", first] if first else []
         a += ["--decoder-last-pipeline-num-layers", last] if last else []

@@ -127,7 +127,8 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     degrees, then masked."""
     cap = q.devices or q.devices_max or 1 << 20
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
-    if m.experts > 1 and q.sequence_parallel is False:  # MoE with tp needs sp (Megatron-LM)
+    # MoE and tp communication overlap need sequence parallelism with tp > 1 (Megatron-LM)
+    if (m.experts > 1 or q.tp_overlap) and q.sequence_parallel is False:
         ts = [t for t in ts if t == 1]
     uneven = bool(q.first_stage_layers or q.last_stage_layers)
     tpv = []
@@ -155,13 +156,17 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
         ok &= n == q.devices
     # interleaving needs a multiple of p micro-batches (Megatron-LM)
     ok &= (v == 1) | ((B // (d * mb)) % p == 0)
+    if q.ep_overlap:  # the all-to-all overlap's rules (Plan: ep > 1, two micro-batches,
+        # virtual stages with a pipeline)
+        ok &= (ep > 1) & (B // (d * mb) >= 2) & ((p == 1) | (v > 1))
     rows = np.column_stack([t, p, v, d, mb, cp, ep, etp])[ok]
     return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
 
 
 def choices(q: Search) -> list[tuple[int, int, int, int]]:
     """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring)."""
-    recs = [RECOMPUTE.index(q.recompute)] if q.recompute else [0, 1, 2]
+    # the all-to-all overlap forbids full recomputation (Megatron-LM)
+    recs = [RECOMPUTE.index(q.recompute)] if q.recompute else [0, 1] if q.ep_overlap else [0, 1, 2]
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
