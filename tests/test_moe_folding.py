@@ -157,6 +157,14 @@ def test_ep_overlap_hides_the_all_to_alls_behind_the_layers_compute():
 
 
 def test_ep_overlap_rules():
+    system = load_system("dgx-h100")
     with pytest.raises(SpecError, match="ep_overlap: overlapping the all-to-alls needs ep > 1"):
-        predict(_moe(), load_system("dgx-h100"), Precision.bf16,
+        predict(_moe(), system, Precision.bf16,
                 Plan.split(1, 1, 8, 1, 16, node_size=8, ep=1, ep_overlap=True))
+    ok = Plan.split(1, 1, 8, 1, 16, node_size=8, ep=8, ep_overlap=True)
+    assert predict(_moe(), system, Precision.fp8, ok).iteration_time_s > 0  # a bf16 model
+    with pytest.raises(SpecError, match="needs a bf16 or fp16 model"):
+        predict(_moe(), system, Precision.fp32, ok)
+    with pytest.raises(SpecError, match="needs a bf16 or fp16 model"):
+        HybridSolver(_moe(), system, Precision.fp32,
+                     Search(global_batch=16, devices_max=8, ep_overlap=True))

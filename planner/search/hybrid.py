@@ -64,17 +64,23 @@ def _shared(x) -> dict:
             "ep_overlap": x.ep_overlap}
 
 
-def _check_offload(system: System, offload: bool) -> None:
-    if offload and system.host_link is None:
+def _check_system(system: System, precision: Precision, x) -> None:
+    """The choices of a Plan or a Search that the system or the precision rule out."""
+    if x.offload_activations and system.host_link is None:
         raise SpecError(f"offload_activations: '{system.name}' has no host link to offload "
                         f"over (a system's host_offload, as on gb200-nvl72)")
+    # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
+    # fp4 GEMMs run inside one)
+    if x.ep_overlap and precision.storage_bytes != 2:
+        raise SpecError(f"ep_overlap: overlapping the all-to-alls needs a bf16 or fp16 model "
+                        f"(Megatron-LM); got precision {precision.value}")
 
 
 def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
             memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Prediction:
     """The prediction of one plan (times in s, memory in bytes)."""
     check_for_model(m, plan)
-    _check_offload(system, plan.offload_activations)
+    _check_system(system, precision, plan)
     g = system.devices_per_node
     if plan.devices_per_node != min(g, plan.devices):
         raise SpecError(f"devices_per_node: a transformer plan fills nodes of {g} devices "
@@ -137,7 +143,7 @@ class HybridSolver:
         # pins no plan of this model can meet are bad input, not infeasibility
         check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep,
                    first=q.first_stage_layers, last=q.last_stage_layers)
-        _check_offload(system, q.offload_activations)
+        _check_system(system, precision, q)
         if m.experts <= 1 and (q.etp is not None or q.capacity_factor != 1):
             raise SpecError(f"{'etp' if q.etp is not None else 'capacity_factor'}: "
                             f"'{m.name}' is a dense model (no experts)")
