@@ -11,11 +11,10 @@ import pytest
 
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
-from planner.errors import SpecError
-from planner.plan import Plan
-from planner.search.hybrid import HybridSolver, Search, predict
+from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer, with_seq_len
+from tests.brute import fastest_fitting
 
 
 def _hw(**changes):
@@ -99,20 +98,9 @@ def _tiny_long():
 def test_search_with_cp_equals_brute_force():
     m, system = _tiny_long(), load_system("dgx-h100")
     B, budget = 8, 16
-    best = math.inf
-    for t, cp, p, d, mb in itertools.product((1, 2, 4, 8), (1, 2, 4, 8, 16), (1, 2, 4),
-                                             (1, 2, 4, 8), (1, 2, 4, 8)):
-        for rec, zero in itertools.product(("none", "selective", "full"), (2, 3)):
-            if t * cp * p * d > budget or B % (d * mb):
-                continue
-            try:
-                plan = Plan.split(t, p, d, mb, B, node_size=8, cp=cp, recompute=rec, zero=zero,
-                                  sequence_parallel=t > 1)
-                pred = predict(m, system, Precision.bf16, plan)
-            except SpecError:
-                continue
-            if pred.fits_memory:
-                best = min(best, pred.iteration_time_s)
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": t, "cp": cp, "p": p, "d": d, "mb": mb} for t, cp, p, d, mb in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4, 8, 16), (1, 2, 4), (1, 2, 4, 8), (1, 2, 4, 8))))
     sol = HybridSolver(m, system, Precision.bf16,
                        Search(global_batch=B, devices_max=budget, interleave=1)).solve()
     assert sol.status == "optimal"

@@ -10,11 +10,10 @@ import pytest
 
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
-from planner.errors import SpecError
-from planner.plan import Plan
-from planner.search.hybrid import HybridSolver, Search, predict
+from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
+from tests.brute import fastest_fitting
 
 
 def _hw(**changes):
@@ -81,20 +80,9 @@ def test_ep_one_is_the_plan_without_it():
 def test_search_with_ep_equals_brute_force():
     m, system = _moe(), load_system("dgx-h100")
     B, budget = 16, 16
-    best = math.inf
-    for t, ep, p, d, mb in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4),
-                                             (1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
-        for rec, zero in itertools.product(("none", "selective", "full"), (2, 3)):
-            if t * p * d > budget or B % (d * mb):
-                continue
-            try:
-                plan = Plan.split(t, p, d, mb, B, node_size=8, ep=ep, recompute=rec,
-                                  zero=zero, sequence_parallel=t > 1)
-                pred = predict(m, system, Precision.bf16, plan)
-            except SpecError:
-                continue
-            if pred.fits_memory:
-                best = min(best, pred.iteration_time_s)
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": t, "ep": ep, "p": p, "d": d, "mb": mb} for t, ep, p, d, mb in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 16), (1, 2, 4, 8, 16))))
     sol = HybridSolver(m, system, Precision.bf16,
                        Search(global_batch=B, devices_max=budget, interleave=1)).solve()
     assert sol.status == "optimal"

@@ -17,6 +17,7 @@ from planner.plan import Plan
 from planner.search.hybrid import HybridSolver, Search, predict
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
+from tests.brute import fastest_fitting
 
 
 def _hw(**changes):  # no launch floor, one flat GEMM rate: the formulas below stay simple
@@ -118,21 +119,11 @@ def test_moe_rules_are_bad_input():
 def test_search_over_ep_and_etp_equals_brute_force():
     m, system = _moe(), load_system("dgx-h100")
     B, budget = 16, 16
-    best = math.inf
-    for t, ep, etp, p, d, mb in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("tp", 1),
-                                                  (1, 2, 4), (1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
-        for rec, zero in itertools.product(("none", "selective", "full"), (2, 3)):
-            if t * p * d > budget or B % (d * mb):
-                continue
-            try:
-                plan = Plan.split(t, p, d, mb, B, node_size=8, ep=ep,
-                                  etp=t if etp == "tp" else etp, recompute=rec, zero=zero,
-                                  sequence_parallel=t > 1)
-                pred = predict(m, system, Precision.bf16, plan)
-            except SpecError:
-                continue
-            if pred.fits_memory:
-                best = min(best, pred.iteration_time_s)
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": t, "ep": ep, "etp": t if etp == "tp" else etp, "p": p, "d": d, "mb": mb}
+        for t, ep, etp, p, d, mb in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4, 8), ("tp", 1), (1, 2, 4), (1, 2, 4, 8, 16),
+            (1, 2, 4, 8, 16))))
     sol = HybridSolver(m, system, Precision.bf16,
                        Search(global_batch=B, devices_max=budget, interleave=1)).solve()
     assert sol.status == "optimal"
