@@ -142,14 +142,28 @@ def test_uneven_chunks_take_the_largest_chunk_per_bubble_slot():
 
 def test_uneven_chunks_keep_the_largest_stage_in_memory():
     """Memory with uneven chunks is priced at ceil(126 / 16) = 8 layers holding the first
-    stage's 16 micro-batches x (1 + 15 / (16 x 8)): in the interleaved warm-up the stage with
-    the most layer-micro-batches may be the second, not the lighter first."""
+    stage's micro-batches: 32 of them leave Megatron's warm-up of 2 x 15 + 7 x 16 + 1 = 143
+    chunks (16 x (1 + 15 / 128) micro-batches); 16 = p of them run all 128 chunk forwards
+    first, as Meta ran Llama 3.1 405B (16 micro-batches on pp 16), holding 16."""
     m = load_model("llama3.1-405b")
-    cfg = {**_cfg(t=8, p=16, d=1, acc=16, sp=1, v=8)}
     a = activation_bytes_per_layer(m, H100, 8, 1, "none", True)
     logits = 4 * m.seq_len * m.vocab / 8
-    want = max(8 * a * 16 * (1 + 15 / 128), 8 * a + logits)
-    assert float(iteration(m, H100, cfg)["activations"]) == pytest.approx(want, rel=1e-12)
+    for acc, in_flight in ((32, 16 * (1 + 15 / 128)), (16, 16)):
+        cfg = _cfg(t=8, p=16, d=1, acc=acc, sp=1, v=8)
+        want = max(8 * a * in_flight, 8 * a + logits)
+        assert float(iteration(m, H100, cfg)["activations"]) == pytest.approx(want, rel=1e-12)
+
+
+def test_meta_llama_405b_plan_fits_on_h100():
+    """A configuration a published run trained must fit: Llama 3.1 405B on 16,384 H100 with
+    tp 8, pp 16 x 8 chunks, dp 128, batch 2,048 of 8,192 tokens, sequence parallel, the
+    optimizer sharded over dp, no recomputation (Llama 3 paper, sec. 3.3 and Table 4)."""
+    plan = Plan.split(8, 16, 128, 1, 2048, node_size=8, interleave=8, sequence_parallel=True,
+                      zero=1)
+    m = dataclasses.replace(load_model("llama3.1-405b"), seq_len=8192)
+    pred = predict(m, load_system("dgx-h100"), Precision.bf16, plan)
+    assert pred.fits_memory
+    assert 0.85 < pred.memory_bytes_per_device / (80 * 2**30) < 1
 
 
 def test_uneven_chunks_price_the_last_stage_the_layout_gives():

@@ -317,18 +317,25 @@ def test_seq_len_override_keeps_the_position_table(run):
 
 def test_first_stage_activations_follow_korthikanti_in_flight_counts():
     """1F1B: p micro-batches of L / p layers in flight = L layers' worth; interleaved with v
-    chunks: x (1 + (p - 1) / (p v)) (Korthikanti et al. 2022, sec. 4.2.3); GPipe: all m."""
+    chunks: x (1 + (p - 1) / (p v)) (Korthikanti et al. 2022, sec. 4.2.3) when m > p, but
+    every one of the m v chunk forwards at once (no more) when m = p, as Megatron-LM's
+    interleaved schedule runs them all first; GPipe: all m."""
     from planner.cost.transformer import iteration
 
     m = load_model("gpt3-175b")
     hw = Hardware.of(load_system("dgx-a100-80gb"), Precision.fp16)
     layer = activation_bytes_per_layer(m, hw, 8, 1, "selective", True, flash=False)
 
-    def acts(v, gpipe=0):
-        cfg = dict(t=8, p=8, d=1, mb=1, acc=16, v=v, recompute=1, sp=1, zero=0, gpipe=gpipe,
+    def acts(v, gpipe=0, acc=16):
+        cfg = dict(t=8, p=8, d=1, mb=1, acc=acc, v=v, recompute=1, sp=1, zero=0, gpipe=gpipe,
                    flash=False)
         return float(iteration(m, hw, cfg)["activations"])
 
     assert math.isclose(acts(1), 96 * layer, rel_tol=1e-12)
     assert math.isclose(acts(2), 96 * layer * (1 + 7 / 16), rel_tol=1e-12)
+    # m = p = 8, v = 2: 16 chunks of 6 layers, not the warm-up's 2 x 7 + 8 + 1 = 23
+    assert math.isclose(acts(2, acc=8), 16 * 6 * layer, rel_tol=1e-12)
+    # m = 4 < p: 1F1B holds all 4; interleaved all 8 chunks
+    assert math.isclose(acts(1, acc=4), 4 * 12 * layer, rel_tol=1e-12)
+    assert math.isclose(acts(2, acc=4), 8 * 6 * layer, rel_tol=1e-12)
     assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer, rel_tol=1e-12)

@@ -38,8 +38,9 @@ by term:
   when overlapped.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
   ZeRO sec. 3.1) sharded by the ZeRO stage; activations per Korthikanti et al. Table 2 with the
-  first stage holding p micro-batches in flight (1F1B; times 1 + (p - 1) / (p v) interleaved),
-  m for GPipe.
+  first stage holding min(p, m) micro-batches in flight (1F1B), m for GPipe, and interleaved
+  the chunks of Megatron-LM's warm-up (1 + (p - 1) / (p v) times p for m > p, Korthikanti et
+  al. sec. 4.2.3; exactly m when m = p, which runs every forward first).
 """
 
 from __future__ import annotations
@@ -171,23 +172,30 @@ class TransformerExpressions(LayerCosts):
         adam = ADAM_STATE_BYTES[vb < 4]
 
         # --- memory per device (first stage: most micro-batches in flight) ---
-        # Korthikanti et al. sec. 4.2.3: interleaving with v chunks holds 1 + (p - 1) / (p v) x more
+        def _in_flight(rank):
+            """Micro-batches (in whole stages) whose activations stage `rank` holds at its
+            peak. 1F1B: min(p - rank, m). Interleaved (Megatron-LM's schedules.py): a warm-up
+            of 2 (p - rank - 1) + (v - 1) p chunk forwards, one more in the steady state, all
+            m v at once when they do not outnumber it (m = p runs every forward first); for
+            m >= p on rank 0 that is Korthikanti et al.'s 1 + (p - 1) / (p v) x p."""
+            return _if(v > 1, sp.Min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1,
+                                     evaluate=False) / v,
+                       sp.Min(p - rank, m, evaluate=False))
+
         act_layer = saved - moved  # what stays on the device
         # a fully recomputed layer rebuilds its full activations during backward
         rebuilt = self.activation_bytes_per_layer("none") if full else 0
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
-        interleaved = _if(v > 1, 1 + (p - 1) / (p * chunks), 1)
         if not c.uneven:
-            in_flight = (m if c.schedule == "gpipe"
-                         else sp.Min(p, m, evaluate=False) * interleaved)
+            in_flight = m if c.schedule == "gpipe" else _in_flight(0)
             acts = here * act_layer * in_flight + rebuilt
             acts = _max(acts, acts / _max(in_flight, 1) + logits)
-        else:  # stage i holds min(p - i, m) micro-batches (1F1B): the first two and the last
+        else:  # the first two stages (the most in flight) and the last
             if c.schedule == "gpipe":
                 acts = here * act_layer * m
             else:
-                acts = _max(first * act_layer * sp.Min(p, m, evaluate=False) * interleaved,
-                            middle * act_layer * sp.Min(p - 1, m, evaluate=False) * interleaved)
+                acts = _max(first * act_layer * _in_flight(0),
+                            middle * act_layer * _in_flight(1))
             acts = _max(acts + rebuilt, last * act_layer + rebuilt + logits)
         if c.offload:  # and the moved part of the layer computing and of the one in transfer
             acts = acts + 2 * moved
