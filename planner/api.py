@@ -103,7 +103,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              tp_overlap: bool | None = None, capacity_factor: float | None = None,
              first_stage_layers: int | None = None, last_stage_layers: int | None = None,
              offload_activations: bool | None = None, ep_overlap: bool | None = None,
-             seq_len: int | None = None,
+             kernels: str | None = None, seq_len: int | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
@@ -131,6 +131,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      last_stage_layers=last_stage_layers,
                                      offload_activations=bool(offload_activations),
                                      ep_overlap=bool(ep_overlap),
+                                     kernels=kernels or "fused",
                                      seq_len=seq_len, memory_headroom=memory_headroom)
     only_for("cnn", given, TRANSFORMER_ONLY)
     cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
@@ -284,7 +285,8 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         sequence_parallel=None, zero=None, schedule=None,
                         flash_attention=True, seq_len=None, cp=None, ep=None, etp=None,
                         tp_overlap=False, capacity_factor=None, first_stage_layers=None,
-                        last_stage_layers=None, offload_activations=None, ep_overlap=None):
+                        last_stage_layers=None, offload_activations=None, ep_overlap=None,
+                        kernels=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -297,7 +299,8 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                        ("first_stage_layers", first_stage_layers),
                        ("last_stage_layers", last_stage_layers),
                        ("offload_activations", offload_activations or None),
-                       ("ep_overlap", ep_overlap or None)):
+                       ("ep_overlap", ep_overlap or None),
+                       ("kernels", None if kernels in (None, "fused") else kernels)):
         if value is not None:
             raise SpecError(f"{key}: the transformer limits are derived without "
                             f"--{key.replace('_', '-')} (an even pipeline split, no expert "

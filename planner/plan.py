@@ -40,6 +40,15 @@ class Schedule(str, Enum):
     gpipe = "gpipe"
 
 
+class Kernels(str, Enum):
+    """How the non-matmul work runs: fused as Megatron-LM, Transformer Engine and
+    torch.compile fuse it, or eager, one PyTorch kernel per op (Hugging Face models, NVIDIA's
+    BERT example, torchtitan without torch.compile)."""
+
+    fused = "fused"
+    eager = "eager"
+
+
 def choice(cls, value, key: str):
     """`value` as a member of the enum `cls`, or a one-line error naming `key` and the allowed
     values."""
@@ -83,6 +92,7 @@ class Plan:
     last_stage_layers: int | None = None  # layers on the last pipeline stage (None: even)
     offload_activations: bool = False  # saved activations kept in host memory (Grace C2C)
     ep_overlap: bool = False  # all-to-alls behind another micro-batch's compute
+    kernels: Kernels = Kernels.fused  # non-matmul ops fused, or one eager kernel per op
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -102,6 +112,7 @@ class Plan:
                             f"{self.capacity_factor!r}")
         set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
         set_(self, "schedule", choice(Schedule, self.schedule, "schedule"))
+        set_(self, "kernels", choice(Kernels, self.kernels, "kernels"))
         if self.collective is not None:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -204,7 +215,8 @@ class Plan:
                "capacity_factor": self.capacity_factor,
                "first_stage_layers": self.first_stage_layers,
                "last_stage_layers": self.last_stage_layers,
-               "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap}
+               "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
+               "kernels": self.kernels.value}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

@@ -35,7 +35,7 @@ CONFIG = obj({
     "flash_attention": BOOL, "etp": INT, "tp_overlap": BOOL, "capacity_factor": NUM,
     "first_stage_layers": {"type": ["integer", "null"]},
     "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
-    "ep_overlap": BOOL},
+    "ep_overlap": BOOL, "kernels": {"enum": ["fused", "eager"]}},
     required=["nodes", "devices_per_node", "devices", "tp", "pp", "dp", "micro_batch",
               "global_batch", "gradient_accumulation", "local_batch", "interleave",
               "recompute", "sequence_parallel", "zero", "schedule", "overlap",

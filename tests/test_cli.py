@@ -71,3 +71,16 @@ def test_derive_json_and_sweep(run_json):
     sw = run_json("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
                   "--nodes", "1:64:x2")
     assert [p["nodes"] for p in sw["points"]] == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_cli_choice_lists_mirror_the_enums():
+    """The CLI keeps its choice lists as strings (importing the enums would slow `--help`):
+    they must name exactly the enums' values."""
+    from planner.cli import params
+    from planner.expr.collectives import Collective
+    from planner.plan import Kernels, Recompute, Schedule
+
+    assert [x.value for x in Recompute] == params.RECOMPUTE
+    assert [x.value for x in Schedule] == params.SCHEDULES
+    assert [x.value for x in Kernels] == params.KERNELS
+    assert [x.value for x in Collective] == params.COLLECTIVES

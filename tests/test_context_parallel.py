@@ -49,8 +49,9 @@ def test_cp_divides_compute_bound_work_exactly():
 
 
 def test_exposed_kv_ring_is_its_formula():
-    """On a slow link the ring shows: per layer 3 x ((cp - 1) (alpha + 2 b (s/cp) kv / t x 2 B
-    / beta) - attention core), forward and twice in backward."""
+    """On a slow link the ring shows: per layer ring - attention core forward and 2 ring -
+    its backward, ring = (cp - 1) (alpha + 2 b (s/cp) kv / t x 2 B / beta) (K and V forward;
+    K, V and their gradients backward, behind the fused kernel's own backward)."""
     m = with_seq_len(load_model("llama3-8b"), 8192)
     slow = _hw(intra_bw=1e9)
     cp, t = 4, 2
@@ -64,9 +65,11 @@ def test_exposed_kv_ring_is_its_formula():
     from planner.expr.transformer import Choices, TransformerExpressions
 
     ex = TransformerExpressions(m, slow, Choices(), cp=cp)
-    _, core_expr, _ = ex.forward_parts()
-    core = float(core_expr.subs({S.t: t, S.b: 1}))
-    assert float(out["cp_comm"]) == pytest.approx(m.layers * 3 * (ring - core), rel=1e-9)
+    parts = ex.parts()
+    core, core_bwd = (float(parts[i].subs({S.t: t, S.b: 1})) for i in (1, 6))
+    assert core_bwd > 2 * core  # the fused backward: 2.5x the FLOPs at a lower rate
+    want = m.layers * ((ring - core) + (2 * ring - core_bwd))
+    assert float(out["cp_comm"]) == pytest.approx(want, rel=1e-9)
 
 
 def test_cp_one_is_the_plan_without_it():

@@ -43,6 +43,8 @@ MEGATRON_FLAGS = frozenset({
     "--recompute-num-layers", "--attention-backend", "--use-distributed-optimizer",
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
     "--overlap-grad-reduce", "--micro-batch-size", "--global-batch-size",
+    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
+    "--no-bias-dropout-fusion", "--no-rope-fusion",
     # ModelParallelConfig / TransformerConfig fields the factory turns into flags (not excluded
     # in arguments.py): expert_tensor_parallel_size, tp_comm_overlap,
     # moe_token_dispatcher_type, moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
@@ -489,3 +491,22 @@ def test_torchtitan_moe_keys(run):
     assert par["enable_async_tensor_parallel"] is True and toml["compile"]["enable"] is True
     code, _, err = run(*MIXTRAL, "--capacity-factor", "1.5", "--format", "torchtitan")
     assert code == 2 and "dropless" in err
+
+
+def test_eager_kernels_turn_megatron_fusions_off_and_torchtitan_compile_off(run):
+    """--kernels eager: Megatron's fusions off (its flags, each in arguments.py); torchtitan
+    runs eager unless compiled, so fused plans enable torch.compile and eager ones do not."""
+    args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "2",
+            "--global-batch", "64", "--sequence-parallel")
+    fused = _megatron_flags(_out(run, *args, "--format", "megatron"))
+    eager = _megatron_flags(_out(run, *args, "--kernels", "eager", "--format", "megatron"))
+    assert set(eager) <= MEGATRON_FLAGS
+    assert set(eager) - set(fused) == {"--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+                                       "--no-bias-swiglu-fusion", "--no-rope-fusion"}
+    gpt = _megatron_flags(_out(run, *GPT3, "--kernels", "eager", "--format", "megatron"))
+    assert "--no-bias-gelu-fusion" in gpt and "--no-rope-fusion" not in gpt
+    assert tomllib.loads(_out(run, *args, "--format", "torchtitan"))["compile"]["enable"]
+    assert "compile" not in tomllib.loads(_out(run, *args, "--kernels", "eager", "--format",
+                                               "torchtitan"))
+    code, _, err = run(*args, "--kernels", "eager", "--tp-overlap", "--format", "torchtitan")
+    assert code == 2 and "torch.compile" in err

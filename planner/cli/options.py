@@ -10,6 +10,7 @@ import click
 from planner.cli.params import (
     COLLECTIVES,
     FORMATS,
+    KERNELS,
     OPTIMIZERS,
     PRECISIONS,
     RECOMPUTE,
@@ -51,7 +52,7 @@ def spec_options(f=None, *, formats=FORMATS):
 TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
-                    "offload_activations", "ep_overlap", "seq_len")
+                    "offload_activations", "ep_overlap", "kernels", "seq_len")
 
 
 def transformer_options(f):
@@ -104,6 +105,10 @@ def transformer_options(f):
                      default=None,
                      help="Keep saved activations in host memory, copied over the system's "
                           "host link (Grace NVLink-C2C on GB200 / GB300) [default: off]."),
+        click.option("--kernels", type=click.Choice(KERNELS),
+                     help="Non-matmul ops fused as Megatron-LM / Transformer Engine / "
+                          "torch.compile run them, or eager: one PyTorch kernel per op (Hugging "
+                          "Face models, torchtitan without compile) [default: fused]."),
         click.option("--seq-len", "seq_len", type=DecimalInt(1, 10_000_000),
                      help="Train at this sequence length [default: the model's seq_len]."),
     ]

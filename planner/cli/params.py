@@ -24,6 +24,7 @@ PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4", "
 OPTIMIZERS = ["sgd", "momentum", "adam"]
 RECOMPUTE = ["none", "selective", "full"]
 SCHEDULES = ["1f1b", "gpipe"]
+KERNELS = ["fused", "eager"]
 
 
 class FiniteFloat(click.FloatRange):

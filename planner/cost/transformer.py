@@ -47,6 +47,10 @@ class Hardware:
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
+    # the fused attention kernel's measured rates (`FlashAttention` of the device spec): ((head
+    # dim, fwd FLOP/s), ...), ((head dim, bwd FLOP/s), ...), fwd / bwd half keys, causal extra;
+    # None: attention priced as two thin GEMMs
+    flash: tuple | None = None
 
     @property
     def scale_up(self) -> int:
@@ -57,6 +61,8 @@ class Hardware:
     def of(cls, system: System, precision: Precision) -> Hardware:
         dev = system.device
         eff = dev.efficiency.matmul or dev.efficiency.compute
+        if precision in (Precision.fp8, Precision.mxfp8) and dev.efficiency.matmul_fp8:
+            eff = dev.efficiency.matmul_fp8
         kernels = dev.kernels
         return cls(
             g=system.devices_per_node,
@@ -74,12 +80,22 @@ class Hardware:
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),
+            flash=_flash(dev.flash_attention),
         )
+
+
+def _flash(fa) -> tuple | None:
+    if fa is None:
+        return None
+    rates = tuple(tuple((d, fa.rate(w, d)) for d in sorted(table))
+                  for w, table in (("fwd", fa.fwd_tflops), ("bwd", fa.bwd_tflops)))
+    return (*rates, fa.fwd_half_keys, fa.bwd_half_keys, fa.causal_extra_keys)
 
 
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
-           "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False}
+           "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
+           "eager": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -87,7 +103,7 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
                    float(shared["capacity"]), int(shared["first_layers"]),
                    int(shared["last_layers"]), bool(shared["offload"]),
-                   bool(shared["ep_overlap"]))
+                   bool(shared["ep_overlap"]), bool(shared["eager"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -99,7 +115,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
     (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
-    offload (bool), ep_overlap (bool)."""
+    offload (bool), ep_overlap (bool), eager (bool)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import sympy as sp
 
 from planner.expr.collectives import ring_allreduce
@@ -49,6 +50,10 @@ class Choices:
     # the expert-parallel all-to-alls of one micro-batch run behind another micro-batch's
     # compute (Megatron-LM --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe idea)
     ep_overlap: bool = False
+    # non-matmul work as PyTorch eager runs it, one kernel per op (Hugging Face models,
+    # NVIDIA's BERT example, torchtitan without torch.compile), not fused as Megatron-LM /
+    # Transformer Engine / torch.compile run it
+    eager: bool = False
 
     @property
     def uneven(self) -> bool:
@@ -180,18 +185,19 @@ class LayerCosts:
 
     def parts(self):
         """`forward_parts`, the backward elementwise kernels, the tensor-parallel and the
-        expert-parallel communication: means over the layer kinds."""
+        expert-parallel communication, the attention core's (or scan's) backward: means over
+        the layer kinds."""
         md = self.model
         kinds = md.layer_kinds()
         parts = [self._kind_parts(k) for k, _ in kinds]
         return tuple(sum(n * part[i] for part, (_, n) in zip(parts, kinds, strict=True))
-                     / md.layers for i in range(6))
+                     / md.layers for i in range(7))
 
     def _kind_parts(self, kind):
         md, tok, hw = self.model, self.tokens, self.hw
         h, a = md.hidden, md.heads
         mm = self._matmul
-        proj, core = sp.Integer(0), sp.Integer(0)
+        proj, core, core_bwd = sp.Integer(0), sp.Integer(0), None
         blocks, moe_comm = [], sp.Integer(0)  # (GEMM time, chunked) per tp block; MoE traffic
 
         def block(*shapes):
@@ -219,8 +225,11 @@ class LayerCosts:
             # layer: its window); Megatron's load-balanced causal chunks (2 c_p of them, rank
             # i taking i and 2 c_p - 1 - i) give every rank the same share of the products
             sq, keys = md.seq_len / self.cp, md.attention_keys(kind.mixer)
-            core = (mm(sq, md.head_dim, keys, b * a / t)
-                    + mm(sq, keys, md.v_head_dim, b * a / t))
+            if self.choices.flash_attention and hw.flash:
+                core, core_bwd = self._flash(kind, sq, keys)
+            else:
+                core = (mm(sq, md.head_dim, keys, b * a / t)
+                        + mm(sq, keys, md.v_head_dim, b * a / t))
         elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
             d_in, heads = md.mamba_inner(), md.mamba.heads
             proj += block((tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t),
@@ -251,46 +260,124 @@ class LayerCosts:
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
         # and norm-weight reductions and the residual gradient sums)
-        return (proj, core, self._kernels(self.elementwise_kernels(), traffic),
-                self._kernels(2 * self.elementwise_kernels(),
+        return (proj, core, self._kernels(self.elementwise_kernels(kind), traffic),
+                self._kernels(2 * self.elementwise_kernels(kind),
                               sp.Float(ELEMENTWISE_BACKWARD) * traffic),
-                self._tp_comm(blocks), moe_comm)
+                self._tp_comm(blocks), moe_comm, 2 * core if core_bwd is None else core_bwd)
 
-    def elementwise_kernels(self) -> int:
+    def _flash(self, kind, queries, keys):
+        """Forward and backward time of a fused attention kernel (FlashAttention, cuDNN) at
+        the device's measured rate (`Hardware.flash`, fitted by `planner.fit_flash`): the
+        FLOPs it does, 2 q k (d_qk + d_v) per head, half of them under a causal mask (a
+        sliding window's keys are already the causal ones), the backward 2.5x the forward
+        (it recomputes the scores: Dao 2023, sec. 4); each at R[d] k' / (k' + k_half), k' the
+        keys of one kernel call (s / c_p with ring attention), causal masking adding to
+        k_half. At least one kernel issue each."""
+        md, hw = self.model, self.hw
+        fwd_rates, bwd_rates, fwd_half, bwd_half, causal_extra = hw.flash
+        masked = md.causal and kind.mixer == "attention"
+        flops = (2 * queries * keys * (md.head_dim + md.v_head_dim) * b * md.heads / t
+                 * (sp.Rational(1, 2) if masked else 1))
+        width = (md.head_dim + md.v_head_dim) / 2
+        per_call = keys / self.cp
+        extra = causal_extra if masked else 0
+
+        def rate(table, half):
+            peak = float(np.interp(width, [d for d, _ in table], [r for _, r in table]))
+            return peak * per_call / (per_call + half + extra)
+
+        fwd = flops / rate(fwd_rates, fwd_half)
+        bwd = sp.Rational(5, 2) * flops / rate(bwd_rates, bwd_half)
+        if hw.launch_s:
+            fwd, bwd = _max(fwd, hw.launch_s), _max(bwd, hw.launch_s)
+        return fwd, bwd
+
+    def elementwise_kernels(self, kind=None) -> int:
         """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
         bias-dropout-adds, bias-GeLU; without flash attention the softmax, the attention
         dropout and the copy of the context back to (s, b, h) (flash attention fuses them);
-        with an fp8 / fp4 GEMM precision one cast per GEMM input (Transformer Engine)."""
+        rotary embeddings one fused kernel; with an fp8 / fp4 GEMM precision one cast per GEMM
+        input (Transformer Engine). Eager PyTorch adds the kernels `_eager_ops` lists."""
+        md = self.model
+        kind = kind or md.layer_kinds()[0][0]
         casts = 4 if self.hw.gemm_only else 0
-        return 5 + (1 if self.choices.flash_attention else 3) + casts
+        rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
+        eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.eager else 0
+        return 5 + (1 if self.choices.flash_attention else 3) + casts + rope + eager
+
+    def _eager_ops(self, kind=None):
+        """What PyTorch eager runs beyond Megatron's fused kernels, per layer forward: (kernels,
+        bytes per token) pairs, the bytes inside the tensor-parallel region already / t. Each
+        op reads its inputs and writes its output through HBM (the GEMM bias rides in the
+        GEMM's epilogue, norms are one kernel each, as in both):
+        - dropout before each residual add is its own kernel (read and write h), not fused
+          into a bias-dropout-add;
+        - SwiGLU: silu (read and write f) and the product (read 2 f, write f), not 3 f fused;
+        - rotary embeddings as x cos + rotate_half(x) sin (neg, cat, two products, a sum:
+          5.5 reads and 4.5 writes of q and k) where a fused kernel reads and writes them once;
+        - attention without flash: the scale and the mask each read and write the scores,
+          and Q, K, V and the context are copied between (s, b, h) and (b, a, s, d) for the
+          batched GEMMs; with flash attention (PyTorch SDPA) only the context is copied back.
+        Source: the modules of NVIDIA DeepLearningExamples' BERT (modeling.py), Hugging Face
+        transformers' GPT-2 / Llama and torchtitan's Llama, op by op."""
+        md, vb, c = self.model, self.hw.value_bytes, self.choices
+        kind = kind or md.layer_kinds()[0][0]
+        h, attends = md.hidden, kind.mixer in ("attention", "sliding")
+        ops = []
+        if md.dropout:
+            ops.append((bool(kind.mixer) + bool(kind.ffn), 2 * h * vb * (bool(kind.mixer)
+                                                                        + bool(kind.ffn))))
+        if md.gated_ffn and kind.ffn:
+            ops.append((1, sp.Integer(2 * self._ffn_width(kind) * vb) / t))
+        if not attends:
+            return ops
+        if md.position_embedding == "rotary":
+            ops.append((9, sp.Integer(8 * (md.q_dim + md.kv_dim) * vb) / t))
+        if c.flash_attention:
+            ops.append((1, sp.Integer(2 * md.q_dim * vb) / t))
+        else:
+            scores = md.heads * md.attention_keys(kind.mixer)
+            ops.append((6, sp.Integer((4 * scores + 2 * (2 * md.q_dim + 2 * md.kv_dim)) * vb)
+                        / t))
+        return ops
 
     def elementwise_bytes_per_token(self, kind=None):
         """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
         them: two norms (read + write h), bias-GeLU (read + write f; SwiGLU reads 2 f), two
         bias-dropout-adds (read 2 h, write h, a 1-byte mask) outside the TP region; inside it
         the fused scale-mask-softmax (read + write a keys) and attention dropout (read + write +
-        mask a keys), unless flash attention keeps the scores on chip (Dao et al. 2022).
+        mask a keys), unless flash attention keeps the scores on chip (Dao et al. 2022), and
+        the fused rotary embedding (read + write q and k). Eager PyTorch adds `_eager_ops`.
         `kind`: a layer kind of the model (default: its first)."""
         md, vb = self.model, self.hw.value_bytes
         kind = kind or md.layer_kinds()[0][0]
         h, a = md.hidden, md.heads
         outside = 2 * 2 * h * vb + 2 * (3 * h * vb + h)
-        if kind.ffn == "moe":
-            f = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden or md.ffn_hidden) \
-                * md.shared_experts
-        else:
-            f = (md.dense_ffn_hidden or md.ffn_hidden) if kind.ffn else 0
+        f = self._ffn_width(kind)
         ffn = (3 if md.gated_ffn else 2) * f * vb
         attends = kind.mixer in ("attention", "sliding")
         scores = (0 if self.choices.flash_attention or not attends
                   else a * md.attention_keys(kind.mixer) * (2 * vb + 2 * vb + 1))
+        rope = (2 * (md.q_dim + md.kv_dim) * vb
+                if attends and md.position_embedding == "rotary" else 0)
         # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
         # output projection and FC2) is read at 16 bits and written at 8 (Transformer Engine's
         # cast with its amax fused in; Micikevicius et al. 2022, sec. 4)
         casts = 3 if self.hw.gemm_only else 0
         cast_outside = casts * 2 * h
         cast_inside = casts * (h + f)
-        return outside + cast_outside + sp.Integer(ffn + scores + cast_inside) / t
+        eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.eager
+                 else sp.Integer(0))
+        return outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t + eager
+
+    def _ffn_width(self, kind) -> int:
+        """Inner width of a layer kind's FFN per token: a dense FFN's, or the top_k routed
+        experts' and the shared experts' together; 0 without one."""
+        md = self.model
+        if kind.ffn == "moe":
+            return md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
+                                               or md.ffn_hidden) * md.shared_experts
+        return (md.dense_ffn_hidden or md.ffn_hidden) if kind.ffn else 0
 
     def activation_bytes_per_layer(self, recompute: str):
         """Stored activations of one layer, the mean over the model's layer kinds (a stage
@@ -341,7 +428,7 @@ class LayerCosts:
         4 h GeLU FFN, scaled to the width, 3 / 2 gated, top_k routed experts plus the shared
         ones, and the routed experts' input, top_k h per token gathered over e_t). Sequence
         parallelism splits the outside part over t too; full recomputation keeps only the
-        layer's input."""
+        layer's input. Eager SwiGLU saves silu's output for the product's backward too (f)."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
         sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
@@ -372,4 +459,7 @@ class LayerCosts:
             # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
             # gathered over e_t (Megatron saves them for the expert GEMMs' backward)
             inside += 2 * md.top_k * self.capacity * self.etp
+        if c.eager and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
+            inside += sp.Rational(2 * self._ffn_width(kind), h) * (
+                self.capacity if kind.ffn == "moe" else 1)
         return sbh * (outside + inside / t + core)

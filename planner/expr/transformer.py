@@ -12,7 +12,10 @@ by term:
 - compute: each matmul of a layer by roofline (FLOPs at the achievable matmul rate, or its
   operands at the achievable memory bandwidth, whichever is slower; Williams et al. 2009),
   backward = 2x forward; elementwise work (norms, softmax, GeLU, dropout, residuals) as the HBM
-  traffic of Megatron's fused kernels; flash attention keeps the scores on chip. A GEMM's rate
+  traffic of Megatron's fused kernels (or eager PyTorch's, one kernel per op); flash attention
+  keeps the scores on chip and runs at its kernel's measured rate where the device spec has one
+  (by head dimension and keys per call; causal masks doing half the products; its backward
+  2.5x the forward's FLOPs; `planner.fit_flash`), as two thin GEMMs elsewhere. A GEMM's rate
   falls with its thinnest dimension, and no kernel (GEMM, elementwise or collective) runs faster
   than the host issues it: the two device constants `kernels.gemm_half_dim` and
   `kernels.launch_us` (fitted by `python -m planner.fit_transformer`). fp8 / fp4 run only the
@@ -85,11 +88,12 @@ class TransformerExpressions(LayerCosts):
         full, selective = c.recompute == "full", c.recompute == "selective"
 
         # --- compute per micro-batch; tensor- and expert-parallel communication per layer ---
-        proj, core, elem, elem_bwd, tp_layer, ep_layer = self.parts()
+        proj, core, elem, elem_bwd, tp_layer, ep_layer, core_bwd = self.parts()
         fwd = proj + core + elem
         extra = fwd if full else core if selective else 0
-        # forward, backward (matmuls 2x: input and weight gradients), recomputation
-        layer = 3 * (proj + core) + elem + elem_bwd + extra
+        # forward, backward (matmuls 2x: input and weight gradients; a fused attention
+        # kernel's own backward), recomputation
+        layer = 3 * proj + core + core_bwd + elem + elem_bwd + extra
         logit = 3 * self._matmul(tok, h, sp.Integer(md.vocab) / t)
 
         size = tok * h * vb
@@ -101,7 +105,9 @@ class TransformerExpressions(LayerCosts):
         kv = 2 * tok * sp.Integer(md.kv_dim) / t * vb
         cp_step = _if(t * self.cp <= u, hw.intra_lat + kv / hw.intra_bw,
                       hw.inter_lat + kv / (hw.nic_bw / g))
-        cp_layer = (4 if full or selective else 3) * _max(0, (self.cp - 1) * cp_step - core)
+        ring = (self.cp - 1) * cp_step
+        cp_layer = ((2 if full or selective else 1) * _max(0, ring - core)
+                    + _max(0, 2 * ring - core_bwd))
 
         ep, moe = self.ep, sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
 

@@ -147,6 +147,10 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
               "--recompute-num-layers", 1]
     if not plan["flash_attention"]:
         a += ["--attention-backend", "unfused"]
+    if plan.get("kernels") == "eager":  # the fusions Megatron does by default, off
+        a += ["--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+              "--no-bias-swiglu-fusion" if m.gated_ffn else "--no-bias-gelu-fusion"]
+        a += ["--no-rope-fusion"] if m.position_embedding == "rotary" else []
     if plan.get("ep_overlap"):  # ModelParallelConfig.overlap_moe_expert_parallel_comm
         a += ["--overlap-moe-expert-parallel-comm"]
     if plan.get("offload_activations"):  # the inputs of every module that saves them

@@ -117,7 +117,11 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                         "micro-batches; use --format megatron")
     if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
         raise SpecError("format: torchtitan has no activation offload; use --format megatron")
+    eager = plan.get("kernels") == "eager"
     if plan.get("tp_overlap") and plan["tp"] > 1:  # AsyncTP works under torch.compile only
+        if eager:
+            raise SpecError("format: torchtitan's AsyncTP (tp overlap) runs under torch.compile "
+                            "only, not with eager kernels")
         parallelism["enable_async_tensor_parallel"] = True
     if zero in (1, 2):
         parallelism["fsdp_reshard_after_forward"] = "never"
@@ -142,7 +146,7 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                 ("activation_checkpoint", ac)]
     if target.precision == "fp8":
         sections.append(("quantize.linear.float8", {"filter_fqns": ["output"]}))
-    if parallelism.get("enable_async_tensor_parallel"):
+    if not eager:  # the fused non-matmul kernels the plan was priced with (default: off)
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     out = head
     for title, body in sections:

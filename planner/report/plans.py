@@ -56,7 +56,8 @@ def evaluation_text(plan, pred) -> str:
                                     if plan.capacity_factor != 1 else "")
                                  + (", activation offload on" if plan.offload_activations
                                     else "")
-                                 + (", ep overlap on" if plan.ep_overlap else "")))
+                                 + (", ep overlap on" if plan.ep_overlap else "")
+                                 + (", eager kernels" if plan.kernels == "eager" else "")))
     pairs.append(("iteration time", f"{si(pred.iteration_time_s, 's')} ({times})"))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
     if pred.tokens_per_s is not None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from planner.cost.transformer import RECOMPUTE, SCHEDULES, Hardware, hardware_flops_per_sequence, iteration
 from planner.errors import InfeasibleError, SpecError
-from planner.plan import Plan, Recompute, Schedule, check_for_model, check_pins
+from planner.plan import Kernels, Plan, Recompute, Schedule, check_for_model, check_pins, choice
 from planner.prediction import Prediction
 from planner.search import table as core
 from planner.search.hybrid_space import Search, candidate_batches, choices, structures
@@ -61,7 +61,7 @@ def _shared(x) -> dict:
     return {"overlap": x.overlap, "flash": x.flash_attention, "tp_overlap": x.tp_overlap,
             "capacity": x.capacity_factor, "first_layers": x.first_stage_layers or 0,
             "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
-            "ep_overlap": x.ep_overlap}
+            "ep_overlap": x.ep_overlap, "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -326,4 +326,4 @@ class HybridSolver:
                           first_stage_layers=q.first_stage_layers,
                           last_stage_layers=q.last_stage_layers,
                           offload_activations=q.offload_activations,
-                          ep_overlap=q.ep_overlap)
+                          ep_overlap=q.ep_overlap, kernels=q.kernels)

@@ -51,6 +51,7 @@ class Search:
     last_stage_layers: int | None = None
     offload_activations: bool = False
     ep_overlap: bool = False
+    kernels: str = "fused"  # planner.plan.Kernels
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None

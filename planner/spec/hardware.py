@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from planner.spec.base import Spec
@@ -73,6 +74,9 @@ class Efficiency(Spec):
     compute: float = Fraction
     memory: float = Fraction
     matmul: float | None = Field(default=None, gt=0, le=1)  # large GEMMs (transformers)
+    # large fp8 / mxfp8 GEMMs, as a fraction of the fp8 peak (None: `matmul`): measured fp8
+    # GEMMs reach a smaller share of their peak than 16-bit ones on every NVIDIA device
+    matmul_fp8: float | None = Field(default=None, gt=0, le=1)
 
 
 class KernelCosts(Spec):
@@ -85,6 +89,28 @@ class KernelCosts(Spec):
     gemm_half_dim: float = Field(ge=0, le=1e6)
 
 
+class FlashAttention(Spec):
+    """The fused attention kernel's achieved rate, fitted by `python -m planner.fit_flash`
+    to published kernel benchmarks (planner/calibration/flash_attention.csv): at a head
+    dimension d and k keys per query the forward runs at fwd_tflops[d] x k / (k + k_half)
+    (backward: bwd_*), causal masking adding causal_extra_keys to k_half; FLOPs counted as
+    the benchmarks count them (4 s k d per head forward, half of that causal; backward 2.5x
+    the forward). Head dimensions between two given interpolate; beyond them, the nearest."""
+
+    kernel: str = Field(min_length=1)
+    fwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)], float] = Field(min_length=1)
+    bwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)], float] = Field(min_length=1)
+    fwd_half_keys: float = Field(ge=0, le=1e6)
+    bwd_half_keys: float = Field(ge=0, le=1e6)
+    causal_extra_keys: float = Field(ge=0, le=1e6)
+
+    def rate(self, direction: str, head_dim: float) -> float:
+        """FLOP/s at long sequences for `direction` ("fwd", "bwd") at this head dimension."""
+        table = sorted((self.fwd_tflops if direction == "fwd" else self.bwd_tflops).items())
+        dims = [d for d, _ in table]
+        return 1e12 * float(np.interp(head_dim, dims, [r for _, r in table]))
+
+
 class Device(Spec):
     kind: Literal["device"]
     name: str = Field(min_length=1)
@@ -94,6 +120,7 @@ class Device(Spec):
     memory_bandwidth_GBps: float = Field(gt=0, le=1e6)
     efficiency: Efficiency
     kernels: KernelCosts | None = None
+    flash_attention: FlashAttention | None = None
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=1e6)
     default_precision: Annotated[Precision, Field(strict=False)] = Precision.fp32
     sources: dict[str, str] = Field(min_length=1)

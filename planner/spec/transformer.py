@@ -89,6 +89,7 @@ class Transformer:
     token_types: int = 0
     pooler: bool = False
     dropout: float = 0.0
+    causal: bool = True  # causal attention mask (decoders); an encoder attends both ways
     experts: int = 1
     top_k: int = 1
     # --- today's architectures (defaults: the layer above) ---
@@ -414,7 +415,7 @@ def build_transformer(data: dict, where: str) -> Transformer:
         tied_embeddings=spec.tied_embeddings, bias=spec.bias, norm=spec.norm,
         position_embedding=spec.position_embedding,
         max_positions=spec.max_positions or spec.seq_len, token_types=spec.token_types,
-        pooler=spec.pooler, dropout=spec.dropout, experts=moe.experts if moe else 1,
+        pooler=spec.pooler, dropout=spec.dropout, causal=spec.causal, experts=moe.experts if moe else 1,
         top_k=moe.top_k if moe else 1,
         attn_head_dim=spec.head_dim or 0, qk_norm=spec.qk_norm, qkv_bias=spec.qkv_bias,
         out_bias=spec.out_bias, mlp_bias=spec.mlp_bias, post_norms=spec.post_norms,

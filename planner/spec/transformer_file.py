@@ -85,6 +85,7 @@ class TransformerFile(Spec):
     # hidden dropout probability after attention and after the FFN (Megatron-LM's default
     # 0.1 for GPT and BERT; 0 for Llama-lineage models): > 0 stores a 1-byte mask per value
     dropout: float = Field(default=0.0, ge=0, lt=1)
+    causal: bool = True  # a decoder's causal mask; false for an encoder (BERT)
     moe: MoE | None = None
     first_dense_layers: int = Field(default=0, ge=0, le=100_000)
     mla: MLA | None = None

@@ -1,0 +1,102 @@
+"""The fused attention kernel at its measured rate: the fit against the published benchmarks it
+was fitted to, the shipped specs against the fit, and the layer's attention time against the
+benchmarks' own FLOP count."""
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_device, load_model, load_system
+from planner.cost.transformer import Hardware
+from planner.expr.layer import Choices, LayerCosts
+from planner.expr.symbols import b, c_p, e_p, e_t, t
+from planner.fit_flash import SOURCES, block, errors, fit, rows
+from planner.spec.hardware import Precision
+from planner.spec.transformer import build_transformer
+
+
+@pytest.mark.parametrize("device,kernel", SOURCES)
+def test_shipped_blocks_are_the_fit_and_close_to_every_benchmark(device, kernel):
+    data = rows(device, kernel)
+    assert len(data) == 48
+    shipped = load_device(device).flash_attention
+    assert shipped.model_dump() == block(kernel, fit(data))
+    err = np.abs(errors(shipped, data))
+    assert err.mean() < 0.035 and err.max() < 0.10, (err.mean(), err.max())
+
+
+def _bench_model(causal: bool):
+    """The benchmarks' shape: hidden 2,048, head dim 128 (16 heads), sequence 4,096."""
+    return build_transformer({"kind": "transformer", "name": "bench", "layers": 1,
+                              "hidden": 2048, "heads": 16, "seq_len": 4096, "vocab": 128,
+                              "causal": causal}, "test")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_time_is_the_benchmark_flops_at_the_fitted_rate(causal):
+    """Forward: 4 s^2 d heads batch FLOPs (half of them causal), the benchmarks' count, at
+    R_fwd[128] x s / (s + k_half (+ causal extra)); backward 2.5x the FLOPs at R_bwd."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    fa = load_device("h100-sxm5-80gb").flash_attention
+    m, s, batch = _bench_model(causal), 4096, 4
+    flops = 4 * s * s * 128 * 16 * batch / (2 if causal else 1)
+    extra = fa.causal_extra_keys if causal else 0
+    fwd = flops / (fa.fwd_tflops[128] * 1e12 * s / (s + fa.fwd_half_keys + extra))
+    bwd = 2.5 * flops / (fa.bwd_tflops[128] * 1e12 * s / (s + fa.bwd_half_keys + extra))
+    parts = LayerCosts(m, hw, Choices(flash_attention=True)).parts()
+    at = {t: 1, b: batch, c_p: 1, e_p: 1, e_t: 1}
+    assert float(parts[1].subs(at)) == pytest.approx(fwd, rel=1e-12)
+    assert float(parts[6].subs(at)) == pytest.approx(bwd, rel=1e-12)
+
+
+def test_head_dims_between_interpolate_and_beyond_take_the_nearest():
+    fa = load_device("h100-sxm5-80gb").flash_attention
+    assert fa.rate("fwd", 96) == pytest.approx((fa.fwd_tflops[64] + fa.fwd_tflops[128]) / 2
+                                               * 1e12)
+    assert fa.rate("bwd", 256) == pytest.approx(fa.bwd_tflops[128] * 1e12)
+    assert fa.rate("fwd", 32) == pytest.approx(fa.fwd_tflops[64] * 1e12)
+
+
+def test_context_parallel_calls_see_fewer_keys_and_run_slower_per_flop():
+    """Ring attention: each rank's kernel calls see s / cp keys, lower on the saturating
+    curve: at cp 4 the forward of a quarter of the queries takes more than a quarter of the
+    time at cp 1."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    m = load_model("llama3-8b")
+    core = LayerCosts(m, hw, Choices(flash_attention=True), cp=c_p).parts()[1]
+    at = {t: 1, b: 1, e_p: 1, e_t: 1}
+    one, four = (float(core.subs({**at, c_p: k})) for k in (1, 4))
+    fa = load_device("h100-sxm5-80gb").flash_attention
+    half = fa.fwd_half_keys + fa.causal_extra_keys
+    slower = (8192 / (8192 + half)) / (2048 / (2048 + half))  # s 8,192: 2,048 keys a call
+    assert four == pytest.approx(one / 4 * slower, rel=1e-12) and slower > 1.1
+
+
+def test_devices_without_benchmarks_price_attention_as_thin_gemms():
+    """No published kernel rate for the B200: two GEMMs of thinnest dimension the head dim,
+    backward twice the forward, as before."""
+    hw = Hardware.of(load_system("dgx-b200"), Precision.bf16)
+    assert hw.flash is None
+    parts = LayerCosts(load_model("llama3-8b"), hw, Choices(flash_attention=True)).parts()
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    assert float(parts[6].subs(at)) == pytest.approx(2 * float(parts[1].subs(at)), rel=1e-12)
+
+
+def test_fp8_runs_attention_at_the_16_bit_kernel_rate():
+    """Transformer Engine runs fp8 training's attention in bf16 (fp8 attention is its own
+    switch): the fused kernel's time does not change with the GEMM precision."""
+    system, m = load_system("dgx-h100"), load_model("llama3-8b")
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    cores = [float(LayerCosts(m, Hardware.of(system, p), Choices()).parts()[1].subs(at))
+             for p in (Precision.bf16, Precision.fp8)]
+    assert cores[0] == pytest.approx(cores[1], rel=1e-12)
+
+
+def test_an_encoder_attends_both_ways():
+    """BERT (causal: false) does every score; the same shape causal does half (and the
+    causal masking's extra keys slow the rate)."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    both, causal = (float(LayerCosts(_bench_model(c), hw, Choices()).parts()[1].subs(at))
+                    for c in (False, True))
+    assert 0.5 < causal / both < 0.6
+    assert not load_model("bert-large").causal and load_model("gpt2").causal
