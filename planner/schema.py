@@ -241,6 +241,10 @@ def _show() -> dict:
         "peak_tflops": {"type": "object", "additionalProperties": NUM}, "memory_GiB": NUM,
         "memory_bandwidth_GBps": NUM, "efficiency": spec,
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM})]},
+        "flash_attention": {"oneOf": [{"type": "null"}, obj({
+            "kernel": STR, "fwd_tflops": {"type": "object", "additionalProperties": NUM},
+            "bwd_tflops": {"type": "object", "additionalProperties": NUM},
+            "fwd_half_keys": NUM, "bwd_half_keys": NUM, "causal_extra_keys": NUM})]},
         "price_per_hour_usd": {"type": ["number", "null"]}, "default_precision": STR,
         "sources": {"type": "object", "additionalProperties": STR}},
         ["kind", "name", "peak_tflops", "memory_GiB"])

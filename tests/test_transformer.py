@@ -339,3 +339,23 @@ def test_first_stage_activations_follow_korthikanti_in_flight_counts():
     assert math.isclose(acts(1, acc=4), 4 * 12 * layer, rel_tol=1e-12)
     assert math.isclose(acts(2, acc=4), 8 * 6 * layer, rel_tol=1e-12)
     assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer, rel_tol=1e-12)
+
+
+def test_bf16_gradients_are_accumulated_and_reduced_in_fp32():
+    """Megatron-LM with bf16 (it forces --accumulate-allreduce-grads-in-fp32) and FSDP2
+    (reduce_dtype float32) keep and reduce gradients in fp32: 4 bytes a parameter against the
+    weights' 2, so twice the gradient memory and allreduce bytes of fp16 (which Megatron keeps
+    at 16 bits); fp8 training keeps bf16 weights and so fp32 gradients too."""
+    from planner.cost.transformer import iteration
+
+    m, system = load_model("llama3-8b"), load_system("dgx-a100-80gb")
+    cfg = dict(t=1, p=1, d=64, mb=1, acc=1, v=1, recompute=0, sp=0, zero=0, gpipe=0,
+               overlap=False)
+    out = {p: iteration(m, Hardware.of(system, p), cfg)
+           for p in (Precision.fp16, Precision.bf16)}
+    assert float(out[Precision.bf16]["weights"]) == float(out[Precision.fp16]["weights"])
+    assert float(out[Precision.bf16]["gradients"]) == 2 * float(out[Precision.fp16]["gradients"])
+    ratio = float(out[Precision.bf16]["dp_comm_exposed"] / out[Precision.fp16]["dp_comm_exposed"])
+    assert 1.99 < ratio <= 2.0
+    assert Hardware.of(load_system("dgx-h100"), Precision.fp8).grad_bytes == 4
+    assert Hardware.of(system, Precision.fp32).grad_bytes == 4

@@ -41,7 +41,11 @@ class Hardware:
     nic_bw: float  # one node's network bandwidth (all NICs)
     inter_lat: float
     memory_bytes: float
-    value_bytes: int  # bytes per stored activation / weight / gradient value
+    value_bytes: int  # bytes per stored activation / weight value
+    # bytes per gradient value as accumulated and reduced: fp32 with bf16 weights, as
+    # Megatron-LM (bf16 forces --accumulate-allreduce-grads-in-fp32) and PyTorch FSDP2
+    # (torchtitan's reduce_dtype float32) do by default; the weight width otherwise (fp16)
+    grad_bytes: int
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
@@ -74,6 +78,8 @@ class Hardware:
             inter_lat=system.inter_node.latency_s,
             memory_bytes=dev.memory_bytes,
             value_bytes=precision.storage_bytes,
+            grad_bytes=(4 if precision is not Precision.fp16 and precision.storage_bytes == 2
+                        else precision.storage_bytes),
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             gemm_only=precision.gemm_only,

@@ -53,7 +53,8 @@ H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
 ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
 Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
-delta = sp.Symbol("delta", positive=True)  # bytes per weight / gradient value
+delta = sp.Symbol("delta", positive=True)  # bytes per weight value
+gamma = sp.Symbol("gamma", positive=True)  # bytes per gradient value (accumulated and reduced)
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
@@ -81,7 +82,7 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     c: Meaning("compute time per sample per device (forward + backward, roofline)", "s/sample"),
     alpha: Meaning("latency per step of the collective on its bottleneck link", "s"),
     beta: Meaning("achievable bandwidth per device of the collective's bottleneck link", "B/s"),
-    M: Meaning("gradient bytes allreduced per iteration (|W| x bytes per value)", "B"),
+    M: Meaning("gradient bytes allreduced per iteration (|W| x bytes per gradient value)", "B"),
     k: Meaning("collective calls per iteration (gradient buckets)", "calls"),
     s: Meaning("parameter servers", "servers"),
     alpha_i: Meaning("latency per step on the intra-node link", "s"),
@@ -115,7 +116,9 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
     Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
-    delta: Meaning("bytes per weight and gradient value", "B/parameter"),
+    delta: Meaning("bytes per weight value", "B/parameter"),
+    gamma: Meaning("bytes per gradient value, as accumulated and reduced (fp32 in bf16 "
+                   "training)", "B/parameter"),
     kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
                    "B/parameter"),
     A_act: Meaning("activation bytes held on the first pipeline stage", "B"),

@@ -40,10 +40,12 @@ by term:
   as NCCL's one pipelined ring through every replica, exposed beyond one micro-batch's backward
   when overlapped.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
-  ZeRO sec. 3.1) sharded by the ZeRO stage; activations per Korthikanti et al. Table 2 with the
-  first stage holding min(p, m) micro-batches in flight (1F1B), m for GPipe, and interleaved
-  the chunks of Megatron-LM's warm-up (1 + (p - 1) / (p v) times p for m > p, Korthikanti et
-  al. sec. 4.2.3; exactly m when m = p, which runs every forward first).
+  ZeRO sec. 3.1; with bf16 weights the gradients are accumulated and reduced in fp32, 4 bytes,
+  as Megatron-LM and PyTorch FSDP2 do by default) sharded by the ZeRO stage; activations per
+  Korthikanti et al. Table 2 with the first stage holding min(p, m) micro-batches in flight
+  (1F1B), m for GPipe, and interleaved the chunks of Megatron-LM's warm-up (1 + (p - 1) / (p v)
+  times p for m > p, Korthikanti et al. sec. 4.2.3; exactly m when m = p, which runs every
+  forward first).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class TransformerExpressions(LayerCosts):
         # g: devices sharing a node's NICs; u: devices on one scale-up (NVLink) domain, where
         # tp, cp, ep and the first tier of the gradient allreduce stay (u = g but on NVL72)
         h, g, u, vb, L = md.hidden, hw.g, hw.scale_up, hw.value_bytes, md.layers
+        gb = hw.grad_bytes  # gradients as accumulated and reduced (fp32 with bf16 weights)
         tok = self.tokens
         full, selective = c.recompute == "full", c.recompute == "selective"
 
@@ -208,7 +211,7 @@ class TransformerExpressions(LayerCosts):
 
         # the aggregates the forms are written in, as expressions of the plan
         self.aggregates = {
-            S.tau: stage, S.tau_p2p: p2p, S.M: local_params * vb,
+            S.tau: stage, S.tau_p2p: p2p, S.M: local_params * gb,
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
@@ -216,8 +219,8 @@ class TransformerExpressions(LayerCosts):
             S.H: 2 * fwd * here,  # one micro-batch's backward on the stage
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
-            S.T_opt: local_params * (2 * adam + 3 * vb) / hw.mem_bw,
-            S.Psi: local_params, S.delta: vb, S.kappa: adam, S.A_act: acts,
+            S.T_opt: local_params * (2 * adam + 2 * gb + vb) / hw.mem_bw,
+            S.Psi: local_params, S.delta: vb, S.gamma: gb, S.kappa: adam, S.A_act: acts,
         }
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
@@ -232,9 +235,9 @@ class TransformerExpressions(LayerCosts):
             return (expert_params * per_param * (self.etp * ep / t - 1) / (d * self.cp)
                     if c.zero >= stage else sp.Integer(0))
 
-        opt_extra = experts_unsharded((2 * adam + 3 * vb) / hw.mem_bw, 1)
+        opt_extra = experts_unsharded((2 * adam + 2 * gb + vb) / hw.mem_bw, 1)
         state_extra = {"weights": experts_unsharded(vb, 3),
-                       "gradients": experts_unsharded(vb, 2),
+                       "gradients": experts_unsharded(gb, 2),
                        "optimizer_state": experts_unsharded(adam, 1)}
         return {
             "time": substitute(self.forms["time"], {**self.aggregates, d: d * self.cp,
@@ -250,7 +253,7 @@ class TransformerExpressions(LayerCosts):
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": whole(self.forms["memory"]) + sum(state_extra.values()),
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
-            "gradients": whole(S.Psi * S.delta / shard[2]) + state_extra["gradients"],
+            "gradients": whole(S.Psi * S.gamma / shard[2]) + state_extra["gradients"],
             "optimizer_state": whole(S.Psi * S.kappa / shard[1]) + state_extra["optimizer_state"],
             "activations": acts,
         }
@@ -303,11 +306,11 @@ def time_form(c: Choices) -> sp.Expr:
 
 
 def memory_form(c: Choices) -> sp.Expr:
-    """Bytes per device: weights and gradients (delta each) and optimizer state (kappa) per
+    """Bytes per device: weights (delta), gradients (gamma) and optimizer state (kappa) per
     parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
     activations of the first stage."""
     shard = _shards(c)
-    return S.Psi * (S.delta / shard[3] + S.delta / shard[2] + S.kappa / shard[1]) + S.A_act
+    return S.Psi * (S.delta / shard[3] + S.gamma / shard[2] + S.kappa / shard[1]) + S.A_act
 
 
 @functools.lru_cache(maxsize=128)
