@@ -82,7 +82,9 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     c: Meaning("compute time per sample per device (forward + backward, roofline)", "s/sample"),
     alpha: Meaning("latency per step of the collective on its bottleneck link", "s"),
     beta: Meaning("achievable bandwidth per device of the collective's bottleneck link", "B/s"),
-    M: Meaning("gradient bytes allreduced per iteration (|W| x bytes per gradient value)", "B"),
+    M: Meaning("bytes of the gradient sync as one allreduce: |W| x bytes per gradient value "
+               "(ZeRO: half of that and half of the weights' bytes, a reduce-scatter and an "
+               "all-gather)", "B"),
     k: Meaning("collective calls per iteration (gradient buckets)", "calls"),
     s: Meaning("parameter servers", "servers"),
     alpha_i: Meaning("latency per step on the intra-node link", "s"),

@@ -35,8 +35,9 @@ by term:
   point-to-point sends of b s h / t per chunk boundary; the slowest stage (ceil(L / p) layers,
   the output layer on the last; or the pinned first / last stages and an even split of the
   rest) sets the pace.
-- data parallel: ring allreduce (or reduce-scatter + all-gather with ZeRO, same volume; ZeRO-3
-  re-gathers the weights in every micro-batch's forward and backward, Rajbhandari et al. 2020),
+- data parallel: ring allreduce of the gradients (with ZeRO a reduce-scatter of the gradients
+  and an all-gather of the weights, each at its own width; ZeRO-3 re-gathers the weights in
+  every micro-batch's forward and backward, Rajbhandari et al. 2020),
   as NCCL's one pipelined ring through every replica, exposed beyond one micro-batch's backward
   when overlapped.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
@@ -211,7 +212,11 @@ class TransformerExpressions(LayerCosts):
 
         # the aggregates the forms are written in, as expressions of the plan
         self.aggregates = {
-            S.tau: stage, S.tau_p2p: p2p, S.M: local_params * gb,
+            # the gradient sync as an allreduce of M bytes: the gradients allreduced, or with
+            # ZeRO reduce-scattered (gamma) and the updated weights all-gathered (delta), half
+            # a ring each (Rajbhandari et al. 2020, sec. 7)
+            S.tau: stage, S.tau_p2p: p2p,
+            S.M: local_params * (sp.Rational(gb + vb, 2) if c.zero else gb),
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
@@ -265,17 +270,18 @@ def _shards(c: Choices) -> dict[int, sp.Expr]:
     return {stage: d if c.zero >= stage else sp.Integer(1) for stage in (1, 2, 3)}
 
 
-def allreduce_form() -> sp.Expr:
+def allreduce_form(size: sp.Expr = S.M) -> sp.Expr:
     """The data-parallel gradient allreduce as NCCL runs it: one ring through all d replicas,
     r of them on each of the ceil(d / r) nodes. Every replica moves 2 (d - 1) / d M bytes over
     NVLink, and each node's NICs carry that for its r replicas; the pipelined chunks keep both
     busy at once, so the slower sets the pace while every step's latency adds:
     2 (r - 1) alpha_i + 2 (N - 1) alpha + 2 (d - 1) / d M max(1 / beta_i, 1 / (r beta)), the
     NIC term only beyond one node. On one node this is the ring over the node's replicas. Checked
-    against published nccl-tests bus bandwidths (docs/nccl-check.md)."""
+    against published nccl-tests bus bandwidths (docs/nccl-check.md). `size`: the bytes (a
+    reduce-scatter and an all-gather of `size` each move half of this)."""
     nodes = sp.ceiling(d / S.r)
     latency = 2 * (S.r - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
-    return latency + 2 * (d - 1) / d * S.M * sp.Max(
+    return latency + 2 * (d - 1) / d * size * sp.Max(
         1 / S.beta_i, _if(d > S.r, 1 / (S.r * S.beta), 0), evaluate=False)
 
 
@@ -287,13 +293,14 @@ def exposed_form(c: Choices) -> sp.Expr:
     sec. 7.2.3); each layer's gather is prefetched behind the layer before it, so the first
     layer's, in the forward and in the backward (two all-gathers of one of the stage's ell
     layers: sync / ell), shows in every micro-batch (PyTorch FSDP's forward / backward
-    prefetch)."""
+    prefetch). The gathers move the weights at their own width."""
     sync = allreduce_form()
     exposed = _max(0, sync - S.H) if c.overlap else sync
     if c.zero == 3:
-        hidden = sp.Min(sync, _max(0, sync - sp.Rational(3, 2) * S.H) + sync / S.ell,
+        gather = allreduce_form(S.Psi * S.delta)  # two all-gathers of the weights
+        hidden = sp.Min(gather, _max(0, gather - sp.Rational(3, 2) * S.H) + gather / S.ell,
                         evaluate=False)
-        exposed = exposed + m * (hidden if c.overlap else sync)
+        exposed = exposed + m * (hidden if c.overlap else gather)
     return exposed
 
 
