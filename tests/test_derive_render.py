@@ -231,3 +231,10 @@ def test_text_value_equals_json_value_equals_limits(run, run_json):
     got = float(expr.subs({sp.Symbol(k): v["value"] for k, v in f["symbols"].items()}))
     assert math.isclose(got, f["value"], rel_tol=1e-12)
     assert json.dumps(f["latex_equation"]).count("begin{equation}") == 1
+
+
+def test_every_glossary_symbol_reads_back_as_itself():
+    """derive's text and JSON forms are SymPy-readable: no symbol name may parse as one of
+    SymPy's functions or constants (gamma, beta, E, I, ...)."""
+    for sym in S.GLOSSARY:
+        assert sp.sympify(sym.name) == sp.Symbol(sym.name), sym.name

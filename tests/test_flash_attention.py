@@ -58,17 +58,18 @@ def test_head_dims_between_interpolate_and_beyond_take_the_nearest():
 
 def test_context_parallel_calls_see_fewer_keys_and_run_slower_per_flop():
     """Ring attention: each rank's kernel calls see s / cp keys, lower on the saturating
-    curve: at cp 4 the forward of a quarter of the queries takes more than a quarter of the
-    time at cp 1."""
+    curve, and only the diagonal step of cp is masked: at cp 4 the forward of a quarter of
+    the queries takes more than a quarter of the time at cp 1."""
     hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
     m = load_model("llama3-8b")
     core = LayerCosts(m, hw, Choices(flash_attention=True), cp=c_p).parts()[1]
     at = {t: 1, b: 1, e_p: 1, e_t: 1}
     one, four = (float(core.subs({**at, c_p: k})) for k in (1, 4))
     fa = load_device("h100-sxm5-80gb").flash_attention
-    half = fa.fwd_half_keys + fa.causal_extra_keys
-    slower = (8192 / (8192 + half)) / (2048 / (2048 + half))  # s 8,192: 2,048 keys a call
-    assert four == pytest.approx(one / 4 * slower, rel=1e-12) and slower > 1.1
+    one_half = fa.fwd_half_keys + fa.causal_extra_keys
+    four_half = fa.fwd_half_keys + fa.causal_extra_keys / 4
+    slower = (8192 / (8192 + one_half)) / (2048 / (2048 + four_half))  # 2,048 keys a call
+    assert four == pytest.approx(one / 4 * slower, rel=1e-12) and slower > 1.02
 
 
 def test_devices_without_benchmarks_price_attention_as_thin_gemms():
@@ -100,3 +101,51 @@ def test_an_encoder_attends_both_ways():
                     for c in (False, True))
     assert 0.5 < causal / both < 0.6
     assert not load_model("bert-large").causal and load_model("gpt2").causal
+
+
+def test_mla_head_widths_average_and_interpolate():
+    """DeepSeek-V3's attention: query-key heads of 192 (128 + 64 rope), value heads of 128;
+    the kernel's rate is read at their mean, 160, between the table's 128 and 256."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    fa = load_device("h100-sxm5-80gb").flash_attention
+    m = load_model("deepseek-v3")
+    assert (m.head_dim, m.v_head_dim) == (192, 128)
+    costs = LayerCosts(m, hw, Choices())
+    kind = next(k for k, _ in m.layer_kinds() if k.mixer == "attention")
+    s = m.seq_len
+    fwd, _ = costs._flash(kind, s, s)
+    rate = (fa.fwd_tflops[128] + (fa.fwd_tflops[256] - fa.fwd_tflops[128]) * 32 / 128) * 1e12
+    rate *= s / (s + fa.fwd_half_keys + fa.causal_extra_keys)
+    flops = 2 * s * (s / 2) * (192 + 128) * m.heads
+    assert float(fwd.subs({t: 1, b: 1, c_p: 1})) == pytest.approx(flops / rate, rel=1e-12)
+
+
+def test_causal_sliding_windows_do_the_products_under_the_mask():
+    """A causal window of W keys: query i sees min(i + 1, W), W - W (W - 1) / (2 s) on
+    average; a window as long as the sequence is plain causal attention (s / 2)."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    base = {"kind": "transformer", "name": "w", "layers": 1, "hidden": 2048, "heads": 16,
+            "seq_len": 8192, "vocab": 128}
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+
+    def core(**over):
+        m = build_transformer({**base, **over}, "test")
+        return float(LayerCosts(m, hw, Choices()).parts()[1].subs(at))
+
+    full = core()
+    assert core(sliding_window=8192, sliding_window_pattern="S") == pytest.approx(full, rel=1e-9)
+    w, s = 4096, 8192
+    done = w - w * (w - 1) / (2 * s)
+    fa = load_device("h100-sxm5-80gb").flash_attention
+    flops = 2 * s * done * (128 + 128) * 16
+    rate = fa.fwd_tflops[128] * 1e12 * w / (w + fa.fwd_half_keys + fa.causal_extra_keys)
+    assert core(sliding_window=w, sliding_window_pattern="S") == pytest.approx(flops / rate,
+                                                                               rel=1e-12)
+
+
+def test_fp32_has_no_fused_attention_kernel():
+    """The fitted kernels are 16-bit: fp32 and tf32 price attention as GEMMs."""
+    system = load_system("dgx-a100-80gb")
+    assert Hardware.of(system, Precision.fp32).flash is None
+    assert Hardware.of(system, Precision.tf32).flash is None
+    assert Hardware.of(system, Precision.bf16).flash is not None

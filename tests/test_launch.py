@@ -96,7 +96,8 @@ TORCHTITAN_KEYS = {
 # DeepSpeed deepspeed/runtime/constants.py and zero/config.py at this commit:
 DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
 DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                  "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization"}
+                  "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization",
+                  "communication_data_type", "data_types"}
 
 
 def _out(run, *args):
@@ -256,6 +257,11 @@ def test_deepspeed_config_parses_and_batch_is_micro_x_accumulation_x_dp(run, run
     assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
     fp16 = json.loads(_out(run, *LLAMA[:-2], "--precision", "fp16", "--format", "deepspeed"))
     assert fp16["fp16"]["enabled"] is True and "bf16" not in fp16
+    # bf16 under ZeRO: fp32 gradients accumulated and reduced, as priced
+    zero1 = json.loads(_out(run, *LLAMA, "--zero", "1", "--format", "deepspeed"))
+    assert zero1["communication_data_type"] == "fp32"
+    assert zero1["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert "data_types" not in ds and "data_types" not in fp16
 
 
 def test_deepspeed_refuses_zero_2_with_a_pipeline(run):

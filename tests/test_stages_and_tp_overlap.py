@@ -202,3 +202,20 @@ def test_zero3_shows_the_first_layers_gather_of_each_pass():
     sync = float(iteration(LLAMA, H100, {**cfg, "zero": 2, "overlap": False})["dp_comm_exposed"])
     got = float(iteration(LLAMA, H100, {**cfg, "overlap": True})["dp_comm_exposed"])
     assert got == pytest.approx(m * sync / LLAMA.layers, rel=1e-9)
+
+
+def test_interleaved_last_stage_holds_its_warm_up_and_the_logits():
+    """The last of p stages runs (v - 1) p + 1 chunk forwards before its first backward
+    (Megatron-LM's schedules.py), not one micro-batch: with a vocabulary that dwarfs the
+    layers it sets the memory, here x act x ((v - 1) p + 1) / v + the fp32 logits."""
+    from planner.spec.transformer import build_transformer
+
+    m = build_transformer({"kind": "transformer", "name": "wide-vocab", "layers": 8,
+                           "hidden": 64, "heads": 4, "seq_len": 2048, "vocab": 1_000_000},
+                          "test")
+    a = activation_bytes_per_layer(m, H100, 1, 1, "none", False)
+    logits = 4 * 2048 * 1_000_000
+    got = float(iteration(m, H100, _cfg(p=4, v=2, acc=8))["activations"])
+    assert got == pytest.approx(2 * a * (4 + 1) / 2 + logits, rel=1e-12)
+    one = float(iteration(m, H100, _cfg(p=4, v=1, acc=8))["activations"])
+    assert one == pytest.approx(2 * a + logits, rel=1e-12)

@@ -335,9 +335,8 @@ def test_first_stage_activations_follow_korthikanti_in_flight_counts():
     assert math.isclose(acts(2), 96 * layer * (1 + 7 / 16), rel_tol=1e-12)
     # m = p = 8, v = 2: 16 chunks of 6 layers, not the warm-up's 2 x 7 + 8 + 1 = 23
     assert math.isclose(acts(2, acc=8), 16 * 6 * layer, rel_tol=1e-12)
-    # m = 4 < p: 1F1B holds all 4; interleaved all 8 chunks
+    # m = 4 < p: 1F1B holds all 4 (interleaving needs a multiple of p micro-batches)
     assert math.isclose(acts(1, acc=4), 4 * 12 * layer, rel_tol=1e-12)
-    assert math.isclose(acts(2, acc=4), 8 * 6 * layer, rel_tol=1e-12)
     assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer, rel_tol=1e-12)
 
 

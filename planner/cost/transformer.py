@@ -86,7 +86,9 @@ class Hardware:
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),
-            flash=_flash(dev.flash_attention),
+            # the fitted kernels are 16-bit ones (fp8 training keeps 16-bit attention); fp32 /
+            # tf32 attention has no such kernel
+            flash=_flash(dev.flash_attention) if precision.storage_bytes == 2 else None,
         )
 
 

@@ -227,9 +227,10 @@ class LayerCosts:
             sq, keys = md.seq_len / self.cp, md.attention_keys(kind.mixer)
             if self.choices.flash_attention and hw.flash:
                 core, core_bwd = self._flash(kind, sq, keys)
-            else:
-                core = (mm(sq, md.head_dim, keys, b * a / t)
-                        + mm(sq, keys, md.v_head_dim, b * a / t))
+            else:  # flash attention skips the masked tiles on any device
+                done = self._keys_done(kind) if self.choices.flash_attention else keys
+                core = (mm(sq, md.head_dim, done, b * a / t)
+                        + mm(sq, done, md.v_head_dim, b * a / t))
         elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
             d_in, heads = md.mamba_inner(), md.mamba.heads
             proj += block((tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t),
@@ -265,22 +266,35 @@ class LayerCosts:
                               sp.Float(ELEMENTWISE_BACKWARD) * traffic),
                 self._tp_comm(blocks), moe_comm, 2 * core if core_bwd is None else core_bwd)
 
+    def _keys_done(self, kind):
+        """Keys a query attends to on average, as a kernel that skips masked tiles computes
+        them: all of them without a causal mask; under one, half of the s (the benchmarks'
+        count), or of a window W <= s: query i sees min(i + 1, W), W - W (W - 1) / (2 s) on
+        average."""
+        md = self.model
+        keys = md.attention_keys(kind.mixer)
+        if not md.causal:
+            return sp.Integer(keys)
+        if kind.mixer == "attention" or keys >= md.seq_len:
+            return sp.Rational(md.seq_len, 2)
+        return keys - sp.Rational(keys * (keys - 1), 2 * md.seq_len)
+
     def _flash(self, kind, queries, keys):
         """Forward and backward time of a fused attention kernel (FlashAttention, cuDNN) at
         the device's measured rate (`Hardware.flash`, fitted by `planner.fit_flash`): the
-        FLOPs it does, 2 q k (d_qk + d_v) per head, half of them under a causal mask (a
-        sliding window's keys are already the causal ones), the backward 2.5x the forward
-        (it recomputes the scores: Dao 2023, sec. 4); each at R[d] k' / (k' + k_half), k' the
-        keys of one kernel call (s / c_p with ring attention), causal masking adding to
-        k_half. At least one kernel issue each."""
+        FLOPs it does, 2 q k (d_qk + d_v) per head over the keys it computes (`_keys_done`),
+        the backward 2.5x the forward (it recomputes the scores: Dao 2023, sec. 4); each at
+        R[d] k' / (k' + k_half), d the mean of the query-key and value head widths, k' the
+        keys of one kernel call (s / c_p with ring attention), a causal mask adding its extra
+        keys to k_half (with ring attention on the one diagonal step of c_p). At least one
+        kernel issue each."""
         md, hw = self.model, self.hw
         fwd_rates, bwd_rates, fwd_half, bwd_half, causal_extra = hw.flash
-        masked = md.causal and kind.mixer == "attention"
-        flops = (2 * queries * keys * (md.head_dim + md.v_head_dim) * b * md.heads / t
-                 * (sp.Rational(1, 2) if masked else 1))
+        flops = (2 * queries * self._keys_done(kind) * (md.head_dim + md.v_head_dim) * b
+                 * md.heads / t)
         width = (md.head_dim + md.v_head_dim) / 2
         per_call = keys / self.cp
-        extra = causal_extra if masked else 0
+        extra = causal_extra / self.cp if md.causal else 0
 
         def rate(table, half):
             peak = float(np.interp(width, [d for d, _ in table], [r for _, r in table]))
@@ -332,12 +346,13 @@ class LayerCosts:
         if not attends:
             return ops
         if md.position_embedding == "rotary":
-            ops.append((9, sp.Integer(8 * (md.q_dim + md.kv_dim) * vb) / t))
+            ops.append((9, sp.Integer(8 * self._rotary_width() * vb) / t))
         if c.flash_attention:
             ops.append((1, sp.Integer(2 * md.q_dim * vb) / t))
         else:
             scores = md.heads * md.attention_keys(kind.mixer)
-            ops.append((6, sp.Integer((4 * scores + 2 * (2 * md.q_dim + 2 * md.kv_dim)) * vb)
+            # 5 kernels: the context copy is among Megatron's non-flash kernels already
+            ops.append((5, sp.Integer((4 * scores + 2 * (2 * md.q_dim + 2 * md.kv_dim)) * vb)
                         / t))
         return ops
 
@@ -358,7 +373,7 @@ class LayerCosts:
         attends = kind.mixer in ("attention", "sliding")
         scores = (0 if self.choices.flash_attention or not attends
                   else a * md.attention_keys(kind.mixer) * (2 * vb + 2 * vb + 1))
-        rope = (2 * (md.q_dim + md.kv_dim) * vb
+        rope = (2 * self._rotary_width() * vb
                 if attends and md.position_embedding == "rotary" else 0)
         # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
         # output projection and FC2) is read at 16 bits and written at 8 (Transformer Engine's
@@ -369,6 +384,15 @@ class LayerCosts:
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.eager
                  else sp.Integer(0))
         return outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t + eager
+
+    def _rotary_width(self) -> int:
+        """Values per token the rotary embedding turns: all of q and k, or with multi-head
+        latent attention only the rope part of each query head and the one shared rope key
+        (DeepSeek-V2 sec. 2.1.3)."""
+        md = self.model
+        if md.mla:
+            return (md.heads + 1) * md.mla.qk_rope_head_dim
+        return md.q_dim + md.kv_dim
 
     def _ffn_width(self, kind) -> int:
         """Inner width of a layer kind's FFN per token: a dense FFN's, or the top_k routed

@@ -54,7 +54,7 @@ ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
 Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
 delta = sp.Symbol("delta", positive=True)  # bytes per weight value
-gamma = sp.Symbol("gamma", positive=True)  # bytes per gradient value (accumulated and reduced)
+gamma_g = sp.Symbol("gamma_g", positive=True)  # bytes per gradient value (accumulated and reduced)
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
@@ -119,7 +119,7 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
     Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
     delta: Meaning("bytes per weight value", "B/parameter"),
-    gamma: Meaning("bytes per gradient value, as accumulated and reduced (fp32 in bf16 "
+    gamma_g: Meaning("bytes per gradient value, as accumulated and reduced (fp32 in bf16 "
                    "training)", "B/parameter"),
     kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
                    "B/parameter"),

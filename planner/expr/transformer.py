@@ -185,47 +185,52 @@ class TransformerExpressions(LayerCosts):
         def _in_flight(rank):
             """Micro-batches (in whole stages) whose activations stage `rank` holds at its
             peak. 1F1B: min(p - rank, m). Interleaved (Megatron-LM's schedules.py): a warm-up
-            of 2 (p - rank - 1) + (v - 1) p chunk forwards, one more in the steady state, all
-            m v at once when they do not outnumber it (m = p runs every forward first); for
-            m >= p on rank 0 that is Korthikanti et al.'s 1 + (p - 1) / (p v) x p."""
-            return _if(v > 1, sp.Min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1,
-                                     evaluate=False) / v,
+            of 2 (p - rank - 1) + (v - 1) p chunk forwards (one more with the all-to-all
+            overlap), one more in the steady state, all m v at once when they do not
+            outnumber it (m = p runs every forward first); for m >= p + (p - 1) / v on rank 0
+            that is Korthikanti et al.'s 1 + (p - 1) / (p v) x p."""
+            warmup = 2 * (p - rank - 1) + (v - 1) * p + int(c.ep_overlap)
+            return _if(v > 1, sp.Min(m * v, warmup + 1, evaluate=False) / v,
                        sp.Min(p - rank, m, evaluate=False))
 
         act_layer = saved - moved  # what stays on the device
         # a fully recomputed layer rebuilds its full activations during backward
         rebuilt = self.activation_bytes_per_layer("none") if full else 0
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
+        gpipe = c.schedule == "gpipe"
+        # the last stage holds its own warm-up's micro-batches and the logits
+        on_last = m if gpipe else _in_flight(p - 1)
         if not c.uneven:
-            in_flight = m if c.schedule == "gpipe" else _in_flight(0)
-            acts = here * act_layer * in_flight + rebuilt
-            acts = _max(acts, acts / _max(in_flight, 1) + logits)
+            acts = here * act_layer * (m if gpipe else _in_flight(0)) + rebuilt
+            acts = _max(acts, here * act_layer * on_last + rebuilt + logits)
         else:  # the first two stages (the most in flight) and the last
-            if c.schedule == "gpipe":
+            if gpipe:
                 acts = here * act_layer * m
             else:
                 acts = _max(first * act_layer * _in_flight(0),
                             middle * act_layer * _in_flight(1))
-            acts = _max(acts + rebuilt, last * act_layer + rebuilt + logits)
+            acts = _max(acts + rebuilt, last * act_layer * on_last + rebuilt + logits)
         if c.offload:  # and the moved part of the layer computing and of the one in transfer
             acts = acts + 2 * moved
 
         # the aggregates the forms are written in, as expressions of the plan
         self.aggregates = {
             # the gradient sync as an allreduce of M bytes: the gradients allreduced, or with
-            # ZeRO reduce-scattered (gamma) and the updated weights all-gathered (delta), half
-            # a ring each (Rajbhandari et al. 2020, sec. 7)
+            # ZeRO reduce-scattered (gamma_g) and the updated weights all-gathered (delta), half
+            # a ring each (Rajbhandari et al. 2020, sec. 7); ZeRO-3 only reduce-scatters (the
+            # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
-            S.M: local_params * (sp.Rational(gb + vb, 2) if c.zero else gb),
+            S.M: local_params * (gb if not c.zero else sp.Rational(gb + vb, 2) if c.zero < 3
+                                 else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
             S.alpha: hw.inter_lat,
-            S.H: 2 * fwd * here,  # one micro-batch's backward on the stage
+            S.H: (2 * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
             S.T_opt: local_params * (2 * adam + 2 * gb + vb) / hw.mem_bw,
-            S.Psi: local_params, S.delta: vb, S.gamma: gb, S.kappa: adam, S.A_act: acts,
+            S.Psi: local_params, S.delta: vb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
         }
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
@@ -258,7 +263,7 @@ class TransformerExpressions(LayerCosts):
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": whole(self.forms["memory"]) + sum(state_extra.values()),
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
-            "gradients": whole(S.Psi * S.gamma / shard[2]) + state_extra["gradients"],
+            "gradients": whole(S.Psi * S.gamma_g / shard[2]) + state_extra["gradients"],
             "optimizer_state": whole(S.Psi * S.kappa / shard[1]) + state_extra["optimizer_state"],
             "activations": acts,
         }
@@ -313,11 +318,11 @@ def time_form(c: Choices) -> sp.Expr:
 
 
 def memory_form(c: Choices) -> sp.Expr:
-    """Bytes per device: weights (delta), gradients (gamma) and optimizer state (kappa) per
+    """Bytes per device: weights (delta), gradients (gamma_g) and optimizer state (kappa) per
     parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
     activations of the first stage."""
     shard = _shards(c)
-    return S.Psi * (S.delta / shard[3] + S.gamma / shard[2] + S.kappa / shard[1]) + S.A_act
+    return S.Psi * (S.delta / shard[3] + S.gamma_g / shard[2] + S.kappa / shard[1]) + S.A_act
 
 
 @functools.lru_cache(maxsize=128)

@@ -51,4 +51,9 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     cfg["zero_optimization"] = {"stage": plan["zero"]}
     if plan["zero"] >= 1:
         cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])
+        if "bf16" in cfg:  # the fp32 gradients the plan was priced with (DeepSpeed's default
+            # for bf16 is bf16 gradients and bf16 communication; engine.py); at ZeRO 0 its
+            # bf16 DDP has no fp32 accumulation ("unsupported mix"), so the defaults stay
+            cfg["communication_data_type"] = "fp32"
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     return json.dumps(cfg, indent=2)

@@ -98,8 +98,10 @@ class FlashAttention(Spec):
     the forward). Head dimensions between two given interpolate; beyond them, the nearest."""
 
     kernel: str = Field(min_length=1)
-    fwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)], float] = Field(min_length=1)
-    bwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)], float] = Field(min_length=1)
+    fwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)],
+                     Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
+    bwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)],
+                     Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
     fwd_half_keys: float = Field(ge=0, le=1e6)
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
