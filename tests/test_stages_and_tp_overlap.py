@@ -196,11 +196,14 @@ def test_zero3_shows_the_first_layers_gather_of_each_pass():
     """ZeRO-3 / FSDP prefetches each layer's gather behind the layer before it: with the
     collectives short against the compute, only the first layer's two all-gathers (forward
     and backward) per micro-batch show, m sync / L, sync being the allreduce that the same
-    plan without overlap exposes whole (ZeRO 2: one allreduce per iteration)."""
+    plan without overlap exposes whole (ZeRO 2: one reduce-scatter of the gradients and one
+    all-gather of the weights per iteration: the two gathers' bytes in fp16, where both have
+    one width)."""
     m = 4
     cfg = _cfg(d=8, acc=m, zero=3)
-    sync = float(iteration(LLAMA, H100, {**cfg, "zero": 2, "overlap": False})["dp_comm_exposed"])
-    got = float(iteration(LLAMA, H100, {**cfg, "overlap": True})["dp_comm_exposed"])
+    fp16 = Hardware.of(load_system("dgx-h100"), Precision.fp16)
+    sync = float(iteration(LLAMA, fp16, {**cfg, "zero": 2, "overlap": False})["dp_comm_exposed"])
+    got = float(iteration(LLAMA, fp16, {**cfg, "overlap": True})["dp_comm_exposed"])
     assert got == pytest.approx(m * sync / LLAMA.layers, rel=1e-9)
 
 

@@ -319,7 +319,7 @@ def test_first_stage_activations_follow_korthikanti_in_flight_counts():
     """1F1B: p micro-batches of L / p layers in flight = L layers' worth; interleaved with v
     chunks: x (1 + (p - 1) / (p v)) (Korthikanti et al. 2022, sec. 4.2.3) when m > p, but
     every one of the m v chunk forwards at once (no more) when m = p, as Megatron-LM's
-    interleaved schedule runs them all first; GPipe: all m."""
+    interleaved schedule runs them all first; GPipe: all m (and the last stage their logits)."""
     from planner.cost.transformer import iteration
 
     m = load_model("gpt3-175b")
@@ -337,7 +337,9 @@ def test_first_stage_activations_follow_korthikanti_in_flight_counts():
     assert math.isclose(acts(2, acc=8), 16 * 6 * layer, rel_tol=1e-12)
     # m = 4 < p: 1F1B holds all 4 (interleaving needs a multiple of p micro-batches)
     assert math.isclose(acts(1, acc=4), 4 * 12 * layer, rel_tol=1e-12)
-    assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer, rel_tol=1e-12)
+    # GPipe: all 16 micro-batches on every stage, the last also their 16 fp32 logits
+    logits = 4 * m.seq_len * m.vocab / 8
+    assert math.isclose(acts(1, gpipe=1), 16 * 12 * layer + 16 * logits, rel_tol=1e-12)
 
 
 def test_bf16_gradients_are_accumulated_and_reduced_in_fp32():

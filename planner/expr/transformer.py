@@ -198,8 +198,10 @@ class TransformerExpressions(LayerCosts):
         rebuilt = self.activation_bytes_per_layer("none") if full else 0
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
         gpipe = c.schedule == "gpipe"
-        # the last stage holds its own warm-up's micro-batches and the logits
+        # the last stage holds its own warm-up's micro-batches and their logits (1F1B runs
+        # each micro-batch's loss backward right after its forward: one at a time)
         on_last = m if gpipe else _in_flight(p - 1)
+        logits = logits * m if gpipe else logits
         if not c.uneven:
             acts = here * act_layer * (m if gpipe else _in_flight(0)) + rebuilt
             acts = _max(acts, here * act_layer * on_last + rebuilt + logits)
