@@ -503,7 +503,7 @@ def test_eager_kernels_turn_megatron_fusions_off_and_torchtitan_compile_off(run)
     """--kernels eager: Megatron's fusions off (its flags, each in arguments.py); torchtitan
     runs eager unless compiled, so fused plans enable torch.compile and eager ones do not."""
     args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "2",
-            "--global-batch", "64", "--sequence-parallel")
+            "--global-batch", "64", "--sequence-parallel", "--zero", "1")
     fused = _megatron_flags(_out(run, *args, "--format", "megatron"))
     eager = _megatron_flags(_out(run, *args, "--kernels", "eager", "--format", "megatron"))
     assert set(eager) <= MEGATRON_FLAGS
