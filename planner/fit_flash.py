@@ -83,14 +83,10 @@ def block(kernel: str, fitted: dict) -> dict:
 
 def errors(spec_block, data: list[dict]) -> np.ndarray:
     """Predicted over measured minus one for each row, with a device's `FlashAttention`."""
-    out = []
-    for r in data:
-        k = float(r["seq_len"])
-        half = spec_block.fwd_half_keys if r["direction"] == "fwd" else spec_block.bwd_half_keys
-        half += spec_block.causal_extra_keys if r["causal"] == "true" else 0.0
-        rate = spec_block.rate(r["direction"], int(r["head_dim"])) / 1e12 * k / (k + half)
-        out.append(rate / float(r["tflops"]) - 1)
-    return np.array(out)
+    curve = spec_block.curve()
+    return np.array([curve.achieved(r["direction"], int(r["head_dim"]), float(r["seq_len"]),
+                                    float(r["causal"] == "true")) / 1e12 / float(r["tflops"]) - 1
+                     for r in data])
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from planner.expr.transformer import (
     TransformerExpressions,
     program,
 )
-from planner.spec.hardware import Precision, System
+from planner.spec.hardware import FlashCurve, Precision, System
 from planner.spec.transformer import Transformer
 
 __all__ = ["OUTPUTS", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
@@ -51,10 +51,9 @@ class Hardware:
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
-    # the fused attention kernel's measured rates (`FlashAttention` of the device spec): ((head
-    # dim, fwd FLOP/s), ...), ((head dim, bwd FLOP/s), ...), fwd / bwd half keys, causal extra;
+    # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
     # None: attention priced as two thin GEMMs
-    flash: tuple | None = None
+    flash: FlashCurve | None = None
 
     @property
     def scale_up(self) -> int:
@@ -88,16 +87,9 @@ class Hardware:
                      if system.host_link else 0.0),
             # the fitted kernels are 16-bit ones (fp8 training keeps 16-bit attention); fp32 /
             # tf32 attention has no such kernel
-            flash=_flash(dev.flash_attention) if precision.storage_bytes == 2 else None,
+            flash=(dev.flash_attention.curve()
+                   if dev.flash_attention and precision.storage_bytes == 2 else None),
         )
-
-
-def _flash(fa) -> tuple | None:
-    if fa is None:
-        return None
-    rates = tuple(tuple((d, fa.rate(w, d)) for d in sorted(table))
-                  for w, table in (("fwd", fa.fwd_tflops), ("bwd", fa.bwd_tflops)))
-    return (*rates, fa.fwd_half_keys, fa.bwd_half_keys, fa.causal_extra_keys)
 
 
 # the choices every row of one call shares (scalars in cfg), with their defaults

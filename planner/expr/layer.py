@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import sympy as sp
 
 from planner.expr.collectives import ring_allreduce
@@ -288,22 +287,15 @@ class LayerCosts:
         keys of one kernel call (s / c_p with ring attention), a causal mask adding its extra
         keys to k_half (with ring attention on the one diagonal step of c_p). At least one
         kernel issue each."""
-        md, hw = self.model, self.hw
-        fwd_rates, bwd_rates, fwd_half, bwd_half, causal_extra = hw.flash
+        md, curve = self.model, self.hw.flash
         flops = (2 * queries * self._keys_done(kind) * (md.head_dim + md.v_head_dim) * b
                  * md.heads / t)
-        width = (md.head_dim + md.v_head_dim) / 2
-        per_call = keys / self.cp
-        extra = causal_extra / self.cp if md.causal else 0
-
-        def rate(table, half):
-            peak = float(np.interp(width, [d for d, _ in table], [r for _, r in table]))
-            return peak * per_call / (per_call + half + extra)
-
-        fwd = flops / rate(fwd_rates, fwd_half)
-        bwd = sp.Rational(5, 2) * flops / rate(bwd_rates, bwd_half)
-        if hw.launch_s:
-            fwd, bwd = _max(fwd, hw.launch_s), _max(bwd, hw.launch_s)
+        width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / self.cp
+        masked = 1 / self.cp if md.causal else 0
+        fwd = flops / curve.achieved("fwd", width, per_call, masked)
+        bwd = sp.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
+        if self.hw.launch_s:
+            fwd, bwd = _max(fwd, self.hw.launch_s), _max(bwd, self.hw.launch_s)
         return fwd, bwd
 
     def elementwise_kernels(self, kind=None) -> int:

@@ -108,9 +108,39 @@ class FlashAttention(Spec):
 
     def rate(self, direction: str, head_dim: float) -> float:
         """FLOP/s at long sequences for `direction` ("fwd", "bwd") at this head dimension."""
-        table = sorted((self.fwd_tflops if direction == "fwd" else self.bwd_tflops).items())
-        dims = [d for d, _ in table]
-        return 1e12 * float(np.interp(head_dim, dims, [r for _, r in table]))
+        return self.curve().rate(direction, head_dim)
+
+    def curve(self) -> FlashCurve:
+        """The same rates as a hashable value (what the cost model's `Hardware` keeps)."""
+        return FlashCurve(tuple(sorted(self.fwd_tflops.items())),
+                          tuple(sorted(self.bwd_tflops.items())), self.fwd_half_keys,
+                          self.bwd_half_keys, self.causal_extra_keys)
+
+
+@dataclass(frozen=True)
+class FlashCurve:
+    """A `FlashAttention` block's rates: ((head dim, TFLOP/s), ...) per direction, the
+    half-rate keys per direction and the causal mask's extra keys. `achieved` is the one
+    place the rate curve is written: the cost model prices kernels with it and
+    `planner.fit_flash` checks it against the benchmarks."""
+
+    fwd: tuple[tuple[int, float], ...]
+    bwd: tuple[tuple[int, float], ...]
+    fwd_half_keys: float
+    bwd_half_keys: float
+    causal_extra_keys: float
+
+    def rate(self, direction: str, head_dim: float) -> float:
+        table = self.fwd if direction == "fwd" else self.bwd
+        return 1e12 * float(np.interp(head_dim, [d for d, _ in table], [r for _, r in table]))
+
+    def achieved(self, direction: str, head_dim: float, keys, causal_share=0.0):
+        """FLOP/s of one kernel call over `keys` keys per query (a number or an expression):
+        R[d] k / (k + k_half + causal_share x causal_extra_keys); `causal_share` the part of
+        the calls under a causal mask (1, or 1 / c_p with ring attention, 0 without one)."""
+        half = self.fwd_half_keys if direction == "fwd" else self.bwd_half_keys
+        return (self.rate(direction, head_dim) * keys
+                / (keys + half + causal_share * self.causal_extra_keys))
 
 
 class Device(Spec):
