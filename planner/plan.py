@@ -93,6 +93,8 @@ class Plan:
     offload_activations: bool = False  # saved activations kept in host memory (Grace C2C)
     ep_overlap: bool = False  # all-to-alls behind another micro-batch's compute
     kernels: Kernels = Kernels.fused  # non-matmul ops fused, or one eager kernel per op
+    # with full recompute, only the first N layers of each pipeline chunk (None: every layer)
+    recompute_layers: int | None = None
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -115,6 +117,8 @@ class Plan:
         set_(self, "kernels", choice(Kernels, self.kernels, "kernels"))
         if self.collective is not None:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
+        check_recompute_layers(self.recompute_layers, self.recompute.value,
+                               self.offload_activations)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -216,10 +220,25 @@ class Plan:
                "first_stage_layers": self.first_stage_layers,
                "last_stage_layers": self.last_stage_layers,
                "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
-               "kernels": self.kernels.value}
+               "kernels": self.kernels.value, "recompute_layers": self.recompute_layers}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
+
+
+def check_recompute_layers(n: int | None, recompute: str, offload: bool) -> None:
+    """Partial recomputation (Megatron-LM's block method: the first N layers of each pipeline
+    chunk recomputed, the rest keeping their activations) refines full recomputation; the
+    activation offload is priced per layer for whole-model recompute choices only."""
+    if n is None:
+        return
+    _positive("recompute_layers", n)
+    if recompute != Recompute.full.value:
+        raise SpecError(f"recompute_layers: recomputing {n} layers of each chunk is a form of "
+                        f"full recomputation (--recompute full), got --recompute {recompute}")
+    if offload:
+        raise SpecError("recompute_layers: partial recomputation with activation offload is "
+                        "not modelled; use one of them")
 
 
 def check_for_model(model, plan: Plan) -> None:

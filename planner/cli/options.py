@@ -52,7 +52,8 @@ def spec_options(f=None, *, formats=FORMATS):
 TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
-                    "offload_activations", "ep_overlap", "kernels", "seq_len")
+                    "offload_activations", "ep_overlap", "kernels", "recompute_layers",
+                    "seq_len")
 
 
 def transformer_options(f):
@@ -78,6 +79,10 @@ def transformer_options(f):
                      help="Virtual stages per pipeline stage (interleaved 1F1B)."),
         click.option("--recompute", type=click.Choice(RECOMPUTE),
                      help="Activation recomputation."),
+        click.option("--recompute-layers", "recompute_layers", type=DecimalInt(1, 100_000),
+                     help="Recompute only the first N layers of each pipeline chunk, the rest "
+                          "keeping their activations (Megatron-LM --recompute-method block "
+                          "--recompute-num-layers N); implies --recompute full."),
         click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
                      default=None, help="Megatron sequence parallelism (with tp > 1)."),
         click.option("--zero", type=DecimalInt(0, 3), help="ZeRO / FSDP sharding stage."),

@@ -95,7 +95,7 @@ class Hardware:
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
-           "eager": False}
+           "eager": False, "recompute_layers": 0}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -103,7 +103,8 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
                    float(shared["capacity"]), int(shared["first_layers"]),
                    int(shared["last_layers"]), bool(shared["offload"]),
-                   bool(shared["ep_overlap"]), bool(shared["eager"]))
+                   bool(shared["ep_overlap"]), bool(shared["eager"]),
+                   int(shared["recompute_layers"]) if int(rec) == 2 else 0)
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -115,7 +116,8 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
     (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
-    offload (bool), ep_overlap (bool), eager (bool)."""
+    offload (bool), ep_overlap (bool), eager (bool), recompute_layers (layers of each chunk
+    recomputed by the rows with full recompute; 0: all)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
@@ -167,8 +169,11 @@ def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, re
     return float(expr.subs({t: tp, b: micro_batch}))
 
 
-def hardware_flops_per_sequence(m: Transformer, recompute: str) -> int:
-    """FLOPs executed per sequence including recomputation (SC21 eq. 3 for full recompute)."""
+def hardware_flops_per_sequence(m: Transformer, recompute: str,
+                                recomputed_layers: int | None = None) -> int:
+    """FLOPs executed per sequence including recomputation (SC21 eq. 3 for full recompute, of
+    `recomputed_layers` of the model's layers when partial)."""
+    full = m.layers if recomputed_layers is None else min(recomputed_layers, m.layers)
     extra = {"none": 0, "selective": m.layers * m.attention_core_flops(),
-             "full": m.layers * m.layer_matmul_flops()}[recompute]
+             "full": full * m.layer_matmul_flops()}[recompute]
     return m.model_flops() + extra

@@ -53,6 +53,10 @@ class Choices:
     # NVIDIA's BERT example, torchtitan without torch.compile), not fused as Megatron-LM /
     # Transformer Engine / torch.compile run it
     eager: bool = False
+    # with recompute "full": only the first this many layers of each pipeline chunk are
+    # recomputed, the others keep their activations (Megatron-LM --recompute-method block
+    # --recompute-num-layers N; torchtitan's every-k-th-layer selective AC); 0: every layer
+    recompute_layers: int = 0
 
     @property
     def uneven(self) -> bool:

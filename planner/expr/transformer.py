@@ -51,6 +51,7 @@ by term:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import sympy as sp
@@ -117,6 +118,22 @@ class TransformerExpressions(LayerCosts):
 
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer; with
         # pinned first / last stages, those and ceil(rest / others) on the others ---
+        # --- partial recomputation: of a stage's n layers, the first recompute_layers of
+        # each of its v chunks are recomputed (Megatron-LM's block method), the rest keep
+        # their activations; a stage then costs n kept layers plus the recomputed ones' extra
+        # forward, collectives included (`again`) ---
+        partial = full and c.recompute_layers > 0
+        if partial:
+            kept_costs = LayerCosts(md, hw, dataclasses.replace(c, recompute="none",
+                                                                recompute_layers=0),
+                                    self.cp, self.ep, self.etp).parts()
+            tp_kept, ep_kept = kept_costs[4], kept_costs[5]
+            cp_kept = _max(0, ring - core) + _max(0, 2 * ring - core_bwd)
+
+        def recomputed(n):
+            """Layers recomputed on a stage of n layers."""
+            return sp.Min(c.recompute_layers * v, n, evaluate=False)
+
         if c.uneven:
             first, last = sp.Integer(c.first_layers), sp.Integer(c.last_layers)
             others = p - int(bool(c.first_layers)) - int(bool(c.last_layers))
@@ -125,8 +142,9 @@ class TransformerExpressions(LayerCosts):
             here = _max(first, middle, last)
             chunks = v  # Megatron-LM: each pinned stage's layers divide into its v chunks
 
-            def slowest(per_layer):
-                return _max(first * per_layer, middle * per_layer, last * per_layer + logit)
+            def slowest(per_layer, again=0):
+                cost = _stage_cost(per_layer, again, recomputed if partial else None)
+                return _max(cost(first), cost(middle), cost(last) + logit)
         else:
             here, fewer = sp.ceiling(L / p), sp.floor(L / p)
             # v chunks of ceil(L / (p v)) layers at most (fewer where L does not divide into
@@ -143,9 +161,9 @@ class TransformerExpressions(LayerCosts):
             last = _if(v > 1, v * whole_chunks
                        + sp.floor((L - p * v * whole_chunks + 1) / p), fewer)
 
-            def slowest(per_layer):
-                return _if(p > 1, _max(here * per_layer, last * per_layer + logit),
-                           L * per_layer + logit)
+            def slowest(per_layer, again=0):
+                cost = _stage_cost(per_layer, again, recomputed if partial else None)
+                return _if(p > 1, _max(cost(here), cost(last) + logit), cost(L) + logit)
 
         if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
             ep_layer = _max(0, ep_layer - layer)
@@ -161,10 +179,15 @@ class TransformerExpressions(LayerCosts):
             copy = moved / hw.host_bw
             off_layer = _max(0, copy - fwd) + _max(0, copy - (layer - fwd))
 
-        stage = slowest(layer + tp_layer + cp_layer + ep_layer + off_layer)
-        compute_stage, tp_stage = slowest(layer), slowest(layer + tp_layer)
-        cp_stage, ep_stage = (slowest(layer + tp_layer + cp_layer),
-                              slowest(layer + tp_layer + cp_layer + ep_layer))
+        # per layer (kept, and the extra of a recomputed one): compute, then each
+        # communication term, cumulated for the breakdown
+        if partial:
+            kept = (layer - fwd, tp_kept, cp_kept, ep_kept, off_layer)
+            again = (fwd, tp_layer - tp_kept, cp_layer - cp_kept, ep_layer - ep_kept, 0)
+        else:
+            kept, again = (layer, tp_layer, cp_layer, ep_layer, off_layer), (0,) * 5
+        stage, compute_stage, tp_stage, cp_stage, ep_stage = (
+            slowest(sum(kept[:k]), sum(again[:k])) for k in (5, 1, 2, 3, 4))
 
         # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward ---
         send = size / t
@@ -196,6 +219,9 @@ class TransformerExpressions(LayerCosts):
         act_layer = saved - moved  # what stays on the device
         # a fully recomputed layer rebuilds its full activations during backward
         rebuilt = self.activation_bytes_per_layer("none") if full else 0
+        # stored per micro-batch by a stage of n layers (partial: the kept layers whole)
+        held = _stage_cost(rebuilt if partial else act_layer, act_layer - rebuilt,
+                           recomputed if partial else None)
         logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
         gpipe = c.schedule == "gpipe"
         # the last stage holds its own warm-up's micro-batches and their logits (1F1B runs
@@ -203,15 +229,14 @@ class TransformerExpressions(LayerCosts):
         on_last = m if gpipe else _in_flight(p - 1)
         logits = logits * m if gpipe else logits
         if not c.uneven:
-            acts = here * act_layer * (m if gpipe else _in_flight(0)) + rebuilt
-            acts = _max(acts, here * act_layer * on_last + rebuilt + logits)
+            acts = held(here) * (m if gpipe else _in_flight(0)) + rebuilt
+            acts = _max(acts, held(here) * on_last + rebuilt + logits)
         else:  # the first two stages (the most in flight) and the last
             if gpipe:
-                acts = here * act_layer * m
+                acts = held(here) * m
             else:
-                acts = _max(first * act_layer * _in_flight(0),
-                            middle * act_layer * _in_flight(1))
-            acts = _max(acts + rebuilt, last * act_layer * on_last + rebuilt + logits)
+                acts = _max(held(first) * _in_flight(0), held(middle) * _in_flight(1))
+            acts = _max(acts + rebuilt, held(last) * on_last + rebuilt + logits)
         if c.offload:  # and the moved part of the layer computing and of the one in transfer
             acts = acts + 2 * moved
 
@@ -269,6 +294,14 @@ class TransformerExpressions(LayerCosts):
             "optimizer_state": whole(S.Psi * S.kappa / shard[1]) + state_extra["optimizer_state"],
             "activations": acts,
         }
+
+
+def _stage_cost(per_layer, again, recomputed):
+    """A stage's cost as a function of its n layers: n x `per_layer`, plus `again` for each of
+    its `recomputed(n)` recomputed layers (partial recomputation; None: none apart)."""
+    if recomputed is None:
+        return lambda n: n * per_layer
+    return lambda n: n * per_layer + recomputed(n) * again
 
 
 def _shards(c: Choices) -> dict[int, sp.Expr]:

@@ -40,7 +40,8 @@ def normalise(config: dict) -> dict:
                 "last_stage_layers": config.get("last_stage_layers"),
                 "offload_activations": config.get("offload_activations", False),
                 "ep_overlap": config.get("ep_overlap", False),
-                "kernels": config.get("kernels", "fused")}
+                "kernels": config.get("kernels", "fused"),
+                "recompute_layers": config.get("recompute_layers")}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],

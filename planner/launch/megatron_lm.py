@@ -142,6 +142,10 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
             a += ["--tp-comm-overlap"]
     if plan["recompute"] == "selective":
         a += ["--recompute-granularity", "selective"]
+    elif plan["recompute"] == "full" and plan.get("recompute_layers"):
+        # block: the first N layers of each model chunk recomputed, the rest kept whole
+        a += ["--recompute-granularity", "full", "--recompute-method", "block",
+              "--recompute-num-layers", plan["recompute_layers"]]
     elif plan["recompute"] == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform",
               "--recompute-num-layers", 1]

@@ -21,6 +21,22 @@ TORCHTITAN_FLAVORS = {(32, 4096, 32, 8): ("llama3", "8B"), (80, 8192, 64, 8): ("
                       (126, 16384, 128, 8): ("llama3", "405B")}
 
 
+def _every_kth_layer(layers: int, plan: dict) -> int:
+    """torchtitan's layer selective checkpointing for the plan's partial recomputation: option
+    k checkpoints every k-th block it wraps (activation_checkpoint.py, _apply_layer_sac), so
+    N of each chunk's n layers when the chunks are even and k = n / N is whole."""
+    n_rec = plan["recompute_layers"]
+    chunks = plan["pp"] * plan["interleave"]
+    per = layers // chunks
+    if (layers % chunks or plan.get("first_stage_layers") or plan.get("last_stage_layers")
+            or per % n_rec):
+        raise SpecError(f"format: torchtitan checkpoints every k-th layer; recomputing "
+                        f"{n_rec} layers of each chunk needs even chunks of a multiple of "
+                        f"{n_rec} layers ({layers} layers in pp({plan['pp']}) x "
+                        f"interleave({plan['interleave']})); use --format megatron")
+    return per // n_rec
+
+
 def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
     """torchtitan's first / last stage "less layers" for the plan's pinned stage sizes: it
     counts the embedding and the output as that many layers and splits L + less_first +
@@ -142,6 +158,9 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     ac = {"mode": plan["recompute"]}
     if plan["recompute"] == "selective":
         ac["selective_ac_option"] = "op"  # per-op: keeps matmul outputs, recomputes the rest
+    elif plan["recompute"] == "full" and plan.get("recompute_layers"):
+        ac = {"mode": "selective",
+              "selective_ac_option": str(_every_kth_layer(m.layers, plan))}
     sections = [("model", model), ("training", training), ("parallelism", parallelism),
                 ("activation_checkpoint", ac)]
     if target.precision == "fp8":

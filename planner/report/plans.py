@@ -47,7 +47,9 @@ def evaluation_text(plan, pred) -> str:
                       if v or k not in ("cp_comm", "ep_comm", "offload"))
     pairs = [("plan" if plan.collective is None else "config", plan_text(plan))]
     if plan.collective is None:
-        pairs.append(("options", f"recompute {plan.recompute.value}, sequence parallel "
+        recompute = plan.recompute.value + (f" ({plan.recompute_layers} layers of each chunk)"
+                                            if plan.recompute_layers else "")
+        pairs.append(("options", f"recompute {recompute}, sequence parallel "
                                  f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}, "
                                  f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
                                  f"flash attention {'on' if plan.flash_attention else 'off'}"

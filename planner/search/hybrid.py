@@ -25,7 +25,16 @@ import numpy as np
 
 from planner.cost.transformer import RECOMPUTE, SCHEDULES, Hardware, hardware_flops_per_sequence, iteration
 from planner.errors import InfeasibleError, SpecError
-from planner.plan import Kernels, Plan, Recompute, Schedule, check_for_model, check_pins, choice
+from planner.plan import (
+    Kernels,
+    Plan,
+    Recompute,
+    Schedule,
+    check_for_model,
+    check_pins,
+    check_recompute_layers,
+    choice,
+)
 from planner.prediction import Prediction
 from planner.search import table as core
 from planner.search.hybrid_space import Search, candidate_batches, choices, structures
@@ -61,7 +70,9 @@ def _shared(x) -> dict:
     return {"overlap": x.overlap, "flash": x.flash_attention, "tp_overlap": x.tp_overlap,
             "capacity": x.capacity_factor, "first_layers": x.first_stage_layers or 0,
             "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
-            "ep_overlap": x.ep_overlap, "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager}
+            "ep_overlap": x.ep_overlap,
+            "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
+            "recompute_layers": x.recompute_layers or 0}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -91,7 +102,9 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
     t_iter = r["time"]
     peak = system.device.peak_flops(precision)
     model_flops = m.model_flops() * plan.global_batch
-    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value) * plan.global_batch
+    partial = (None if plan.recompute_layers is None  # N of each of the pp x v chunks
+               else plan.recompute_layers * plan.interleave * plan.pp)
+    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial) * plan.global_batch
     per_dev = plan.devices * t_iter
     return Prediction(
         iteration_time_s=t_iter,
@@ -154,6 +167,8 @@ class HybridSolver:
                                 f"{', '.join(c.value for c in cls)})")
         if q.zero is not None and q.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {q.zero}")
+        check_recompute_layers(q.recompute_layers, q.recompute or "full",
+                               q.offload_activations)
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = q.devices, q.devices_max
         if q.nodes is not None:
@@ -326,4 +341,5 @@ class HybridSolver:
                           first_stage_layers=q.first_stage_layers,
                           last_stage_layers=q.last_stage_layers,
                           offload_activations=q.offload_activations,
-                          ep_overlap=q.ep_overlap, kernels=q.kernels)
+                          ep_overlap=q.ep_overlap, kernels=q.kernels,
+                          recompute_layers=q.recompute_layers if rec == 2 else None)

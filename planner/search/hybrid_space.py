@@ -52,6 +52,7 @@ class Search:
     offload_activations: bool = False
     ep_overlap: bool = False
     kernels: str = "fused"  # planner.plan.Kernels
+    recompute_layers: int | None = None  # with full recompute: layers of each chunk (None: all)
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
@@ -167,7 +168,8 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
 def choices(q: Search) -> list[tuple[int, int, int, int]]:
     """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring)."""
     # the all-to-all overlap forbids full recomputation (Megatron-LM)
-    recs = [RECOMPUTE.index(q.recompute)] if q.recompute else [0, 1] if q.ep_overlap else [0, 1, 2]
+    recs = ([RECOMPUTE.index(q.recompute)] if q.recompute
+            else [2] if q.recompute_layers else [0, 1] if q.ep_overlap else [0, 1, 2])
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
