@@ -197,13 +197,30 @@ def table(c: Constants, gs: list[Group], out_of_sample: bool = True) -> list[dic
     for g in gs:
         e = np.expm1(g.errors(c.system()))
         row = {"group": g.name, "mape": float(np.mean(np.abs(e))), "bias": float(np.mean(e)),
-               "fitted": g.fitted}
+               "fitted": g.fitted, "runs": len(e)}
         if out_of_sample:
             rest = [h for h in gs if h is not g]
             held = np.expm1(g.errors(fit(rest, c, rounds=1).system())) if g.fitted else e
             row |= {"logo_mape": float(np.mean(np.abs(held))), "logo_bias": float(np.mean(held))}
         rows.append(row)
-    return rows
+    return rows + _overall(rows)
+
+
+def _overall(rows: list[dict]) -> list[dict]:
+    """Each fitted set with more than one group as a whole: its groups' means weighted by
+    their runs (the same numbers as over the set's runs at once)."""
+    out = []
+    for name in dict.fromkeys(_SET_OF(r["group"]) for r in rows if r["fitted"]):
+        part = [r for r in rows if r["fitted"] and _SET_OF(r["group"]) == name]
+        if len(part) < 2:
+            continue
+        n = sum(r["runs"] for r in part)
+        row = {"group": f"{name} overall ({n} runs)", "fitted": True, "runs": n}
+        for key in ("mape", "bias", "logo_mape", "logo_bias"):
+            if key in part[0]:
+                row[key] = sum(r[key] * r["runs"] for r in part) / n
+        out.append(row)
+    return out
 
 
 def print_table(c: Constants, rows: list[dict]) -> None:

@@ -6,9 +6,9 @@ from the per-layer bytes, the launchers' flags, the search against brute force."
 import itertools
 import json
 import math
-import tomllib
 
 import pytest
+import tomllib
 
 from planner import api
 from planner.catalog import load_model, load_system

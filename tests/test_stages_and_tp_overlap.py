@@ -222,3 +222,16 @@ def test_interleaved_last_stage_holds_its_warm_up_and_the_logits():
     assert got == pytest.approx(2 * a * (4 + 1) / 2 + logits, rel=1e-12)
     one = float(iteration(m, H100, _cfg(p=4, v=1, acc=8))["activations"])
     assert one == pytest.approx(2 * a + logits, rel=1e-12)
+
+
+def test_pipeline_sends_without_sequence_parallel_regather_over_nvlink():
+    """SC21 sec. 4.1: each of the t ranks sends 1 / t of the stage boundary's b s h tensor and
+    the next stage all-gathers it over NVLink; with sequence parallelism the shards are what
+    the next stage needs. Both send the same bytes, so the difference is the all-gathers:
+    (m + (p - 1)) slots x 2 directions x a ring all-gather of b s h over t ranks."""
+    t, p, acc = 8, 4, 8
+    plain, split = (_run(t=t, p=p, acc=acc, sp=sp)["pp_comm"] for sp in (0, 1))
+    size = LLAMA.seq_len * LLAMA.hidden * H100.value_bytes
+    gather = (t - 1) * H100.intra_lat + (t - 1) / t * size / H100.intra_bw
+    assert plain - split == pytest.approx((acc + p - 1) * 2 * max(gather, H100.launch_s),
+                                          rel=1e-9)

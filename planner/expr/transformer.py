@@ -32,7 +32,8 @@ by term:
   over e_t (Megatron-LM's all-to-all dispatcher), grouped expert GEMMs on the tokens routed to
   each expert times the capacity factor.
 - pipeline: (m + (p - 1) / v) slots of one micro-batch's stage time (SC21 eq. 1-2), plus the
-  point-to-point sends of b s h / t per chunk boundary; the slowest stage (ceil(L / p) layers,
+  point-to-point sends of b s h / t per chunk boundary (and, without sequence parallelism,
+  the receiving stage's all-gather over tp, SC21 sec. 4.1); the slowest stage (ceil(L / p) layers,
   the output layer on the last; or the pinned first / last stages and an even split of the
   rest) sets the pace.
 - data parallel: ring allreduce of the gradients (with ZeRO a reduce-scatter of the gradients
@@ -57,6 +58,7 @@ import functools
 import sympy as sp
 
 from planner.expr import symbols as S
+from planner.expr.collectives import all_gather
 from planner.expr.layer import RECOMPUTE, SCHEDULES, Choices, LayerCosts, _if, _max, ring
 from planner.expr.rewrite import substitute
 from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
@@ -189,11 +191,20 @@ class TransformerExpressions(LayerCosts):
         stage, compute_stage, tp_stage, cp_stage, ep_stage = (
             slowest(sum(kept[:k]), sum(again[:k])) for k in (5, 1, 2, 3, 4))
 
-        # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward ---
+        # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward.
+        # Without sequence parallelism the boundary tensor is whole on each of the t ranks:
+        # each sends its 1 / t and the receiving stage all-gathers it over the scale-up link
+        # before its first layer (Narayanan et al. SC21, sec. 4.1, scatter / gather); with
+        # it, each rank's sequence shard is all its next stage needs ---
         send = size / t
-        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g)),
+        regather = sp.Integer(0)
+        if not c.sequence_parallel:
+            regather = all_gather(t, size, hw.intra_lat, hw.intra_bw)
+            regather = _if(t > 1, _max(regather, hw.launch_s) if hw.launch_s else regather, 0)
+        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g) + regather),
                             (p > 1) & (t * self.cp * p > u)),
-                           (2 * v * (hw.intra_lat + send / hw.intra_bw), p > 1), (0, True))
+                           (2 * v * (hw.intra_lat + send / hw.intra_bw + regather), p > 1),
+                           (0, True))
         slots = m + (p - 1) / chunks
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
