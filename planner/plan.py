@@ -95,6 +95,9 @@ class Plan:
     kernels: Kernels = Kernels.fused  # non-matmul ops fused, or one eager kernel per op
     # with full recompute, only the first N layers of each pipeline chunk (None: every layer)
     recompute_layers: int | None = None
+    # HSDP: ZeRO shards over groups of this many data-parallel replicas, the dp / dp_shard
+    # groups replicating (None: over all dp)
+    dp_shard: int | None = None
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -119,6 +122,14 @@ class Plan:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         check_recompute_layers(self.recompute_layers, self.recompute.value,
                                self.offload_activations)
+        if self.dp_shard is not None:
+            check_dp_shard(self.dp_shard, self.dp, self.zero)
+            # Megatron-LM (parallel_state.py): the expert data-parallel group splits into the
+            # same number of instances
+            expert_dp = self.tp * self.cp * self.dp // (self.etp * self.ep)
+            if expert_dp % (self.dp // self.dp_shard):
+                raise SpecError(f"dp_shard: the {self.dp // self.dp_shard} replicating groups "
+                                f"do not divide the expert data-parallel size {expert_dp}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -220,7 +231,8 @@ class Plan:
                "first_stage_layers": self.first_stage_layers,
                "last_stage_layers": self.last_stage_layers,
                "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
-               "kernels": self.kernels.value, "recompute_layers": self.recompute_layers}
+               "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
+               "dp_shard": self.dp_shard}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
@@ -239,6 +251,18 @@ def check_recompute_layers(n: int | None, recompute: str, offload: bool) -> None
     if offload:
         raise SpecError("recompute_layers: partial recomputation with activation offload is "
                         "not modelled; use one of them")
+
+
+def check_dp_shard(n: int, dp: int | None, zero: int) -> None:
+    """Hybrid sharding (HSDP): ZeRO shards over groups of n data-parallel replicas, which
+    need a ZeRO stage to shard and must tile the dp replicas (Megatron-LM asserts dp cp
+    divisible by its instances)."""
+    _positive("dp_shard", n)
+    if zero == 0:
+        raise SpecError(f"dp_shard: sharding over groups of {n} replicas needs ZeRO 1, 2 or 3 "
+                        "(got --zero 0)")
+    if dp is not None and dp % n:
+        raise SpecError(f"dp_shard: {n} replicas per shard group do not divide dp({dp})")
 
 
 def check_for_model(model, plan: Plan) -> None:

@@ -53,6 +53,8 @@ MEGATRON_FLAGS = frozenset({
     "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
     "--pipeline-model-parallel-layout", "--fine-grained-activation-offloading",
     "--offload-modules", "--overlap-moe-expert-parallel-comm",
+    # hybrid sharding: the distributed optimizer's / Megatron-FSDP's instances (arguments.py)
+    "--num-distributed-optimizer-instances",
 })
 MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
     "--normalization": {"LayerNorm", "RMSNorm"},

@@ -53,7 +53,7 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
                     "offload_activations", "ep_overlap", "kernels", "recompute_layers",
-                    "seq_len")
+                    "dp_shard", "seq_len")
 
 
 def transformer_options(f):
@@ -86,6 +86,11 @@ def transformer_options(f):
         click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
                      default=None, help="Megatron sequence parallelism (with tp > 1)."),
         click.option("--zero", type=DecimalInt(0, 3), help="ZeRO / FSDP sharding stage."),
+        click.option("--dp-shard", "dp_shard", type=DecimalInt(1, 2**23),
+                     help="Hybrid sharding (HSDP): ZeRO shards over groups of N data-parallel "
+                          "replicas, the dp / N groups replicating (Megatron-LM "
+                          "--num-distributed-optimizer-instances, torchtitan "
+                          "data_parallel_shard_degree) [default: all dp]."),
         click.option("--schedule", type=click.Choice(SCHEDULES),
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,

@@ -57,6 +57,10 @@ class Choices:
     # recomputed, the others keep their activations (Megatron-LM --recompute-method block
     # --recompute-num-layers N; torchtitan's every-k-th-layer selective AC); 0: every layer
     recompute_layers: int = 0
+    # hybrid sharding (HSDP): ZeRO shards over groups of this many data-parallel replicas (x
+    # cp), the groups replicating (Megatron-LM --num-distributed-optimizer-instances d /
+    # dp_shard, PyTorch HSDP); 0: over all d
+    dp_shard: int = 0
 
     @property
     def uneven(self) -> bool:

@@ -57,6 +57,7 @@ delta = sp.Symbol("delta", positive=True)  # bytes per weight value
 gamma_g = sp.Symbol("gamma_g", positive=True)  # bytes per gradient value (accumulated and reduced)
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
+z = sp.Symbol("z", positive=True)  # ranks of one ZeRO shard group (HSDP; d without it)
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
 a_inv = sp.Symbol("a_inv", real=True)
 a_0 = sp.Symbol("a_0", real=True)
@@ -124,6 +125,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
                    "B/parameter"),
     A_act: Meaning("activation bytes held on the first pipeline stage", "B"),
+    z: Meaning("ranks of one ZeRO / FSDP shard group under hybrid sharding (HSDP): the d / z "
+               "groups each hold a whole copy of the sharded state", "replicas"),
     a_inv: Meaning("coefficient of 1/x of the cost along the plan variable x (its smooth "
                    "branch at the optimum)", "s x"),
     a_0: Meaning("part of the cost along the plan variable x independent of x", "s"),

@@ -270,6 +270,8 @@ class TransformerExpressions(LayerCosts):
             S.T_opt: local_params * (2 * adam + 2 * gb + vb) / hw.mem_bw,
             S.Psi: local_params, S.delta: vb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
         }
+        if c.dp_shard:  # HSDP: the shard group is dp_shard replicas' c_p ranks each
+            self.aggregates[S.z] = c.dp_shard * self.cp
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
         whole = lambda form: substitute(form, {**self.aggregates, d: d * self.cp})  # noqa: E731
@@ -280,7 +282,9 @@ class TransformerExpressions(LayerCosts):
             # ZeRO shards the routed experts' state over the t c_p d / (e_t e_p) ranks holding
             # the same experts (Megatron's expert-data-parallel group), not over d c_p: the
             # forms shard every parameter d c_p ways, so add what differs (0 at e_t e_p = t)
-            return (expert_params * per_param * (self.etp * ep / t - 1) / (d * self.cp)
+            # (with HSDP both groups shrink by the d / dp_shard replicating groups)
+            group = (c.dp_shard or d) * self.cp
+            return (expert_params * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 
         opt_extra = experts_unsharded((2 * adam + 2 * gb + vb) / hw.mem_bw, 1)
@@ -317,11 +321,34 @@ def _stage_cost(per_layer, again, recomputed):
 
 def _shards(c: Choices) -> dict[int, sp.Expr]:
     """What ZeRO stage 1 (optimizer state), 2 (+ gradients) and 3 (+ weights) divide by
-    (Rajbhandari et al. 2020, sec. 5)."""
-    return {stage: d if c.zero >= stage else sp.Integer(1) for stage in (1, 2, 3)}
+    (Rajbhandari et al. 2020, sec. 5): the d replicas, or with HSDP the z of one group."""
+    group = S.z if c.dp_shard else d
+    return {stage: group if c.zero >= stage else sp.Integer(1) for stage in (1, 2, 3)}
 
 
-def allreduce_form(size: sp.Expr = S.M) -> sp.Expr:
+def _shard_group(c: Choices) -> tuple[sp.Expr, sp.Expr]:
+    """(ranks, ranks on one node) of the group ZeRO shards over: all d replicas, or HSDP's z
+    neighbouring ones (Megatron-LM's intra-instance group: consecutive data-parallel ranks)."""
+    if not c.dp_shard:
+        return d, S.r
+    return S.z, sp.Min(S.r, S.z, evaluate=False)
+
+
+def sync_form(c: Choices) -> sp.Expr:
+    """The gradient sync of one iteration: `allreduce_form` of M over the d replicas. With HSDP
+    the reduce-scatter (and ZeRO 1 / 2's all-gather of the weights) runs inside each group of
+    z, and each shard of Psi gamma_g / z bytes is allreduced across the d / z groups, one rank
+    of each (Megatron-LM param_and_grad_buffer.py with num_distributed_optimizer_instances > 1;
+    PyTorch HSDP), max(1, r / z) of them on a node."""
+    if not c.dp_shard:
+        return allreduce_form()
+    across = allreduce_form(S.Psi * S.gamma_g / S.z, d / S.z,
+                            _max(sp.floor(S.r / S.z), 1))
+    return allreduce_form(S.M, *_shard_group(c)) + across
+
+
+def allreduce_form(size: sp.Expr = S.M, ranks: sp.Expr = d, per_node: sp.Expr = S.r
+                   ) -> sp.Expr:
     """The data-parallel gradient allreduce as NCCL runs it: one ring through all d replicas,
     r of them on each of the ceil(d / r) nodes. Every replica moves 2 (d - 1) / d M bytes over
     NVLink, and each node's NICs carry that for its r replicas; the pipelined chunks keep both
@@ -329,11 +356,12 @@ def allreduce_form(size: sp.Expr = S.M) -> sp.Expr:
     2 (r - 1) alpha_i + 2 (N - 1) alpha + 2 (d - 1) / d M max(1 / beta_i, 1 / (r beta)), the
     NIC term only beyond one node. On one node this is the ring over the node's replicas. Checked
     against published nccl-tests bus bandwidths (docs/nccl-check.md). `size`: the bytes (a
-    reduce-scatter and an all-gather of `size` each move half of this)."""
-    nodes = sp.ceiling(d / S.r)
-    latency = 2 * (S.r - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
-    return latency + 2 * (d - 1) / d * size * sp.Max(
-        1 / S.beta_i, _if(d > S.r, 1 / (S.r * S.beta), 0), evaluate=False)
+    reduce-scatter and an all-gather of `size` each move half of this). `ranks`, `per_node`:
+    another group than the d replicas, r of them on a node (HSDP's)."""
+    nodes = sp.ceiling(ranks / per_node)
+    latency = 2 * (per_node - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
+    return latency + 2 * (ranks - 1) / ranks * size * sp.Max(
+        1 / S.beta_i, _if(ranks > per_node, 1 / (per_node * S.beta), 0), evaluate=False)
 
 
 def exposed_form(c: Choices) -> sp.Expr:
@@ -344,11 +372,12 @@ def exposed_form(c: Choices) -> sp.Expr:
     sec. 7.2.3); each layer's gather is prefetched behind the layer before it, so the first
     layer's, in the forward and in the backward (two all-gathers of one of the stage's ell
     layers: sync / ell), shows in every micro-batch (PyTorch FSDP's forward / backward
-    prefetch). The gathers move the weights at their own width."""
-    sync = allreduce_form()
+    prefetch). The gathers move the weights at their own width, inside the shard group."""
+    sync = sync_form(c)
     exposed = _max(0, sync - S.H) if c.overlap else sync
     if c.zero == 3:
-        gather = allreduce_form(S.Psi * S.delta)  # two all-gathers of the weights
+        # two all-gathers of the weights
+        gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
         hidden = sp.Min(gather, _max(0, gather - sp.Rational(3, 2) * S.H) + gather / S.ell,
                         evaluate=False)
         exposed = exposed + m * (hidden if c.overlap else gather)

@@ -41,7 +41,8 @@ def normalise(config: dict) -> dict:
                 "offload_activations": config.get("offload_activations", False),
                 "ep_overlap": config.get("ep_overlap", False),
                 "kernels": config.get("kernels", "fused"),
-                "recompute_layers": config.get("recompute_layers")}
+                "recompute_layers": config.get("recompute_layers"),
+                "dp_shard": config.get("dp_shard")}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],

@@ -49,6 +49,14 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
         raise SpecError("format: DeepSpeed has no fp64 training; use --precision bf16, fp16, "
                         "tf32 or fp32")
     cfg["zero_optimization"] = {"stage": plan["zero"]}
+    if plan.get("dp_shard") and plan["dp"] > plan["dp_shard"]:
+        # MiCS (ZeRO-3 sharded inside groups, replicated across them) is DeepSpeed's hybrid
+        # sharding; ZeRO 1 / 2 have none
+        if plan["zero"] != 3:
+            raise SpecError(f"format: DeepSpeed shards in groups (MiCS) at ZeRO 3 only; this "
+                            f"plan has ZeRO {plan['zero']} over groups of {plan['dp_shard']}: "
+                            f"use --format megatron or torchtitan")
+        cfg["zero_optimization"]["mics_shard_size"] = plan["dp_shard"]
     if plan["zero"] >= 1:
         cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])
         if "bf16" in cfg:  # the fp32 gradients the plan was priced with (DeepSpeed's default

@@ -112,8 +112,9 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                                else "quantize.linear.mx"]
     training = {"local_batch_size": local, "global_batch_size": plan["global_batch"],
                 "seq_len": m.seq_len, "mixed_precision_param": "bfloat16" if low else "float32"}
-    parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else 1,
-                   "data_parallel_shard_degree": 1 if zero == 0 else dp,
+    shard = plan.get("dp_shard") or dp  # HSDP: FSDP inside groups of dp_shard, replicated
+    parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else dp // shard,
+                   "data_parallel_shard_degree": 1 if zero == 0 else shard,
                    "tensor_parallel_degree": plan["tp"],
                    "pipeline_parallel_degree": plan["pp"],
                    "context_parallel_degree": plan.get("cp", 1),

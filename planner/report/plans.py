@@ -50,7 +50,9 @@ def evaluation_text(plan, pred) -> str:
         recompute = plan.recompute.value + (f" ({plan.recompute_layers} layers of each chunk)"
                                             if plan.recompute_layers else "")
         pairs.append(("options", f"recompute {recompute}, sequence parallel "
-                                 f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}, "
+                                 f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}"
+                                 + (f" over groups of {plan.dp_shard} replicas (HSDP)"
+                                    if plan.dp_shard else "") + ", "
                                  f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
                                  f"flash attention {'on' if plan.flash_attention else 'off'}"
                                  + (", tp overlap on" if plan.tp_overlap else "")

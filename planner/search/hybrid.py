@@ -30,6 +30,7 @@ from planner.plan import (
     Plan,
     Recompute,
     Schedule,
+    check_dp_shard,
     check_for_model,
     check_pins,
     check_recompute_layers,
@@ -72,7 +73,7 @@ def _shared(x) -> dict:
             "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
             "ep_overlap": x.ep_overlap,
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
-            "recompute_layers": x.recompute_layers or 0}
+            "recompute_layers": x.recompute_layers or 0, "dp_shard": x.dp_shard or 0}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -169,6 +170,8 @@ class HybridSolver:
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {q.zero}")
         check_recompute_layers(q.recompute_layers, q.recompute or "full",
                                q.offload_activations)
+        if q.dp_shard is not None:
+            check_dp_shard(q.dp_shard, q.dp, 1 if q.zero is None else q.zero)
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = q.devices, q.devices_max
         if q.nodes is not None:
@@ -342,4 +345,5 @@ class HybridSolver:
                           last_stage_layers=q.last_stage_layers,
                           offload_activations=q.offload_activations,
                           ep_overlap=q.ep_overlap, kernels=q.kernels,
-                          recompute_layers=q.recompute_layers if rec == 2 else None)
+                          recompute_layers=q.recompute_layers if rec == 2 else None,
+                          dp_shard=q.dp_shard)

@@ -53,6 +53,7 @@ class Search:
     ep_overlap: bool = False
     kernels: str = "fused"  # planner.plan.Kernels
     recompute_layers: int | None = None  # with full recompute: layers of each chunk (None: all)
+    dp_shard: int | None = None  # HSDP: replicas per ZeRO shard group (None: all dp)
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
@@ -140,6 +141,7 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
         vs = [1] + [v for v in range(2, m.layers // p + 1) if p > 1 and stage_ok(m, q, p, v)]
         tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
     pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
+             and (q.dp_shard is None or d % q.dp_shard == 0)
              for mb in _divisors(B // d) if q.micro_batch in (None, mb)]
     if not tpv or not pairs:
         return np.empty((0, 8), dtype=np.int64)
