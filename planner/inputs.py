@@ -22,7 +22,8 @@ TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
                     "token_budget", "target_tokens", "tp_overlap", "capacity_factor",
                     "first_stage_layers", "last_stage_layers", "offload_activations",
-                    "ep_overlap", "kernels", "recompute_layers", "dp_shard")
+                    "ep_overlap", "kernels", "recompute_layers", "dp_shard",
+                    "fp8_weight_gather")
 
 
 def enum_value(cls, value, key: str):

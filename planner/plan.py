@@ -98,6 +98,8 @@ class Plan:
     # HSDP: ZeRO shards over groups of this many data-parallel replicas, the dp / dp_shard
     # groups replicating (None: over all dp)
     dp_shard: int | None = None
+    # with ZeRO and fp8 training: the weights held and all-gathered in fp8 (1 byte each)
+    fp8_weight_gather: bool = False
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -122,6 +124,9 @@ class Plan:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         check_recompute_layers(self.recompute_layers, self.recompute.value,
                                self.offload_activations)
+        if self.fp8_weight_gather and self.zero == 0:
+            raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
+                            "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
         if self.dp_shard is not None:
             check_dp_shard(self.dp_shard, self.dp, self.zero)
             # Megatron-LM (parallel_state.py): the expert data-parallel group splits into the
@@ -232,7 +237,7 @@ class Plan:
                "last_stage_layers": self.last_stage_layers,
                "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
                "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
-               "dp_shard": self.dp_shard}
+               "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

@@ -37,7 +37,7 @@ CONFIG = obj({
     "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
     "ep_overlap": BOOL, "kernels": {"enum": ["fused", "eager"]},
     "recompute_layers": {"type": ["integer", "null"]},
-    "dp_shard": {"type": ["integer", "null"]}},
+    "dp_shard": {"type": ["integer", "null"]}, "fp8_weight_gather": BOOL},
     required=["nodes", "devices_per_node", "devices", "tp", "pp", "dp", "micro_batch",
               "global_batch", "gradient_accumulation", "local_batch", "interleave",
               "recompute", "sequence_parallel", "zero", "schedule", "overlap",

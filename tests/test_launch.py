@@ -55,6 +55,8 @@ MEGATRON_FLAGS = frozenset({
     "--offload-modules", "--overlap-moe-expert-parallel-comm",
     # hybrid sharding: the distributed optimizer's / Megatron-FSDP's instances (arguments.py)
     "--num-distributed-optimizer-instances",
+    # fp8 weights kept and all-gathered in fp8 (arguments.py add_argument)
+    "--fp8-param-gather",
 })
 MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
     "--normalization": {"LayerNorm", "RMSNorm"},

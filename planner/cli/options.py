@@ -53,7 +53,7 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
                     "offload_activations", "ep_overlap", "kernels", "recompute_layers",
-                    "dp_shard", "seq_len")
+                    "dp_shard", "fp8_weight_gather", "seq_len")
 
 
 def transformer_options(f):
@@ -91,6 +91,11 @@ def transformer_options(f):
                           "replicas, the dp / N groups replicating (Megatron-LM "
                           "--num-distributed-optimizer-instances, torchtitan "
                           "data_parallel_shard_degree) [default: all dp]."),
+        click.option("--fp8-weight-gather/--no-fp8-weight-gather", "fp8_weight_gather",
+                     default=None,
+                     help="With ZeRO and --precision fp8 / mxfp8: hold and all-gather the "
+                          "weights in fp8 (Megatron-LM --fp8-param-gather, torchtitan "
+                          "enable_fsdp_float8_all_gather) [default: off]."),
         click.option("--schedule", type=click.Choice(SCHEDULES),
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,

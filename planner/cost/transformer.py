@@ -95,7 +95,7 @@ class Hardware:
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
-           "eager": False, "recompute_layers": 0, "dp_shard": 0}
+           "eager": False, "recompute_layers": 0, "dp_shard": 0, "fp8_gather": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -105,7 +105,8 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    int(shared["last_layers"]), bool(shared["offload"]),
                    bool(shared["ep_overlap"]), bool(shared["eager"]),
                    int(shared["recompute_layers"]) if int(rec) == 2 else 0,
-                   int(shared["dp_shard"]) if int(zero) else 0)
+                   int(shared["dp_shard"]) if int(zero) else 0,
+                   bool(shared["fp8_gather"]) and bool(int(zero)))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -119,7 +120,8 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
     offload (bool), ep_overlap (bool), eager (bool), recompute_layers (layers of each chunk
     recomputed by the rows with full recompute; 0: all), dp_shard (data-parallel replicas per
-    ZeRO shard group of the rows with ZeRO; 0: all)."""
+    ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
+    fp8 by the rows with ZeRO)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

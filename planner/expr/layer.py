@@ -61,6 +61,9 @@ class Choices:
     # cp), the groups replicating (Megatron-LM --num-distributed-optimizer-instances d /
     # dp_shard, PyTorch HSDP); 0: over all d
     dp_shard: int = 0
+    # with ZeRO and an fp8 format: the weights kept and all-gathered in fp8, 1 byte each
+    # (Megatron-LM --fp8-param-gather, torchtitan enable_fsdp_float8_all_gather)
+    fp8_gather: bool = False
 
     @property
     def uneven(self) -> bool:

@@ -214,6 +214,8 @@ class TransformerExpressions(LayerCosts):
         local_params = (here * (md.layer_params() - experts_per_layer)
                         + max(md.embedding_params(), md.head_params())) / t + expert_params
         adam = ADAM_STATE_BYTES[vb < 4]
+        # the weights as the devices hold and all-gather them (fp8 with an fp8 gather)
+        wb = 1 if c.fp8_gather else vb
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         def _in_flight(rank):
@@ -258,7 +260,7 @@ class TransformerExpressions(LayerCosts):
             # a ring each (Rajbhandari et al. 2020, sec. 7); ZeRO-3 only reduce-scatters (the
             # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
-            S.M: local_params * (gb if not c.zero else sp.Rational(gb + vb, 2) if c.zero < 3
+            S.M: local_params * (gb if not c.zero else sp.Rational(gb + wb, 2) if c.zero < 3
                                  else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
@@ -267,8 +269,8 @@ class TransformerExpressions(LayerCosts):
             S.H: (2 * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
-            S.T_opt: local_params * (2 * adam + 2 * gb + vb) / hw.mem_bw,
-            S.Psi: local_params, S.delta: vb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
+            S.T_opt: local_params * (2 * adam + 2 * gb + wb) / hw.mem_bw,
+            S.Psi: local_params, S.delta: wb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
         }
         if c.dp_shard:  # HSDP: the shard group is dp_shard replicas' c_p ranks each
             self.aggregates[S.z] = c.dp_shard * self.cp
@@ -287,8 +289,8 @@ class TransformerExpressions(LayerCosts):
             return (expert_params * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 
-        opt_extra = experts_unsharded((2 * adam + 2 * gb + vb) / hw.mem_bw, 1)
-        state_extra = {"weights": experts_unsharded(vb, 3),
+        opt_extra = experts_unsharded((2 * adam + 2 * gb + wb) / hw.mem_bw, 1)
+        state_extra = {"weights": experts_unsharded(wb, 3),
                        "gradients": experts_unsharded(gb, 2),
                        "optimizer_state": experts_unsharded(adam, 1)}
         return {

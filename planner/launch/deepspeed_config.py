@@ -19,6 +19,9 @@ from planner.launch.common import Target
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
+    if plan.get("fp8_weight_gather"):
+        raise SpecError("format: DeepSpeed has no fp8 weight all-gather; use --format megatron "
+                        "or torchtitan")
     for key, what in (("offload_activations", "activation offload"),
                       ("first_stage_layers", "pinned first-stage layers"),
                       ("last_stage_layers", "pinned last-stage layers")):

@@ -162,6 +162,8 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         modules += ["expert_fc1", "moe_act"] if m.experts > 1 else []
         a += ["--fine-grained-activation-offloading", "--offload-modules", *modules]
     a += _megatron_zero(plan["zero"])
+    if plan.get("fp8_weight_gather"):  # needs the distributed optimizer or FSDP (arguments.py)
+        a += ["--fp8-param-gather"]
     if plan.get("dp_shard") and plan["dp"] > plan["dp_shard"]:
         # the distributed optimizer / Megatron-FSDP sharded over groups of dp_shard x cp
         # ranks, one copy per group (HSDP in Megatron-FSDP: mcore_fsdp_adapter.py)

@@ -165,7 +165,14 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     sections = [("model", model), ("training", training), ("parallelism", parallelism),
                 ("activation_checkpoint", ac)]
     if target.precision == "fp8":
-        sections.append(("quantize.linear.float8", {"filter_fqns": ["output"]}))
+        float8 = {"filter_fqns": ["output"]}
+        if plan.get("fp8_weight_gather"):  # FSDP2 gathers the fp8 weights (tensorwise scaling)
+            float8 |= {"enable_fsdp_float8_all_gather": True,
+                       "precompute_float8_dynamic_scale_for_fsdp": True}
+        sections.append(("quantize.linear.float8", float8))
+    elif plan.get("fp8_weight_gather"):
+        raise SpecError("format: torchtitan gathers fp8 weights with its float8 (tensorwise) "
+                        "recipe only, not with mxfp8")
     if not eager:  # the fused non-matmul kernels the plan was priced with (default: off)
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     out = head

@@ -73,7 +73,8 @@ def _shared(x) -> dict:
             "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
             "ep_overlap": x.ep_overlap,
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
-            "recompute_layers": x.recompute_layers or 0, "dp_shard": x.dp_shard or 0}
+            "recompute_layers": x.recompute_layers or 0, "dp_shard": x.dp_shard or 0,
+            "fp8_gather": x.fp8_weight_gather}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -83,6 +84,11 @@ def _check_system(system: System, precision: Precision, x) -> None:
                         f"over (a system's host_offload, as on gb200-nvl72)")
     # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
     # fp4 GEMMs run inside one)
+    # an fp8 weight gather needs fp8 weights to gather (Megatron-LM's --fp8-param-gather,
+    # torchtitan's float8 all-gather: both with fp8 training)
+    if x.fp8_weight_gather and precision not in (Precision.fp8, Precision.mxfp8):
+        raise SpecError(f"fp8_weight_gather: gathering the weights in fp8 needs fp8 training "
+                        f"(--precision fp8 or mxfp8); got {precision.value}")
     if x.ep_overlap and precision.storage_bytes != 2:
         raise SpecError(f"ep_overlap: overlapping the all-to-alls needs a bf16 or fp16 model "
                         f"(Megatron-LM); got precision {precision.value}")
@@ -172,6 +178,9 @@ class HybridSolver:
                                q.offload_activations)
         if q.dp_shard is not None:
             check_dp_shard(q.dp_shard, q.dp, 1 if q.zero is None else q.zero)
+        if q.fp8_weight_gather and q.zero == 0:
+            raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's; "
+                            "got --zero 0")
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = q.devices, q.devices_max
         if q.nodes is not None:
@@ -346,4 +355,4 @@ class HybridSolver:
                           offload_activations=q.offload_activations,
                           ep_overlap=q.ep_overlap, kernels=q.kernels,
                           recompute_layers=q.recompute_layers if rec == 2 else None,
-                          dp_shard=q.dp_shard)
+                          dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather)
