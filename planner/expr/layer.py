@@ -13,6 +13,7 @@ import sympy as sp
 from planner.expr.collectives import ring_allreduce
 from planner.expr.roofline import bound
 from planner.expr.symbols import b, c_p, e_p, e_t, t
+from planner.spec.hardware import gemm_share
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
@@ -171,8 +172,8 @@ class LayerCosts:
         hw = self.hw
         rate = hw.matmul_flops
         if hw.gemm_half_dim:
-            thin = sp.Min(rows, inner, cols, evaluate=False)
-            rate = rate * thin**2 / (thin**2 + hw.gemm_half_dim**2)
+            rate = rate * gemm_share(sp.Min(rows, inner, cols, evaluate=False),
+                                     hw.gemm_half_dim)
         operand_bytes = 1 if hw.gemm_only else hw.value_bytes  # fp8 / fp4 operands: 1 byte
         time = bound(2 * rows * inner * cols * count,
                      operand_bytes * (rows * inner + inner * cols + rows * cols) * count,

@@ -89,6 +89,14 @@ class KernelCosts(Spec):
     gemm_half_dim: float = Field(ge=0, le=1e6)
 
 
+def gemm_share(thin, half_dim):
+    """The share of its large-GEMM rate a matmul reaches when its thinnest dimension is
+    `thin`: thin^2 / (thin^2 + half_dim^2) (a number, array or expression). The one place the
+    curve is written: the cost model prices GEMMs with it and `planner.fit_gemm` fits
+    half_dim to GEMM benchmarks with it."""
+    return thin**2 / (thin**2 + half_dim**2)
+
+
 class FlashAttention(Spec):
     """The fused attention kernel's achieved rate, fitted by `python -m planner.fit_flash`
     to published kernel benchmarks (planner/calibration/flash_attention.csv): at a head
