@@ -127,14 +127,6 @@ class Plan:
         if self.fp8_weight_gather and self.zero == 0:
             raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
                             "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
-        if self.dp_shard is not None:
-            check_dp_shard(self.dp_shard, self.dp, self.zero)
-            # Megatron-LM (parallel_state.py): the expert data-parallel group splits into the
-            # same number of instances
-            expert_dp = self.tp * self.cp * self.dp // (self.etp * self.ep)
-            if expert_dp % (self.dp // self.dp_shard):
-                raise SpecError(f"dp_shard: the {self.dp // self.dp_shard} replicating groups "
-                                f"do not divide the expert data-parallel size {expert_dp}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -151,6 +143,12 @@ class Plan:
             raise SpecError(f"ep: etp({self.etp}) x ep({self.ep}) = {expert} does not divide "
                             f"tp({self.tp}) x cp({self.cp}) x dp({self.dp}) = {dense} (the "
                             f"expert grid is folded over the same ranks)")
+        if self.dp_shard is not None:
+            check_dp_shard(self.dp_shard, self.dp, self.zero)
+            if not hsdp_fits_experts(self.tp, self.cp, self.dp_shard, self.ep, self.etp):
+                expert_dp = dense // expert
+                raise SpecError(f"dp_shard: the {self.dp // self.dp_shard} replicating groups "
+                                f"do not divide the expert data-parallel size {expert_dp}")
         # each replica runs whole micro-batches, `accumulation` of them per iteration
         per_step = self.dp * self.micro_batch
         if self.global_batch % per_step:
@@ -256,6 +254,14 @@ def check_recompute_layers(n: int | None, recompute: str, offload: bool) -> None
     if offload:
         raise SpecError("recompute_layers: partial recomputation with activation offload is "
                         "not modelled; use one of them")
+
+
+def hsdp_fits_experts(tp, cp, dp_shard, ep, etp):
+    """Whether the expert data-parallel group (tp cp dp / (etp ep) ranks) splits into the
+    dp / dp_shard instances the dense one does (Megatron-LM parallel_state.py): that is,
+    whether etp x ep divides tp x cp x dp_shard. Numbers or numpy arrays (the search masks
+    with it)."""
+    return (tp * cp * dp_shard) % (ep * etp) == 0
 
 
 def check_dp_shard(n: int, dp: int | None, zero: int) -> None:

@@ -14,6 +14,7 @@ from planner import api
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware
 from planner.errors import SpecError
+from planner.plan import Plan
 from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 from tests.brute import fastest_fitting
@@ -100,6 +101,10 @@ def test_launchers_write_instances_replicate_degrees_and_mics(run):
                                        "mics_shard_size": 8}
     code, _, err = run(*args, "--zero", "1", "--format", "deepspeed")
     assert code == 2 and "MiCS" in err
+    # MiCS groups are counted over the whole world: with tp 2 they are not the plan's groups
+    code, _, err = run(*args, "--zero", "3", "--tp", "2", "--dp-shard", "4", "--format",
+                       "deepspeed")
+    assert code == 2 and "MiCS shard groups are counted over all ranks" in err
 
 
 def _ok(run, *args):
@@ -120,3 +125,37 @@ def test_search_with_pinned_hsdp_equals_brute_force():
                               dp_shard=z)).solve()
     assert sol.status == "optimal" and sol.plan.dp_shard == z and sol.plan.dp % z == 0
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+def test_search_with_hsdp_on_moe_keeps_to_plans_the_expert_grid_allows():
+    """With MoE the dp / dp_shard instances also split the expert data-parallel group (tp cp
+    dp / (etp ep) ranks), so etp x ep must divide tp x cp x dp_shard: the search offers only
+    those plans, and agrees with brute force over the plans `Plan` accepts."""
+    from tests.test_moe_folding import _moe
+
+    m, system = _moe(), load_system("dgx-h100")
+    B, budget, z = 16, 16, 2
+    splits = [{"t": t, "ep": ep, "etp": t if etp == "tp" else etp, "p": p, "d": d, "mb": mb}
+              for t, ep, etp, p, d, mb in itertools.product(
+                  (1, 2, 4, 8), (1, 2, 4, 8), ("tp", 1), (1, 2, 4), (2, 4, 8, 16),
+                  (1, 2, 4, 8))]
+    best = fastest_fitting(m, system, B, budget, splits, dp_shard=z)
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, interleave=1, cp=1,
+                              dp_shard=z)).solve()
+    assert sol.status == "optimal"
+    p = sol.plan
+    assert (p.tp * p.cp * z) % (p.ep * p.etp) == 0
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+    # ep pinned at 4: only tp 2 x etp 1 (x dp_shard 2) and wider tp leave whole instances
+    best = fastest_fitting(m, system, B, budget, [s for s in splits if s["ep"] == 4],
+                           dp_shard=z)
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, interleave=1, cp=1,
+                              dp_shard=z, ep=4)).solve()
+    assert sol.status == "optimal" and sol.plan.tp * z % (4 * sol.plan.etp) == 0
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+    # and the rule itself: ep 4 over tp 1 x dp_shard 2 cannot split
+    with pytest.raises(SpecError, match="expert data-parallel"):
+        Plan.split(1, 1, 8, 1, 16, node_size=8, ep=4, zero=1, dp_shard=2)
+    Plan.split(1, 1, 8, 1, 16, node_size=8, ep=2, zero=1, dp_shard=2)

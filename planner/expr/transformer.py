@@ -211,11 +211,16 @@ class TransformerExpressions(LayerCosts):
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
         experts_per_layer = sp.Rational(moe * md.experts * md.expert_params(), L)
         expert_params = here * experts_per_layer / (self.etp * ep)
-        local_params = (here * (md.layer_params() - experts_per_layer)
-                        + max(md.embedding_params(), md.head_params())) / t + expert_params
+        outer = sp.Integer(max(md.embedding_params(), md.head_params())) / t
+        local_params = here * (md.layer_params() - experts_per_layer) / t + outer + expert_params
         adam = ADAM_STATE_BYTES[vb < 4]
-        # the weights as the devices hold and all-gather them (fp8 with an fp8 gather)
-        wb = 1 if c.fp8_gather else vb
+        # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
+        # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
+        # biases and router, under 0.1 %, counted with them), the embedding and output layer
+        # at 16 bits (Megatron-LM keeps them outside TE's fp8 modules)
+        layer_wb = 1 if c.fp8_gather else vb
+        wb = ((layer_wb * (local_params - outer) + vb * outer) / local_params
+              if c.fp8_gather else vb)
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         def _in_flight(rank):
@@ -260,7 +265,7 @@ class TransformerExpressions(LayerCosts):
             # a ring each (Rajbhandari et al. 2020, sec. 7); ZeRO-3 only reduce-scatters (the
             # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
-            S.M: local_params * (gb if not c.zero else sp.Rational(gb + wb, 2) if c.zero < 3
+            S.M: local_params * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
                                  else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
@@ -289,8 +294,8 @@ class TransformerExpressions(LayerCosts):
             return (expert_params * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 
-        opt_extra = experts_unsharded((2 * adam + 2 * gb + wb) / hw.mem_bw, 1)
-        state_extra = {"weights": experts_unsharded(wb, 3),
+        opt_extra = experts_unsharded((2 * adam + 2 * gb + layer_wb) / hw.mem_bw, 1)
+        state_extra = {"weights": experts_unsharded(layer_wb, 3),
                        "gradients": experts_unsharded(gb, 2),
                        "optimizer_state": experts_unsharded(adam, 1)}
         return {

@@ -59,6 +59,14 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
             raise SpecError(f"format: DeepSpeed shards in groups (MiCS) at ZeRO 3 only; this "
                             f"plan has ZeRO {plan['zero']} over groups of {plan['dp_shard']}: "
                             f"use --format megatron or torchtitan")
+        if plan["tp"] > 1 or plan.get("cp", 1) > 1:
+            # MiCS cuts the whole world into shard groups of consecutive ranks (mics_utils.py
+            # create_mics_comm_groups), which with tensor / context parallelism are not the
+            # plan's groups of dp_shard replicas
+            raise SpecError(f"format: DeepSpeed's MiCS shard groups are counted over all ranks "
+                            f"and cannot hold dp_shard({plan['dp_shard']}) replicas beside "
+                            f"tp({plan['tp']}) x cp({plan.get('cp', 1)}): use --format "
+                            f"megatron or torchtitan")
         cfg["zero_optimization"]["mics_shard_size"] = plan["dp_shard"]
     if plan["zero"] >= 1:
         cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])

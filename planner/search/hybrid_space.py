@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.cost.transformer import RECOMPUTE
 from planner.errors import SpecError
-from planner.plan import check_pins
+from planner.plan import check_pins, hsdp_fits_experts
 from planner.search import table as core
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM
 from planner.search.objective import Objective
@@ -161,6 +161,8 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
         ok &= n == q.devices
     # interleaving needs a multiple of p micro-batches (Megatron-LM)
     ok &= (v == 1) | ((B // (d * mb)) % p == 0)
+    if q.dp_shard is not None:  # HSDP's instances split the expert data-parallel group too
+        ok &= hsdp_fits_experts(t, cp, q.dp_shard, ep, etp)
     if q.ep_overlap:  # the all-to-all overlap's rules (Plan: ep > 1, two micro-batches,
         # virtual stages with a pipeline)
         ok &= (ep > 1) & (B // (d * mb) >= 2) & ((p == 1) | (v > 1))
