@@ -7,7 +7,7 @@ fitted).
 
 The form: a GEMM of 2 M N K FLOPs takes t_0 + max(FLOPs / (R x share(min(M, N, K))),
 bytes / HBM bandwidth), `share` being the cost model's curve (`planner.spec.hardware
-.gemm_share`) and t_0 the fixed time of a kernel on the device (about 5 us: its launch on the
+.gemm_share`) and t_0 the fixed time of a kernel on the device (about 6 us: its launch on the
 GPU, prologue and the last wave's tail), which the smallest shapes are made of. R (the
 benchmark's large-GEMM rate) and t_0 are fitted with the half dimension but not shipped: the
 cost model's large-GEMM rate is the spec's `efficiency.matmul`, and its kernels are floored by

@@ -124,9 +124,7 @@ class Plan:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         check_recompute_layers(self.recompute_layers, self.recompute.value,
                                self.offload_activations)
-        if self.fp8_weight_gather and self.zero == 0:
-            raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
-                            "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
+        check_fp8_weight_gather(self.fp8_weight_gather, self.zero)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -256,6 +254,14 @@ def check_recompute_layers(n: int | None, recompute: str, offload: bool) -> None
                         "not modelled; use one of them")
 
 
+def check_fp8_weight_gather(on: bool, zero: int | None) -> None:
+    """The fp8 weight all-gather is ZeRO's / FSDP's (Megatron-LM's --fp8-param-gather needs the
+    distributed optimizer or FSDP): refuse it at ZeRO 0."""
+    if on and zero == 0:
+        raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
+                        "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
+
+
 def hsdp_fits_experts(tp, cp, dp_shard, ep, etp):
     """Whether the expert data-parallel group (tp cp dp / (etp ep) ranks) splits into the
     dp / dp_shard instances the dense one does (Megatron-LM parallel_state.py): that is,
@@ -368,3 +374,24 @@ def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
         if n and n % v:
             raise SpecError(f"{key}: {n} layers per stage do not divide into interleave({v}) "
                             "virtual stages")
+
+
+def chunk_layers(layers: int, pp: int, v: int) -> list[int]:
+    """Layers of each of the pp v pipeline chunks in model order (chunk k on stage k mod pp):
+    floor(L / (pp v)) each and the L mod (pp v) left over one each on chunks 1, 2, ... (the
+    layout Megatron-LM's --pipeline-model-parallel-layout is written in, and the cost model
+    prices)."""
+    base, left = divmod(layers, pp * v)
+    return [base + (1 <= k <= left) for k in range(pp * v)]
+
+
+def stage_layers(layers: int, pp: int, v: int = 1, first: int | None = None,
+                 last: int | None = None) -> list[int]:
+    """Layers on each pipeline stage: the pinned first / last stages and the rest split evenly
+    over the others (`check_pins` asks that they divide), or the even chunk layout's."""
+    if not (first or last):
+        chunks = chunk_layers(layers, pp, v)
+        return [sum(chunks[k::pp]) for k in range(pp)]
+    others = pp - bool(first) - bool(last)
+    middle = (layers - (first or 0) - (last or 0)) // others if others else 0
+    return ([first] if first else []) + [middle] * others + ([last] if last else [])

@@ -78,6 +78,18 @@ def test_hardware_flops_count_the_recomputed_layers():
         none.hardware_flops_per_iteration + extra * 32 / 96, rel=1e-12)
 
 
+def test_hardware_flops_count_what_each_pinned_stage_recomputes():
+    """First stage pinned at 2 layers, last at 10: the 14 others hold 6 each. With N = 5 the
+    first recomputes its 2, the others 5 each: 2 + 14 x 5 + 5 = 77 of the 96 layers (even
+    stages: 16 x 5 = 80)."""
+    none, full = _eval(), _eval(recompute="full")
+    pins = {"first_stage_layers": 2, "last_stage_layers": 10}
+    got = _eval(recompute_layers=5, **pins)
+    extra = full.hardware_flops_per_iteration - none.hardware_flops_per_iteration
+    assert got.hardware_flops_per_iteration == pytest.approx(
+        none.hardware_flops_per_iteration + extra * 77 / 96, rel=1e-12)
+
+
 @pytest.mark.parametrize("over, message", [
     ({"recompute": "selective", "recompute_layers": 2}, "full recomputation"),
     ({"recompute_layers": 0}, "positive integer"),
@@ -85,6 +97,13 @@ def test_hardware_flops_count_the_recomputed_layers():
 def test_partial_recompute_refuses_what_it_is_not(over, message):
     with pytest.raises(SpecError, match=message):
         _eval(**over)
+
+
+def test_search_refuses_partial_recompute_with_the_all_to_all_overlap_up_front():
+    with pytest.raises(SpecError, match="ep_overlap: overlapping the all-to-alls needs no full"):
+        HybridSolver(load_model("mixtral-8x7b"), load_system("dgx-h100"), Precision.bf16,
+                     Search(global_batch=64, devices_max=64, recompute_layers=1,
+                            ep_overlap=True))
 
 
 def test_partial_recompute_with_offload_is_refused():
@@ -128,6 +147,9 @@ def test_launchers_write_the_block_method_and_every_kth_layer(run):
     assert ac == {"mode": "selective", "selective_ac_option": "4"}  # 20 layers a stage / 5
     code, _, err = run(*args[:-1], "3", "--format", "torchtitan")
     assert code == 2 and "every k-th layer" in err
+    # N at least a whole chunk (20 layers a stage) recomputes every layer: full checkpointing
+    code, out, _ = run(*args[:-1], "20", "--format", "torchtitan")
+    assert code == 0 and tomllib.loads(out)["activation_checkpoint"] == {"mode": "full"}
 
 
 def test_search_with_pinned_partial_recompute_equals_brute_force():

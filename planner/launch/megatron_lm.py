@@ -15,6 +15,7 @@ import shlex
 
 from planner.errors import SpecError
 from planner.launch.common import Target
+from planner.plan import chunk_layers
 
 
 def pipeline_layout(layers: int, pp: int, v: int) -> str:
@@ -23,10 +24,7 @@ def pipeline_layout(layers: int, pp: int, v: int) -> str:
     embedding on the first and the loss on the last, each holding floor(L / (pp v)) layers and
     the L mod (pp v) left over one each on chunks 1, 2, ... (round-robin over the stages, so no
     stage holds more than ceil(L / pp)); the cost model prices this layout."""
-    n = pp * v
-    base, left = divmod(layers, n)
-    sizes = [base + (1 <= k <= left) for k in range(n)]
-    chunks = ["t" * size for size in sizes]
+    chunks = ["t" * size for size in chunk_layers(layers, pp, v)]
     chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
     return "|".join(chunks)
 

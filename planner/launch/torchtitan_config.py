@@ -14,6 +14,7 @@ import json
 
 from planner.errors import SpecError
 from planner.launch.common import Target, summary
+from planner.plan import stage_layers
 
 # torchtitan's built-in Llama 3 flavors (torchtitan/models/llama3/__init__.py at the commit above):
 # (layers, hidden, heads, kv_heads) -> (name, flavor)
@@ -21,13 +22,18 @@ TORCHTITAN_FLAVORS = {(32, 4096, 32, 8): ("llama3", "8B"), (80, 8192, 64, 8): ("
                       (126, 16384, 128, 8): ("llama3", "405B")}
 
 
-def _every_kth_layer(layers: int, plan: dict) -> int:
+def _every_kth_layer(layers: int, plan: dict) -> int | None:
     """torchtitan's layer selective checkpointing for the plan's partial recomputation: option
     k checkpoints every k-th block it wraps (activation_checkpoint.py, _apply_layer_sac), so
-    N of each chunk's n layers when the chunks are even and k = n / N is whole."""
+    N of each chunk's n layers when the chunks are even and k = n / N is whole; None when N
+    covers every chunk (full checkpointing)."""
     n_rec = plan["recompute_layers"]
     chunks = plan["pp"] * plan["interleave"]
     per = layers // chunks
+    stages = stage_layers(layers, plan["pp"], plan["interleave"],
+                          plan.get("first_stage_layers"), plan.get("last_stage_layers"))
+    if n_rec * plan["interleave"] >= max(stages):  # every layer of every chunk: full
+        return None
     if (layers % chunks or plan.get("first_stage_layers") or plan.get("last_stage_layers")
             or per % n_rec):
         raise SpecError(f"format: torchtitan checkpoints every k-th layer; recomputing "
@@ -160,8 +166,9 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     if plan["recompute"] == "selective":
         ac["selective_ac_option"] = "op"  # per-op: keeps matmul outputs, recomputes the rest
     elif plan["recompute"] == "full" and plan.get("recompute_layers"):
-        ac = {"mode": "selective",
-              "selective_ac_option": str(_every_kth_layer(m.layers, plan))}
+        k = _every_kth_layer(m.layers, plan)
+        if k is not None:
+            ac = {"mode": "selective", "selective_ac_option": str(k)}
     sections = [("model", model), ("training", training), ("parallelism", parallelism),
                 ("activation_checkpoint", ac)]
     if target.precision == "fp8":

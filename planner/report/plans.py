@@ -52,7 +52,7 @@ def evaluation_text(plan, pred) -> str:
         pairs.append(("options", f"recompute {recompute}, sequence parallel "
                                  f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}"
                                  + (f" over groups of {plan.dp_shard} replicas (HSDP)"
-                                    if plan.dp_shard else "")
+                                    if plan.dp_shard and plan.dp_shard < plan.dp else "")
                                  + (", fp8 weight gather" if plan.fp8_weight_gather else "")
                                  + ", "
                                  f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "

@@ -32,9 +32,11 @@ from planner.plan import (
     Schedule,
     check_dp_shard,
     check_for_model,
+    check_fp8_weight_gather,
     check_pins,
     check_recompute_layers,
     choice,
+    stage_layers,
 )
 from planner.prediction import Prediction
 from planner.search import table as core
@@ -82,13 +84,13 @@ def _check_system(system: System, precision: Precision, x) -> None:
     if x.offload_activations and system.host_link is None:
         raise SpecError(f"offload_activations: '{system.name}' has no host link to offload "
                         f"over (a system's host_offload, as on gb200-nvl72)")
-    # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
-    # fp4 GEMMs run inside one)
     # an fp8 weight gather needs fp8 weights to gather (Megatron-LM's --fp8-param-gather,
     # torchtitan's float8 all-gather: both with fp8 training)
     if x.fp8_weight_gather and precision not in (Precision.fp8, Precision.mxfp8):
         raise SpecError(f"fp8_weight_gather: gathering the weights in fp8 needs fp8 training "
                         f"(--precision fp8 or mxfp8); got {precision.value}")
+    # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
+    # fp4 GEMMs run inside one)
     if x.ep_overlap and precision.storage_bytes != 2:
         raise SpecError(f"ep_overlap: overlapping the all-to-alls needs a bf16 or fp16 model "
                         f"(Megatron-LM); got precision {precision.value}")
@@ -109,8 +111,10 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
     t_iter = r["time"]
     peak = system.device.peak_flops(precision)
     model_flops = m.model_flops() * plan.global_batch
-    partial = (None if plan.recompute_layers is None  # N of each of the pp x v chunks
-               else plan.recompute_layers * plan.interleave * plan.pp)
+    partial = None  # layers recomputed: N of each stage's v chunks (as the cost model prices)
+    if plan.recompute_layers is not None:
+        partial = sum(min(plan.recompute_layers * plan.interleave, n) for n in stage_layers(
+            m.layers, plan.pp, plan.interleave, plan.first_stage_layers, plan.last_stage_layers))
     hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial) * plan.global_batch
     per_dev = plan.devices * t_iter
     return Prediction(
@@ -178,9 +182,11 @@ class HybridSolver:
                                q.offload_activations)
         if q.dp_shard is not None:
             check_dp_shard(q.dp_shard, q.dp, 1 if q.zero is None else q.zero)
-        if q.fp8_weight_gather and q.zero == 0:
-            raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's; "
-                            "got --zero 0")
+        check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
+        if q.ep_overlap and (q.recompute == "full" or q.recompute_layers):
+            # Plan's rule, refused before the search rather than by every row
+            raise SpecError("ep_overlap: overlapping the all-to-alls needs no full recompute "
+                            "(Megatron-LM); --recompute-layers recomputes whole layers")
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = q.devices, q.devices_max
         if q.nodes is not None:
