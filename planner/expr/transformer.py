@@ -3,8 +3,9 @@
 The free symbols are the plan's integers (t tensor-parallel, p pipeline stages, d data-parallel
 replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks, c_p context-, e_p
 expert- and e_t expert-tensor-parallel ranks); the model and the system enter as numbers. Every
-categorical choice (recompute, sequence parallel, ZeRO stage, schedule, overlap, flash
-attention, tp and ep overlap, capacity factor, pinned stages, offload: `layer.Choices`) gets
+categorical choice (recompute and its partial layer count, sequence parallel, ZeRO stage and
+its HSDP group, fp8 weight gather, schedule, overlap, flash attention, tp and ep overlap,
+capacity factor, pinned stages, offload: `layer.Choices`) gets
 its own expressions, so `limits` and `derive` read
 plain formulas and the search prices each choice with one compiled numpy program. The physics,
 by term:
@@ -18,9 +19,12 @@ by term:
   2.5x the forward's FLOPs; `planner.fit_flash`), as two thin GEMMs elsewhere. A GEMM's rate
   falls with its thinnest dimension, and no kernel (GEMM, elementwise or collective) runs faster
   than the host issues it: the two device constants `kernels.gemm_half_dim` and
-  `kernels.launch_us` (fitted by `python -m planner.fit_transformer`). fp8 / fp4 run only the
-  GEMMs in the low format, paying a cast per GEMM input; activations, weights, gradients and
-  communication stay 16-bit (Micikevicius et al. 2022, "FP8 formats for deep learning").
+  `kernels.launch_us` (fitted by `python -m planner.fit_transformer` for the A100, the half
+  dimension of Hopper and Blackwell by `python -m planner.fit_gemm` to GEMM benchmarks).
+  fp8 / fp4 run only the GEMMs in the low format, paying a cast per GEMM input; activations,
+  weights, gradients and communication stay 16-bit (Micikevicius et al. 2022, "FP8 formats
+  for deep learning"), but with the fp8 weight gather the layers' weights are held and
+  all-gathered at 1 byte.
 - tensor parallel: one allreduce of b s h per tensor-parallel block (the mixer, a dense or
   shared-expert FFN) forward and one backward (again when the forward is recomputed), ring
   cost on the intra-node link while t <= g (Narayanan et al. SC21, sec. 3.2), on the node's
@@ -40,14 +44,16 @@ by term:
   and an all-gather of the weights, each at its own width; ZeRO-3 re-gathers the weights in
   every micro-batch's forward and backward, Rajbhandari et al. 2020),
   as NCCL's one pipelined ring through every replica, exposed beyond one micro-batch's backward
-  when overlapped.
+  when overlapped; with HSDP the ZeRO collectives run inside groups of z replicas and the
+  gradient shards are allreduced across the d / z groups.
 - memory: weights, gradients and mixed-precision Adam state (2 + 2 + 12 bytes per parameter,
   ZeRO sec. 3.1; with bf16 weights the gradients are accumulated and reduced in fp32, 4 bytes,
   as Megatron-LM and PyTorch FSDP2 do by default) sharded by the ZeRO stage; activations per
   Korthikanti et al. Table 2 with the first stage holding min(p, m) micro-batches in flight
   (1F1B), m for GPipe, and interleaved the chunks of Megatron-LM's warm-up (1 + (p - 1) / (p v)
   times p for m > p, Korthikanti et al. sec. 4.2.3; exactly m when m = p, which runs every
-  forward first).
+  forward first). Full recomputation keeps each layer's input; partial recomputation (the
+  first N layers of each chunk, Megatron-LM's block method) keeps the other layers whole.
 """
 
 from __future__ import annotations
