@@ -105,7 +105,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              offload_activations: bool | None = None, ep_overlap: bool | None = None,
              kernels: str | None = None, recompute_layers: int | None = None,
              dp_shard: int | None = None, fp8_weight_gather: bool | None = None,
-             seq_len: int | None = None,
+             fp8_activations: bool | None = None, seq_len: int | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
@@ -113,7 +113,8 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
     (default on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule, tp
     communication overlap, the experts' capacity factor, layers on the first / last stage,
     the layers of each pipeline chunk recomputed (implies full recompute), the replicas per
-    ZeRO shard group (HSDP), the weights held and all-gathered in fp8 (with ZeRO and fp8).
+    ZeRO shard group (HSDP), the weights held and all-gathered in fp8 (with ZeRO and fp8), the
+    fp8 GEMMs' inputs saved in fp8 (fp8 training).
     The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
     given = dict(locals())
@@ -129,6 +130,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      recompute_layers=recompute_layers,
                                      dp_shard=dp_shard,
                                      fp8_weight_gather=bool(fp8_weight_gather),
+                                     fp8_activations=bool(fp8_activations),
                                      sequence_parallel=sequence_parallel, zero=zero or 0,
                                      schedule=schedule or "1f1b",
                                      flash_attention=flash_attention is not False,
@@ -295,7 +297,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         tp_overlap=False, capacity_factor=None, first_stage_layers=None,
                         last_stage_layers=None, offload_activations=None, ep_overlap=None,
                         kernels=None, recompute_layers=None, dp_shard=None,
-                        fp8_weight_gather=None):
+                        fp8_weight_gather=None, fp8_activations=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -311,7 +313,8 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                        ("ep_overlap", ep_overlap or None),
                        ("kernels", None if kernels in (None, "fused") else kernels),
                        ("recompute_layers", recompute_layers), ("dp_shard", dp_shard),
-                       ("fp8_weight_gather", fp8_weight_gather or None)):
+                       ("fp8_weight_gather", fp8_weight_gather or None),
+                       ("fp8_activations", fp8_activations or None)):
         if value is not None:
             raise SpecError(f"{key}: the transformer limits are derived without "
                             f"--{key.replace('_', '-')} (an even pipeline split, no expert "

@@ -100,6 +100,8 @@ class Plan:
     dp_shard: int | None = None
     # with ZeRO and fp8 training: the weights held and all-gathered in fp8 (1 byte each)
     fp8_weight_gather: bool = False
+    # with fp8 training: the fp8 GEMMs' inputs saved for the backward in fp8 (Transformer Engine)
+    fp8_activations: bool = False
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -125,6 +127,7 @@ class Plan:
         check_recompute_layers(self.recompute_layers, self.recompute.value,
                                self.offload_activations)
         check_fp8_weight_gather(self.fp8_weight_gather, self.zero)
+        check_fp8_activations(self.fp8_activations, self.offload_activations)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -233,7 +236,8 @@ class Plan:
                "last_stage_layers": self.last_stage_layers,
                "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
                "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
-               "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather}
+               "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
+               "fp8_activations": self.fp8_activations}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
@@ -260,6 +264,14 @@ def check_fp8_weight_gather(on: bool, zero: int | None) -> None:
     if on and zero == 0:
         raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
                         "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
+
+
+def check_fp8_activations(on: bool, offload: bool) -> None:
+    """fp8-saved GEMM inputs are priced without the activation offload (which moves the
+    16-bit tensors as `offloaded_bytes_per_layer` counts them)."""
+    if on and offload:
+        raise SpecError("fp8_activations: fp8-saved activations are not priced with "
+                        "--offload-activations; drop one of the two")
 
 
 def hsdp_fits_experts(tp, cp, dp_shard, ep, etp):

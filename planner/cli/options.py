@@ -53,7 +53,7 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
                     "offload_activations", "ep_overlap", "kernels", "recompute_layers",
-                    "dp_shard", "fp8_weight_gather", "seq_len")
+                    "dp_shard", "fp8_weight_gather", "fp8_activations", "seq_len")
 
 
 def transformer_options(f):
@@ -96,6 +96,11 @@ def transformer_options(f):
                      help="With ZeRO and --precision fp8 / mxfp8: hold and all-gather the "
                           "weights in fp8 (Megatron-LM --fp8-param-gather, torchtitan "
                           "enable_fsdp_float8_all_gather) [default: off]."),
+        click.option("--fp8-activations/--no-fp8-activations", "fp8_activations",
+                     default=None,
+                     help="With --precision fp8 / mxfp8: save each fp8 GEMM's input for the "
+                          "backward in fp8, as Transformer Engine (Megatron-LM) does; torchao "
+                          "(torchtitan) keeps it 16-bit [default: off]."),
         click.option("--schedule", type=click.Choice(SCHEDULES),
                      help="Pipeline schedule."),
         click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,

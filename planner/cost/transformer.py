@@ -95,7 +95,8 @@ class Hardware:
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
-           "eager": False, "recompute_layers": 0, "dp_shard": 0, "fp8_gather": False}
+           "eager": False, "recompute_layers": 0, "dp_shard": 0, "fp8_gather": False,
+           "fp8_acts": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -106,7 +107,8 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    bool(shared["ep_overlap"]), bool(shared["eager"]),
                    int(shared["recompute_layers"]) if int(rec) == 2 else 0,
                    int(shared["dp_shard"]) if int(zero) else 0,
-                   bool(shared["fp8_gather"]) and bool(int(zero)))
+                   bool(shared["fp8_gather"]) and bool(int(zero)),
+                   bool(shared["fp8_acts"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -121,7 +123,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     offload (bool), ep_overlap (bool), eager (bool), recompute_layers (layers of each chunk
     recomputed by the rows with full recompute; 0: all), dp_shard (data-parallel replicas per
     ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
-    fp8 by the rows with ZeRO)."""
+    fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

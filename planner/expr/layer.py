@@ -65,6 +65,10 @@ class Choices:
     # with ZeRO and an fp8 format: the weights kept and all-gathered in fp8, 1 byte each
     # (Megatron-LM --fp8-param-gather, torchtitan enable_fsdp_float8_all_gather)
     fp8_gather: bool = False
+    # with an fp8 format: each fp8 GEMM's input saved for its backward in fp8, 1 byte a value
+    # (Transformer Engine's Linear saves the fp8 cast it ran the GEMM on; torchao's float8
+    # keeps the 16-bit input)
+    fp8_acts: bool = False
 
     @property
     def uneven(self) -> bool:
@@ -490,4 +494,33 @@ class LayerCosts:
         if c.eager and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
             inside += sp.Rational(2 * self._ffn_width(kind), h) * (
                 self.capacity if kind.ffn == "moe" else 1)
+        if c.fp8_acts:
+            fp8_outside, fp8_inside = self._fp8_saved_inputs(kind)
+            outside += fp8_outside / t if split else fp8_outside
+            inside += fp8_inside
         return sbh * (outside + inside / t + core)
+
+    def _fp8_saved_inputs(self, kind) -> tuple[sp.Expr, sp.Expr]:
+        """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s
+        counts (outside, inside the tensor-parallel region): Transformer Engine's Linear keeps
+        the fp8 cast it ran the GEMM on (module linear.py: `saved_inputmat = inputmat`), so
+        the norm outputs feeding the QKV / in_proj and fc1 GEMMs, the out-projection's input
+        and fc2's input are held at half their 16-bit count. A MoE FFN's norm output stays
+        16-bit (the router, a plain linear, saves it); its shared experts keep an fp8 copy
+        beside it; the routed experts' dispatched input and their fc2 input are fp8."""
+        md, h = self.model, self.model.hidden
+        outside, inside = sp.Integer(0), sp.Integer(0)
+        if kind.mixer == "mamba":
+            outside -= 1
+            inside -= sp.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
+        elif kind.mixer:
+            outside -= 1
+            inside -= sp.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
+        if kind.ffn == "dense":
+            outside -= 1
+            inside -= sp.Rational(self._ffn_width(kind), h)
+        elif kind.ffn == "moe":
+            outside += 1 if md.shared_experts else 0
+            inside -= (sp.Rational(self._ffn_width(kind), h) + md.top_k * self.etp) \
+                * self.capacity
+        return outside, inside

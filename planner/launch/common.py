@@ -43,7 +43,8 @@ def normalise(config: dict) -> dict:
                 "kernels": config.get("kernels", "fused"),
                 "recompute_layers": config.get("recompute_layers"),
                 "dp_shard": config.get("dp_shard"),
-                "fp8_weight_gather": config.get("fp8_weight_gather", False)}
+                "fp8_weight_gather": config.get("fp8_weight_gather", False),
+                "fp8_activations": config.get("fp8_activations", False)}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],

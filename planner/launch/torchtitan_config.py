@@ -180,6 +180,10 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     elif plan.get("fp8_weight_gather"):
         raise SpecError("format: torchtitan gathers fp8 weights with its float8 (tensorwise) "
                         "recipe only, not with mxfp8")
+    if plan.get("fp8_activations"):  # torchao's float8 linear saves the 16-bit input
+        raise SpecError("format: torchtitan's float8 linears (torchao) save their inputs at "
+                        "16 bits; the plan saves them in fp8 (Transformer Engine): use "
+                        "--format megatron, or plan without --fp8-activations")
     if not eager:  # the fused non-matmul kernels the plan was priced with (default: off)
         sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     out = head

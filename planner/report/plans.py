@@ -54,6 +54,7 @@ def evaluation_text(plan, pred) -> str:
                                  + (f" over groups of {plan.dp_shard} replicas (HSDP)"
                                     if plan.dp_shard and plan.dp_shard < plan.dp else "")
                                  + (", fp8 weight gather" if plan.fp8_weight_gather else "")
+                                 + (", fp8 saved activations" if plan.fp8_activations else "")
                                  + ", "
                                  f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
                                  f"flash attention {'on' if plan.flash_attention else 'off'}"

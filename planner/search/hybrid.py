@@ -32,6 +32,7 @@ from planner.plan import (
     Schedule,
     check_dp_shard,
     check_for_model,
+    check_fp8_activations,
     check_fp8_weight_gather,
     check_pins,
     check_recompute_layers,
@@ -76,7 +77,7 @@ def _shared(x) -> dict:
             "ep_overlap": x.ep_overlap,
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
             "recompute_layers": x.recompute_layers or 0, "dp_shard": x.dp_shard or 0,
-            "fp8_gather": x.fp8_weight_gather}
+            "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -88,6 +89,9 @@ def _check_system(system: System, precision: Precision, x) -> None:
     # torchtitan's float8 all-gather: both with fp8 training)
     if x.fp8_weight_gather and precision not in (Precision.fp8, Precision.mxfp8):
         raise SpecError(f"fp8_weight_gather: gathering the weights in fp8 needs fp8 training "
+                        f"(--precision fp8 or mxfp8); got {precision.value}")
+    if x.fp8_activations and precision not in (Precision.fp8, Precision.mxfp8):
+        raise SpecError(f"fp8_activations: saving the GEMM inputs in fp8 needs fp8 training "
                         f"(--precision fp8 or mxfp8); got {precision.value}")
     # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
     # fp4 GEMMs run inside one)
@@ -183,6 +187,7 @@ class HybridSolver:
         if q.dp_shard is not None:
             check_dp_shard(q.dp_shard, q.dp, 1 if q.zero is None else q.zero)
         check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
+        check_fp8_activations(q.fp8_activations, q.offload_activations)
         if q.ep_overlap and (q.recompute == "full" or q.recompute_layers):
             # Plan's rule, refused before the search rather than by every row
             raise SpecError("ep_overlap: overlapping the all-to-alls needs no full recompute "
@@ -361,4 +366,5 @@ class HybridSolver:
                           offload_activations=q.offload_activations,
                           ep_overlap=q.ep_overlap, kernels=q.kernels,
                           recompute_layers=q.recompute_layers if rec == 2 else None,
-                          dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather)
+                          dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
+                          fp8_activations=q.fp8_activations)

@@ -55,6 +55,7 @@ class Search:
     recompute_layers: int | None = None  # with full recompute: layers of each chunk (None: all)
     dp_shard: int | None = None  # HSDP: replicas per ZeRO shard group (None: all dp)
     fp8_weight_gather: bool = False  # with ZeRO: weights held and all-gathered in fp8
+    fp8_activations: bool = False  # fp8 GEMM inputs saved for the backward in fp8
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
