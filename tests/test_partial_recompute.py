@@ -165,3 +165,39 @@ def test_search_with_pinned_partial_recompute_equals_brute_force():
     assert sol.status == "optimal"
     assert (sol.plan.recompute.value, sol.plan.recompute_layers) == ("full", n)
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+def test_search_recomputes_the_fewest_layers_that_fit():
+    """Llama-3-70B on two DGX H100 at tp 8 x pp 2 (40 layers a stage), one micro-batch: no
+    recomputation does not fit, so the search recomputes the fewest layers of each chunk that
+    do, N, found by bisection: N - 1 does not fit, and N is faster than full recomputation."""
+    m, system = load_model("llama3-70b"), load_system("dgx-h100")
+    pins = dict(global_batch=64, devices=16, tp=8, pp=2, cp=1, micro_batch=1)
+    sol = HybridSolver(m, system, Precision.bf16, Search(**pins)).solve()
+    plan, n = sol.plan, sol.plan.recompute_layers
+    assert plan.recompute.value == "full" and 1 < n < 40
+
+    def run(**over):
+        return api.evaluate("llama3-70b", "dgx-h100", precision="bf16", devices=16, tp=8,
+                            pp=2, micro_batch=1, global_batch=64, zero=plan.zero,
+                            sequence_parallel=plan.sequence_parallel, **over).prediction
+    assert run(recompute_layers=n).fits_memory and not run(recompute_layers=n - 1).fits_memory
+    assert not run(recompute="none").fits_memory
+    assert run(recompute_layers=n).iteration_time_s < run(recompute="full").iteration_time_s
+    assert sol.prediction.iteration_time_s == run(recompute_layers=n).iteration_time_s
+
+
+def test_search_over_recompute_with_partial_equals_brute_force():
+    """Free recompute on Llama-3-70B at tp 8 within two DGX H100, where memory binds: the
+    search (none, selective, full, and the fewest partial layers that fit, by bisection)
+    against brute force over every layer count."""
+    m, system = load_model("llama3-70b"), load_system("dgx-h100")
+    B, budget = 16, 16
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": 8, "p": p, "d": d, "mb": mb} for p, d, mb in itertools.product(
+            (1, 2), (1, 2), (1, 2, 4, 8, 16))))
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, tp=8, interleave=1,
+                              cp=1)).solve()
+    assert sol.status == "optimal" and sol.plan.recompute_layers is not None
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)

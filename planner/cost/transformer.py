@@ -22,10 +22,13 @@ from planner.expr.transformer import (
 from planner.spec.hardware import FlashCurve, Precision, System
 from planner.spec.transformer import Transformer
 
-__all__ = ["OUTPUTS", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
+__all__ = ["OUTPUTS", "PARTIAL", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
            "hardware_flops_per_sequence", "iteration"]
 
-_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp")  # PLAN_SYMBOLS order
+_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl")  # PLAN_SYMBOLS order
+# the recompute codes: RECOMPUTE's three, and full recomputation of the first rl layers of
+# each pipeline chunk (partial)
+PARTIAL = len(RECOMPUTE)
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 
 
@@ -95,17 +98,19 @@ class Hardware:
 # the choices every row of one call shares (scalars in cfg), with their defaults
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
-           "eager": False, "recompute_layers": 0, "dp_shard": 0, "fp8_gather": False,
+           "eager": False, "dp_shard": 0, "fp8_gather": False,
            "fp8_acts": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
-    return Choices(RECOMPUTE[int(rec)], bool(sp), int(zero), SCHEDULES[int(gpipe)],
+    partial = int(rec) == PARTIAL
+    return Choices(RECOMPUTE[2 if partial else int(rec)], bool(sp), int(zero),
+                   SCHEDULES[int(gpipe)],
                    bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
                    float(shared["capacity"]), int(shared["first_layers"]),
                    int(shared["last_layers"]), bool(shared["offload"]),
                    bool(shared["ep_overlap"]), bool(shared["eager"]),
-                   int(shared["recompute_layers"]) if int(rec) == 2 else 0,
+                   partial,
                    int(shared["dp_shard"]) if int(zero) else 0,
                    bool(shared["fp8_gather"]) and bool(int(zero)),
                    bool(shared["fp8_acts"]))
@@ -118,10 +123,10 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     the search asks for time and memory only).
 
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
-    recompute (0/1/2), sp (0/1), zero, gpipe (0/1); and scalars shared by every row: overlap
-    (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers, last_layers,
-    offload (bool), ep_overlap (bool), eager (bool), recompute_layers (layers of each chunk
-    recomputed by the rows with full recompute; 0: all), dp_shard (data-parallel replicas per
+    rl (layers of each chunk recomputed by the PARTIAL rows; default 1), recompute (0/1/2 as
+    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars shared by every row:
+    overlap (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers,
+    last_layers, offload (bool), ep_overlap (bool), eager (bool), dp_shard (data-parallel replicas per
     ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
     fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)

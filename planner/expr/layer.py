@@ -54,10 +54,11 @@ class Choices:
     # NVIDIA's BERT example, torchtitan without torch.compile), not fused as Megatron-LM /
     # Transformer Engine / torch.compile run it
     eager: bool = False
-    # with recompute "full": only the first this many layers of each pipeline chunk are
-    # recomputed, the others keep their activations (Megatron-LM --recompute-method block
-    # --recompute-num-layers N; torchtitan's every-k-th-layer selective AC); 0: every layer
-    recompute_layers: int = 0
+    # with recompute "full": only the first n_r layers of each pipeline chunk (the plan
+    # symbol) are recomputed, the others keep their activations (Megatron-LM
+    # --recompute-method block --recompute-num-layers N; torchtitan's every-k-th-layer
+    # selective AC); False: every layer
+    partial: bool = False
     # hybrid sharding (HSDP): ZeRO shards over groups of this many data-parallel replicas (x
     # cp), the groups replicating (Megatron-LM --num-distributed-optimizer-instances d /
     # dp_shard, PyTorch HSDP); 0: over all d

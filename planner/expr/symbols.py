@@ -43,6 +43,8 @@ v = sp.Symbol("v", positive=True)  # interleaved model chunks per pipeline stage
 c_p = sp.Symbol("c_p", positive=True)  # context-parallel ranks (the sequence split c_p ways)
 e_p = sp.Symbol("e_p", positive=True)  # expert-parallel ranks (the experts split e_p ways)
 e_t = sp.Symbol("e_t", positive=True)  # expert tensor-parallel ranks (each expert split e_t ways)
+# with partial recomputation: the first n_r layers of each pipeline chunk recomputed
+n_r = sp.Symbol("n_r", positive=True)
 
 # Aggregates of one transformer iteration: `derive` and `limits` write its time and memory in
 # them (planner/expr/transformer.py gives each its expression in the plan symbols)
@@ -110,6 +112,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     e_p: Meaning("expert-parallel degree (ranks sharing one MoE layer's experts)", "devices"),
     e_t: Meaning("expert tensor-parallel degree (ranks sharing each expert's matrices)",
                  "devices"),
+    n_r: Meaning("layers of each pipeline chunk recomputed (partial recomputation: "
+                 "Megatron-LM's block method)", "layers"),
     tau: Meaning("time of one micro-batch through the slowest pipeline stage (forward, "
                  "backward, recompute, tensor-parallel collectives)", "s"),
     tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),

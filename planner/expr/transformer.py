@@ -76,7 +76,7 @@ __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "Tran
 # Adam state per parameter: fp32 master weights + two fp32 moments in mixed precision (ZeRO
 # paper, sec. 3.1); in fp32 training the weights are the master copy, leaving the moments
 ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
-PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t)
+PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t, S.n_r)
 OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bubble", "pp_comm",
            "dp_comm_exposed", "optimizer", "memory", "weights", "gradients", "optimizer_state",
            "activations")
@@ -130,17 +130,17 @@ class TransformerExpressions(LayerCosts):
         # each of its v chunks are recomputed (Megatron-LM's block method), the rest keep
         # their activations; a stage then costs n kept layers plus the recomputed ones' extra
         # forward, collectives included (`again`) ---
-        partial = full and c.recompute_layers > 0
+        partial = full and c.partial
         if partial:
             kept_costs = LayerCosts(md, hw, dataclasses.replace(c, recompute="none",
-                                                                recompute_layers=0),
+                                                                partial=False),
                                     self.cp, self.ep, self.etp).parts()
             tp_kept, ep_kept = kept_costs[4], kept_costs[5]
             cp_kept = _max(0, ring - core) + _max(0, 2 * ring - core_bwd)
 
         def recomputed(n):
             """Layers recomputed on a stage of n layers."""
-            return sp.Min(c.recompute_layers * v, n, evaluate=False)
+            return sp.Min(S.n_r * v, n, evaluate=False)
 
         if c.uneven:
             first, last = sp.Integer(c.first_layers), sp.Integer(c.last_layers)

@@ -23,7 +23,14 @@ import time
 
 import numpy as np
 
-from planner.cost.transformer import RECOMPUTE, SCHEDULES, Hardware, hardware_flops_per_sequence, iteration
+from planner.cost.transformer import (
+    PARTIAL,
+    RECOMPUTE,
+    SCHEDULES,
+    Hardware,
+    hardware_flops_per_sequence,
+    iteration,
+)
 from planner.errors import InfeasibleError, SpecError
 from planner.plan import (
     Kernels,
@@ -63,8 +70,9 @@ def _cfg(plan: Plan) -> dict:
     one = lambda x: np.array([x])  # noqa: E731
     return {"t": one(plan.tp), "p": one(plan.pp), "d": one(plan.dp), "mb": one(plan.micro_batch),
             "acc": one(plan.accumulation), "v": one(plan.interleave), "cp": one(plan.cp),
-            "ep": one(plan.ep), "etp": one(plan.etp),
-            "recompute": one(plan.recompute.code), "sp": one(plan.sequence_parallel),
+            "ep": one(plan.ep), "etp": one(plan.etp), "rl": one(plan.recompute_layers or 1),
+            "recompute": one(PARTIAL if plan.recompute_layers else plan.recompute.code),
+            "sp": one(plan.sequence_parallel),
             "zero": one(plan.zero), "gpipe": one(plan.schedule is Schedule.gpipe),
             **_shared(plan)}
 
@@ -76,7 +84,7 @@ def _shared(x) -> dict:
             "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
             "ep_overlap": x.ep_overlap,
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
-            "recompute_layers": x.recompute_layers or 0, "dp_shard": x.dp_shard or 0,
+            "dp_shard": x.dp_shard or 0,
             "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations}
 
 
@@ -207,15 +215,26 @@ class HybridSolver:
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The plans that fit in memory: (rows R x 13: t, p, v, d, mb, B, recompute, sp, zero,
-        gpipe, cp, ep, etp; iteration time per row; plans priced). Priced one global batch at a time, with
-        the structural terms computed once per structure and broadcast over the choices;
-        memory is the one constraint every plan must meet, so rows over it are dropped here."""
+        """The plans that fit in memory: (rows R x 14: t, p, v, d, mb, B, recompute, sp, zero,
+        gpipe, cp, ep, etp, recomputed layers of each chunk (PARTIAL rows; 0 otherwise);
+        iteration time per row; plans priced). Priced one global batch at a time, with the
+        structural terms computed once per structure and broadcast over the choices; memory
+        is the one constraint every plan must meet, so rows over it are dropped here."""
         ch = np.array(choices(self.q), dtype=np.int64)
-        rec, sp, zero, gpipe = (col[None, :] for col in ch.T)
+        whole, part = ch[ch[:, 0] != PARTIAL], ch[ch[:, 0] == PARTIAL]
         cap, smallest, priced = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom), \
             math.inf, 0
         rows, times = [], []
+
+        def keep(st, B, chosen, fits, time_s, rl=None):
+            si, ci = np.nonzero(fits)
+            out = np.empty((len(si), 14), dtype=np.int64)
+            out[:, :5], out[:, 5], out[:, 6:10], out[:, 10:13] = \
+                st[si, :5], B, chosen[ci], st[si, 5:]
+            out[:, 13] = 0 if rl is None else rl[si]
+            rows.append(out)
+            times.append(time_s[si, ci])
+
         for B in self.batches:
             st = structures(self.m, self.hw.g, self.q, B)
             priced += len(st) * len(ch)
@@ -224,18 +243,15 @@ class HybridSolver:
                                 "--pp, narrow the batch range or lower --devices-max")
             if len(st) == 0:
                 continue
-            t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
-            cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
-                   "acc": B // (d * mb),
-                   "recompute": rec, "sp": sp, "zero": zero, "gpipe": gpipe,
-                   **_shared(self.q)}
-            r = iteration(self.m, self.hw, cfg, ("time", "memory"))
-            shape = (len(st), len(ch))
-            time_s, mem = (np.broadcast_to(r[k], shape) for k in ("time", "memory"))
-            smallest = min(smallest, float(mem.min()))
-            si, ci = np.nonzero(mem <= cap)
-            rows.append(np.column_stack([st[si, :5], np.full(len(si), B), ch[ci], st[si, 5:]]))
-            times.append(time_s[si, ci])
+            mem = None
+            if len(whole):
+                time_s, mem = self._price(st, B, whole)
+                smallest = min(smallest, float(mem.min()))
+                keep(st, B, whole, mem <= cap, time_s)
+            for one in part[:, None, :]:
+                sel, n = self._fewest_recomputed(st, B, one, whole, mem, cap)
+                time_s, pmem = self._price(st[sel], B, one, n[:, None])
+                keep(st[sel], B, one, pmem <= cap, time_s, n)
         if priced == 0:
             raise self._explain_empty()
         if not any(len(x) for x in rows):
@@ -244,6 +260,72 @@ class HybridSolver:
                 f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
                 f"{cap / 2**30:.3g} GiB", ("memory",))
         return np.concatenate(rows), np.concatenate(times), priced
+
+    def _price(self, st, B, chosen, rl=None, outputs=("time", "memory")) -> tuple:
+        """`outputs` of structures x choices `chosen` (`rl`: recomputed layers of each chunk
+        for PARTIAL choices, one per structure)."""
+        t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
+        cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
+               "acc": B // (d * mb), **_shared(self.q),
+               **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe"),
+                                                    chosen.T, strict=True)}}
+        if rl is not None:
+            cfg["rl"] = rl
+        r = iteration(self.m, self.hw, cfg, outputs)
+        return tuple(np.broadcast_to(r[k], (len(st), len(chosen))) for k in outputs)
+
+    def _fewest_recomputed(self, st, B, one, whole, mem, cap):
+        """(structures, layers of each chunk) for a PARTIAL choice: the pinned count on every
+        structure, or, where no recomputation does not fit and full recomputation does (only
+        there can partial win), the fewest layers that fit: memory falls and time grows with
+        each layer recomputed, so that count is the row's best. Memory is convex in the count
+        (a max of lines falling in min(N v, stage layers)), so the chord between 1 and the
+        largest chunk less one (a whole chunk is full recomputation) bounds it from above:
+        where the chord's crossing fits and one layer fewer does not, that is the count
+        (always, where memory is linear); bisection settles the rest."""
+        q = self.q
+        if q.recompute_layers is not None:
+            return np.arange(len(st)), np.full(len(st), q.recompute_layers, dtype=np.int64)
+        at = lambda rec: int(np.flatnonzero((whole == [rec, *one[0, 1:]]).all(axis=1))[0])  # noqa: E731
+        sel = np.flatnonzero((mem[:, at(0)] > cap) & (mem[:, at(2)] <= cap))
+        hi = self._largest_chunk(st[sel]) - 1
+        sel, hi = sel[hi >= 1], hi[hi >= 1]
+
+        def memory(counts):  # memory of the sel structures at each column of counts
+            k = counts.shape[1]
+            out = self._price(np.repeat(st[sel], k, axis=0), B, one,
+                              counts.reshape(-1, 1), ("memory",))[0]
+            return out.reshape(len(sel), k)
+
+        ends = memory(np.column_stack([np.ones_like(hi), hi]))
+        f1, fh = ends[:, 0], ends[:, 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = 1 + (f1 - cap) * (hi - 1) / (f1 - fh)
+        guess = np.clip(np.ceil(np.nan_to_num(cross, nan=1.0)), 2, np.maximum(hi, 2)).astype(
+            np.int64)
+        near = memory(np.column_stack([guess - 1, np.minimum(guess, hi)]))
+        lo = np.where(f1 <= cap, 1, np.where(fh > cap, hi, guess))
+        top = lo.copy()
+        unsettled = (f1 > cap) & (fh <= cap) & ~((near[:, 0] > cap) & (near[:, 1] <= cap))
+        # the chord missed (a kink): N lies between 2 and hi; bisect there
+        lo, top = np.where(unsettled, 2, lo), np.where(unsettled, hi, top)
+        while np.any(lo < top):
+            mid = (lo + top) // 2
+            fits = memory(mid[:, None])[:, 0] <= cap
+            top, lo = np.where(fits, mid, top), np.where(fits, lo, mid + 1)
+        return sel, lo
+
+    def _largest_chunk(self, st: np.ndarray) -> np.ndarray:
+        """Layers of each structure's largest pipeline chunk: the even layout's, or the
+        largest pinned or middle stage's over its v chunks (each divides into them)."""
+        q = self.q
+        p, v = st[:, 1], st[:, 2]
+        first, last = q.first_stage_layers or 0, q.last_stage_layers or 0
+        if not (first or last):
+            return -(-self.m.layers // (p * v))
+        others = p - bool(first) - bool(last)
+        middle = np.where(others > 0, (self.m.layers - first - last) // np.maximum(others, 1), 0)
+        return np.maximum(max(first, last), middle) // v
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
@@ -353,10 +435,10 @@ class HybridSolver:
         return front
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp = (int(x) for x in row)
+        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(x) for x in row)
         q = self.q
         return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
-                          etp=etp, recompute=RECOMPUTE[rec],
+                          etp=etp, recompute=RECOMPUTE[min(rec, PARTIAL - 1)],
                           sequence_parallel=bool(sp and t > 1), zero=zero,
                           schedule=SCHEDULES[gpipe], overlap=q.overlap,
                           flash_attention=q.flash_attention, tp_overlap=q.tp_overlap,
@@ -365,6 +447,6 @@ class HybridSolver:
                           last_stage_layers=q.last_stage_layers,
                           offload_activations=q.offload_activations,
                           ep_overlap=q.ep_overlap, kernels=q.kernels,
-                          recompute_layers=q.recompute_layers if rec == 2 else None,
+                          recompute_layers=rl if rec == PARTIAL else None,
                           dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
                           fp8_activations=q.fp8_activations)

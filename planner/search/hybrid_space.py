@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.transformer import RECOMPUTE
+from planner.cost.transformer import PARTIAL, RECOMPUTE
 from planner.errors import SpecError
 from planner.plan import check_pins, hsdp_fits_experts
 from planner.search import table as core
@@ -173,9 +173,11 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
 
 def choices(q: Search) -> list[tuple[int, int, int, int]]:
     """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring)."""
-    # the all-to-all overlap forbids full recomputation (Megatron-LM)
-    recs = ([RECOMPUTE.index(q.recompute)] if q.recompute
-            else [2] if q.recompute_layers else [0, 1] if q.ep_overlap else [0, 1, 2])
+    # the all-to-all overlap forbids full recomputation (Megatron-LM), partial included;
+    # partial recomputation is not priced with the activation offload
+    recs = ([PARTIAL] if q.recompute_layers else [RECOMPUTE.index(q.recompute)] if q.recompute
+            else [0, 1] if q.ep_overlap else [0, 1, 2] if q.offload_activations
+            else [0, 1, 2, PARTIAL])
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
