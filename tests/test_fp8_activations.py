@@ -24,21 +24,25 @@ def _acts(model, fp8, **plan):
 def test_dense_layer_saves_its_gemm_inputs_at_one_byte():
     """Llama-3-8B (h 4,096, FFN 14,336, s 8,192) at tp 2 with sequence parallelism, pp 1 (one
     micro-batch in flight): per layer the two norm outputs (QKV's and fc1's input, each
-    8,192 x 4,096 split over tp), the out-projection's input (8,192 x 4,096 / tp) and fc2's
-    (8,192 x 14,336 / tp) drop from 2 bytes to 1; the norm inputs, Q / K / V, fc1's output and
-    the logits keep theirs. 32 layers."""
+    8,192 x 4,096 split over tp) and fc2's input (8,192 x 14,336 / tp) drop from 2 bytes to 1;
+    the out-projection keeps a 1-byte copy of its input (8,192 x 4,096 / tp) beside the 16-bit
+    output flash attention saves, and without flash holds that input in fp8 alone; the norm
+    inputs, Q / K / V, fc1's output and the logits keep theirs. 32 layers."""
     plan = dict(devices=8, tp=2, global_batch=32, sequence_parallel=True)
-    saved = 32 * 8_192 * (2 * 4_096 + 4_096 + 14_336) / 2
+    saved = 32 * 8_192 * (2 * 4_096 - 4_096 + 14_336) / 2
     assert _acts("llama3-8b", False, **plan) - _acts("llama3-8b", True, **plan) == saved
+    unfused = {**plan, "flash_attention": False}
+    saved = 32 * 8_192 * (2 * 4_096 + 4_096 + 14_336) / 2
+    assert _acts("llama3-8b", False, **unfused) - _acts("llama3-8b", True, **unfused) == saved
 
 
 def test_moe_layer_keeps_the_routers_input_and_saves_the_experts_in_fp8():
     """Mixtral-8x7B (top 2 of 8, FFN 14,336) at s 4,096, ep 8, tp 1: the FFN's norm output
-    stays 16-bit (the router saves it); the attention's norm output and out-projection input
-    (4,096 each), the two routed copies of each token (2 x 4,096) and their fc2 inputs
-    (2 x 14,336) drop to 1 byte."""
+    stays 16-bit (the router saves it); the attention's norm output (4,096), the two routed
+    copies of each token (2 x 4,096) and their fc2 inputs (2 x 14,336) drop to 1 byte; the
+    out-projection adds its 1-byte copy (4,096) beside flash attention's output."""
     plan = dict(devices=8, ep=8, global_batch=32, seq_len=4_096)
-    saved = 32 * 4_096 * (4_096 + 4_096 + 2 * 4_096 + 2 * 14_336)
+    saved = 32 * 4_096 * (4_096 - 4_096 + 2 * 4_096 + 2 * 14_336)
     assert _acts("mixtral-8x7b", False, **plan) - _acts("mixtral-8x7b", True, **plan) == saved
 
 
@@ -46,7 +50,7 @@ def test_full_recompute_saves_the_layer_input_and_rebuilds_one_layer_in_fp8():
     """Each fully recomputed layer keeps its 16-bit input either way; the one layer rebuilt
     in the backward saves its GEMM inputs in fp8: one layer's saving of the test above."""
     plan = dict(devices=8, tp=2, global_batch=32, sequence_parallel=True, recompute="full")
-    one_layer = 8_192 * (2 * 4_096 + 4_096 + 14_336) / 2
+    one_layer = 8_192 * (2 * 4_096 - 4_096 + 14_336) / 2
     assert _acts("llama3-8b", False, **plan) - _acts("llama3-8b", True, **plan) == one_layer
 
 

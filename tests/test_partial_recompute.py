@@ -12,9 +12,9 @@ import tomllib
 
 from planner import api
 from planner.catalog import load_model, load_system
-from planner.cost.transformer import Hardware, activation_bytes_per_layer
+from planner.cost.transformer import PARTIAL, Hardware, activation_bytes_per_layer
 from planner.errors import SpecError
-from planner.plan import Plan
+from planner.plan import Plan, stage_layers
 from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 from tests.brute import fastest_fitting
@@ -201,3 +201,33 @@ def test_search_over_recompute_with_partial_equals_brute_force():
                               cp=1)).solve()
     assert sol.status == "optimal" and sol.plan.recompute_layers is not None
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("pins, budget", [
+    ({"tp": 4, "pp": 8, "first_stage_layers": 3, "last_stage_layers": 11}, 32),
+    ({"tp": 4, "pp": 4, "first_stage_layers": 22, "last_stage_layers": 22}, 32),
+    ({"tp": 8, "pp": 2, "interleave": 2}, 16),
+])
+def test_partial_search_on_pinned_stages_and_chunks_equals_brute_force(pins, budget):
+    """Llama-3-70B where memory binds and the stages differ (pinned first / last stages: the
+    largest stage sets the chunk, the first holds the most micro-batches) or each stage runs
+    two chunks: the fewest layers that fit, against brute force over every count."""
+    m, system = load_model("llama3-70b"), load_system("dgx-h100")
+    B, t, p = 16, pins["tp"], pins["pp"]
+    rest = {k: v for k, v in pins.items() if k not in ("tp", "pp")}
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": t, "p": p, "d": d, "mb": mb} for d, mb in itertools.product(
+            (1, 2, 4), (1, 2, 4, 8, 16))), **rest)
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, cp=1,
+                              **{"interleave": 1} | pins)).solve()
+    assert sol.status == "optimal" and sol.plan.recompute_layers is not None
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+    # every partial row recomputes less than a whole chunk (a whole chunk is full recompute)
+    _, rows, _, _, _ = HybridSolver(m, system, Precision.bf16, Search(
+        global_batch=B, devices_max=budget, cp=1, **{"interleave": 1} | pins)).table()
+    v = pins.get("interleave", 1)
+    chunk = max(stage_layers(m.layers, p, v, pins.get("first_stage_layers"),
+                             pins.get("last_stage_layers"))) // v
+    partial = rows[rows[:, 6] == PARTIAL]
+    assert len(partial) and partial[:, 13].min() >= 1 and partial[:, 13].max() < chunk

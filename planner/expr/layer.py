@@ -505,10 +505,13 @@ class LayerCosts:
         """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s
         counts (outside, inside the tensor-parallel region): Transformer Engine's Linear keeps
         the fp8 cast it ran the GEMM on (module linear.py: `saved_inputmat = inputmat`), so
-        the norm outputs feeding the QKV / in_proj and fc1 GEMMs, the out-projection's input
-        and fc2's input are held at half their 16-bit count. A MoE FFN's norm output stays
-        16-bit (the router, a plain linear, saves it); its shared experts keep an fp8 copy
-        beside it; the routed experts' dispatched input and their fc2 input are fp8."""
+        the norm outputs feeding the QKV / in_proj and fc1 GEMMs and fc2's input are held at
+        half their 16-bit count (nothing else keeps the 16-bit tensor). The out-projection's
+        input is the attention's output, which flash attention keeps at 16 bits for its own
+        backward: the fp8 copy comes on top (without flash, only the Linear needs it, in fp8).
+        A MoE FFN's norm output stays 16-bit (the router, a plain linear, saves it); its
+        shared experts keep an fp8 copy beside it; the routed experts' dispatched input and
+        their fc2 input are fp8."""
         md, h = self.model, self.model.hidden
         outside, inside = sp.Integer(0), sp.Integer(0)
         if kind.mixer == "mamba":
@@ -516,7 +519,8 @@ class LayerCosts:
             inside -= sp.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
         elif kind.mixer:
             outside -= 1
-            inside -= sp.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
+            o = sp.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
+            inside += o if self.choices.flash_attention else -o
         if kind.ffn == "dense":
             outside -= 1
             inside -= sp.Rational(self._ffn_width(kind), h)

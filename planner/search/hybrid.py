@@ -251,6 +251,7 @@ class HybridSolver:
             for one in part[:, None, :]:
                 sel, n = self._fewest_recomputed(st, B, one, whole, mem, cap)
                 time_s, pmem = self._price(st[sel], B, one, n[:, None])
+                smallest = min(smallest, float(pmem.min(initial=math.inf)))
                 keep(st[sel], B, one, pmem <= cap, time_s, n)
         if priced == 0:
             raise self._explain_empty()
@@ -311,8 +312,8 @@ class HybridSolver:
         lo, top = np.where(unsettled, 2, lo), np.where(unsettled, hi, top)
         while np.any(lo < top):
             mid = (lo + top) // 2
-            fits = memory(mid[:, None])[:, 0] <= cap
-            top, lo = np.where(fits, mid, top), np.where(fits, lo, mid + 1)
+            fits, open_ = memory(mid[:, None])[:, 0] <= cap, lo < top  # settled rows stay
+            top, lo = np.where(open_ & fits, mid, top), np.where(open_ & ~fits, mid + 1, lo)
         return sel, lo
 
     def _largest_chunk(self, st: np.ndarray) -> np.ndarray:
