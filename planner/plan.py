@@ -397,6 +397,15 @@ def chunk_layers(layers: int, pp: int, v: int) -> list[int]:
     return [base + (1 <= k <= left) for k in range(pp * v)]
 
 
+def largest_chunk(layers: int, pp: int, v: int = 1, first: int | None = None,
+                  last: int | None = None) -> int:
+    """Layers of the largest pipeline chunk: the even layout's, or the largest stage's over
+    its v chunks when stages are pinned (each pinned stage's layers divide into them)."""
+    if first or last:
+        return max(stage_layers(layers, pp, v, first, last)) // v
+    return max(chunk_layers(layers, pp, v)) if pp * v <= layers else 1
+
+
 def stage_layers(layers: int, pp: int, v: int = 1, first: int | None = None,
                  last: int | None = None) -> list[int]:
     """Layers on each pipeline stage: the pinned first / last stages and the rest split evenly

@@ -4,7 +4,7 @@ split with `predict` one at a time (what the solver's priced table must agree wi
 import math
 
 from planner.errors import SpecError
-from planner.plan import Plan, chunk_layers, stage_layers
+from planner.plan import Plan, largest_chunk
 from planner.search.hybrid import predict
 from planner.spec.hardware import Precision
 
@@ -29,9 +29,12 @@ def fastest_fitting(m, system, global_batch: int, budget: int, splits,
             times = [none, _time(m, system, precision, global_batch, "selective", args),
                      _time(m, system, precision, global_batch, "full", args)]
             if none == math.inf and "recompute_layers" not in pins:
+                keys = extra | pins
+                chunk = largest_chunk(m.layers, p, keys.get("interleave", 1),
+                                      keys.get("first_stage_layers"),
+                                      keys.get("last_stage_layers"))
                 times += [_time(m, system, precision, global_batch, "full",
-                                {**args, "recompute_layers": n})
-                          for n in range(1, _largest_chunk(m, p, extra | pins))]
+                                {**args, "recompute_layers": n}) for n in range(1, chunk)]
             best = min([best, *(x for x in times if x is not None)])
     return best
 
@@ -47,12 +50,3 @@ def _time(m, system, precision, global_batch: int, recompute: str, args: dict) -
     except SpecError:
         return None
     return pred.iteration_time_s if pred.fits_memory else math.inf
-
-
-def _largest_chunk(m, p: int, keys: dict) -> int:
-    """Layers of the largest pipeline chunk: the even layout's, or a pinned stage's over v."""
-    v = keys.get("interleave", 1)
-    first, last = keys.get("first_stage_layers"), keys.get("last_stage_layers")
-    if first or last:
-        return max(stage_layers(m.layers, p, v, first, last)) // v
-    return max(chunk_layers(m.layers, p, v)) if p * v <= m.layers else 1

@@ -104,7 +104,7 @@ _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
     partial = int(rec) == PARTIAL
-    return Choices(RECOMPUTE[2 if partial else int(rec)], bool(sp), int(zero),
+    return Choices("full" if partial else RECOMPUTE[int(rec)], bool(sp), int(zero),
                    SCHEDULES[int(gpipe)],
                    bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
                    float(shared["capacity"]), int(shared["first_layers"]),

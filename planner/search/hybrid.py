@@ -44,6 +44,7 @@ from planner.plan import (
     check_pins,
     check_recompute_layers,
     choice,
+    largest_chunk,
     stage_layers,
 )
 from planner.prediction import Prediction
@@ -95,12 +96,11 @@ def _check_system(system: System, precision: Precision, x) -> None:
                         f"over (a system's host_offload, as on gb200-nvl72)")
     # an fp8 weight gather needs fp8 weights to gather (Megatron-LM's --fp8-param-gather,
     # torchtitan's float8 all-gather: both with fp8 training)
-    if x.fp8_weight_gather and precision not in (Precision.fp8, Precision.mxfp8):
-        raise SpecError(f"fp8_weight_gather: gathering the weights in fp8 needs fp8 training "
-                        f"(--precision fp8 or mxfp8); got {precision.value}")
-    if x.fp8_activations and precision not in (Precision.fp8, Precision.mxfp8):
-        raise SpecError(f"fp8_activations: saving the GEMM inputs in fp8 needs fp8 training "
-                        f"(--precision fp8 or mxfp8); got {precision.value}")
+    for key, what in (("fp8_weight_gather", "gathering the weights"),
+                      ("fp8_activations", "saving the GEMM inputs")):
+        if getattr(x, key) and precision not in (Precision.fp8, Precision.mxfp8):
+            raise SpecError(f"{key}: {what} in fp8 needs fp8 training (--precision fp8 or "
+                            f"mxfp8); got {precision.value}")
     # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
     # fp4 GEMMs run inside one)
     if x.ep_overlap and precision.storage_bytes != 2:
@@ -317,16 +317,12 @@ class HybridSolver:
         return sel, lo
 
     def _largest_chunk(self, st: np.ndarray) -> np.ndarray:
-        """Layers of each structure's largest pipeline chunk: the even layout's, or the
-        largest pinned or middle stage's over its v chunks (each divides into them)."""
+        """`largest_chunk` of each structure, computed once per (p, v)."""
         q = self.q
-        p, v = st[:, 1], st[:, 2]
-        first, last = q.first_stage_layers or 0, q.last_stage_layers or 0
-        if not (first or last):
-            return -(-self.m.layers // (p * v))
-        others = p - bool(first) - bool(last)
-        middle = np.where(others > 0, (self.m.layers - first - last) // np.maximum(others, 1), 0)
-        return np.maximum(max(first, last), middle) // v
+        pv, inverse = np.unique(st[:, 1:3], axis=0, return_inverse=True)
+        sizes = np.array([largest_chunk(self.m.layers, int(p), int(v), q.first_stage_layers,
+                                        q.last_stage_layers) for p, v in pv], dtype=np.int64)
+        return sizes[inverse.ravel()]
 
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
@@ -439,7 +435,7 @@ class HybridSolver:
         t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(x) for x in row)
         q = self.q
         return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
-                          etp=etp, recompute=RECOMPUTE[min(rec, PARTIAL - 1)],
+                          etp=etp, recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
                           sequence_parallel=bool(sp and t > 1), zero=zero,
                           schedule=SCHEDULES[gpipe], overlap=q.overlap,
                           flash_attention=q.flash_attention, tp_overlap=q.tp_overlap,
