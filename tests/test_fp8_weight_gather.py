@@ -12,7 +12,7 @@ from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware
 from planner.errors import SpecError
 from planner.spec.hardware import Precision
-from tests.test_launch import MEGATRON_FLAGS
+from tests.test_launch import MEGATRON_FLAGS, megatron_flags
 
 # Llama-3-8B on one DGX H100 in fp8, pure data parallel
 LLAMA = dict(devices=8, global_batch=32, precision="fp8", overlap=False, recompute="full")
@@ -70,7 +70,7 @@ def test_launchers_write_the_fp8_gather(run):
     assert code == 0, err
     assert json.loads(out)["config"]["fp8_weight_gather"] is True
     code, out, _ = run(*args, "--format", "megatron")
-    flags = {f for f in out.split() if f.startswith("--")}
+    flags = set(megatron_flags(out))  # pretrain_gpt.py's arguments, not torchrun's
     assert "--fp8-param-gather" in flags and flags <= MEGATRON_FLAGS
     code, out, _ = run(*args, "--format", "torchtitan")
     float8 = tomllib.loads(out)["quantize"]["linear"]["float8"]

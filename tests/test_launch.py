@@ -1,10 +1,15 @@
 """Launcher outputs: each is parsed by the real parser (the shell, json, tomllib, shlex) and
 agrees with the JSON plan; Megatron-LM flags and torchtitan keys exist at the commits named."""
 
+import argparse
+import ast
 import json
+import os
 import re
 import shlex
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import tomllib
@@ -23,41 +28,104 @@ LLAMA = ("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "32", "-
 TIGHT = ("evaluate", "-m", "llama3-8b", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "4",
          "--micro-batch", "4", "--zero", "2", "--global-batch", "64")
 
-# Every Megatron-LM flag the megatron form may emit, read from megatron/training/arguments.py
-# (literal add_argument names) and the flags its ArgumentGroupFactory generates from
-# TransformerConfig / ModelParallelConfig / TokenizerConfig / CheckpointConfig fields
-# (megatron/training/argument_utils.py: `foo_bar` -> --foo-bar; `add_bias_linear` ->
-# --disable-bias-linear and `fp8` -> --fp8-format by their argparse_meta), at this commit:
-MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
-MEGATRON_FLAGS = frozenset({
-    "--num-layers", "--hidden-size", "--num-attention-heads", "--group-query-attention",
-    "--num-query-groups", "--ffn-hidden-size", "--swiglu", "--normalization",
-    "--position-embedding-type", "--max-position-embeddings", "--seq-length",
-    "--tokenizer-type", "--vocab-size", "--untie-embeddings-and-output-weights",
-    "--disable-bias-linear", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-    "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
-    "--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
-    "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
-    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-    "--sequence-parallel", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers", "--attention-backend", "--use-distributed-optimizer",
-    "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
-    "--overlap-grad-reduce", "--micro-batch-size", "--global-batch-size",
-    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
-    "--no-bias-dropout-fusion", "--no-rope-fusion",
-    # ModelParallelConfig / TransformerConfig fields the factory turns into flags (not excluded
-    # in arguments.py): expert_tensor_parallel_size, tp_comm_overlap,
-    # moe_token_dispatcher_type, moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
-    # pipeline_model_parallel_layout, fine_grained_activation_offloading, offload_modules
-    "--expert-tensor-parallel-size", "--tp-comm-overlap", "--moe-token-dispatcher-type",
-    "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
-    "--pipeline-model-parallel-layout", "--fine-grained-activation-offloading",
-    "--offload-modules", "--overlap-moe-expert-parallel-comm",
-    # hybrid sharding: the distributed optimizer's / Megatron-FSDP's instances (arguments.py)
-    "--num-distributed-optimizer-instances",
-    # fp8 weights kept and all-gathered in fp8 (arguments.py add_argument)
-    "--fp8-param-gather",
-})
+# Megatron-LM's argument parser as data: every argument megatron/training/arguments.py
+# `add_megatron_arguments` builds (its _add_*_args and the ArgumentGroupFactory flags of the
+# config dataclasses), dumped by tests/data/make_launch_megatron_args.py at the commit it names
+MEGATRON_DATA = json.loads((Path(__file__).parent / "data" / "launch_megatron_args.json")
+                           .read_text())
+MEGATRON_COMMIT = MEGATRON_DATA["commit"]
+assert MEGATRON_COMMIT == "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM
+MEGATRON_FLAGS = frozenset(f for a in MEGATRON_DATA["arguments"] for f in a["flags"])
+MEGATRON_PLACEHOLDERS = {"DATA_PATH": "mock", "LR": "3e-4", "TRAIN_ITERS": "100"}
+
+
+def _layer_pattern(text: str) -> list[int] | int:
+    """Megatron's moe_freq_type: an integer, or a list expression of 0 / 1 built with + and *
+    (evaluated here on the syntax tree, never by eval)."""
+    if "[" not in text:
+        return int(text)
+
+    def value(node):
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.List):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.Constant) and node.value in (0, 1):
+            return node.value
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+            left, right = value(node.left), value(node.right)
+            return left + right if isinstance(node.op, ast.Add) else left * right
+        raise ValueError(f"not a layer pattern: {text}")
+
+    return value(ast.parse(text, mode="eval"))
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """An argparse parser with Megatron-LM's arguments, rebuilt from the dumped data: option
+    strings, action, nargs, type and choices as Megatron-LM declares them."""
+    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False, add_help=False)
+    types = {"int": int, "float": float, "str": str, "moe_freq_type": _layer_pattern}
+    for a in MEGATRON_DATA["arguments"]:
+        kw = {"dest": a["dest"]}
+        if a["action"] in ("store_true", "store_false"):
+            kw["action"] = a["action"]
+        elif a["action"] == "booleanoptional":
+            kw["action"] = argparse.BooleanOptionalAction
+            a = {**a, "flags": [f for f in a["flags"] if not f.startswith("--no-")]}
+        else:
+            kw["type"] = types.get(a["type"], str)
+            if a["nargs"] is not None:
+                kw["nargs"] = a["nargs"]
+            if a["choices"] is not None:
+                kw["choices"] = [type(c)(c) if not isinstance(c, str) else c
+                                 for c in a["choices"]]
+                if a["type"] == "enum":
+                    kw["type"] = str
+        parser.add_argument(*a["flags"], **kw)
+    return parser
+
+
+def megatron_argv(text: str, **env) -> tuple[list[str], str]:
+    """Runs the megatron form's script with a stand-in torchrun on PATH and returns the
+    arguments pretrain_gpt.py would get and CUDA_DEVICE_MAX_CONNECTIONS as the script left it
+    ("unset" when unset)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "argv"
+        fake = Path(tmp) / "torchrun"
+        fake.write_text("#!/bin/bash\nprintf '%s\\0' \"$@\" > \"$FAKE_ARGV\"\n"
+                        "echo \"${CUDA_DEVICE_MAX_CONNECTIONS-unset}\" > \"$FAKE_ARGV.env\"\n")
+        fake.chmod(0o755)
+        script = Path(tmp) / "megatron.sh"
+        script.write_text(text)
+        run_env = {**os.environ, **MEGATRON_PLACEHOLDERS, **env, "FAKE_ARGV": str(out),
+                   "PATH": f"{tmp}:{os.environ['PATH']}"}
+        run_env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+        subprocess.run(["bash", str(script)], env=run_env, check=True)
+        argv = out.read_bytes().split(b"\0")[:-1]
+        conn = (Path(tmp) / "argv.env").read_text().strip()
+    argv = [a.decode() for a in argv]
+    start = next(i for i, a in enumerate(argv) if a.endswith("/pretrain_gpt.py"))
+    return argv[start + 1:], conn
+
+
+def _megatron_flags(text: str) -> dict[str, list[str]]:
+    """The megatron form's pretrain_gpt.py arguments, as the script passes them (run with a
+    stand-in torchrun), parsed by Megatron-LM's parser rebuilt from data: {flag: [values]}."""
+    argv, _ = megatron_argv(text)
+    megatron_parser().parse_args(argv)  # unknown flags, arity, types and choices fail here
+    flags: dict[str, list[str]] = {}
+    for tok in argv:
+        if tok.startswith("--"):
+            flags[tok] = []
+            last = tok
+        else:
+            flags[last].append(tok)
+    return flags
+
+
+megatron_flags = _megatron_flags
 MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
     "--normalization": {"LayerNorm", "RMSNorm"},
     "--position-embedding-type": {"learned_absolute", "rope", "yarn", "mrope", "relative",
@@ -108,19 +176,6 @@ def _out(run, *args):
     code, out, err = run(*args)
     assert code == 0, err
     return out
-
-
-def _megatron_flags(text: str) -> dict[str, list[str]]:
-    """The megatron form through shlex, as the shell would pass it: {flag: [values]}."""
-    tokens = shlex.split(text.replace("\\\n", " "))
-    flags: dict[str, list[str]] = {}
-    for tok in tokens:
-        if tok.startswith("--"):
-            flags[tok] = []
-            last = tok
-        else:
-            flags[last].append(tok)
-    return flags
 
 
 @pytest.mark.parametrize("args", [GPT3, RESNET])
@@ -205,11 +260,13 @@ def test_megatron_zero_maps_to_what_shards_the_same_state(run, zero, expect):
             "8", "--global-batch", "64", "--zero", str(zero), "--precision", "fp8")
     code, out, err = run(*args, "--format", "megatron")
     assert code == 0, err
-    tokens = shlex.split(out.replace("\\\n", " "))
-    assert set(t for t in tokens if t.startswith("--")) <= MEGATRON_FLAGS
+    tokens, conn = megatron_argv(out)
+    assert set(_megatron_flags(out)) <= MEGATRON_FLAGS
     joined = " ".join(tokens)
     assert " ".join(expect) in joined
     assert "--bf16 --fp8-format hybrid" in joined
+    # validate_args: tp > 1 wants 1 before Blackwell; Megatron-FSDP asserts it is not 1
+    assert conn == ("unset" if zero >= 2 else "1")
 
 
 def test_megatron_uneven_pipeline_stages():
@@ -430,8 +487,8 @@ def test_megatron_precision_flags_exist(precision):
         if flag in flags:
             assert flags[flag][0] in choices, flag
     assert ("--bf16" in flags) == (precision in ("bf16", "fp8", "mxfp8", "nvfp4"))
-    assert megatron_args({}, plan, target) == shlex.split(
-        megatron({}, plan, target).replace("\\\n", " "))
+    argv, _ = megatron_argv(megatron({}, plan, target))
+    assert argv[:len(megatron_args({}, plan, target))] == megatron_args({}, plan, target)
 
 
 MIXTRAL = ("evaluate", "-m", "mixtral-8x7b", "-H", "dgx-h100", "--devices", "64", "--tp", "2",

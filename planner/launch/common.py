@@ -61,16 +61,42 @@ def normalise(config: dict) -> dict:
             "overlap": config.get("overlap", True), "flash_attention": True}
 
 
+def max_connections(plan: dict) -> list[str]:
+    """Shell lines setting CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM's validate_args wants it
+    (megatron/training/arguments.py at the commit megatron_lm names): 1 with tp or cp > 1
+    (asserted before Blackwell, where one hardware queue keeps the tensor-parallel
+    communication ahead of the compute it overlaps), never 1 with Megatron-FSDP (ZeRO 2 / 3,
+    asserted on every device). Other frameworks run either way."""
+    if plan.get("zero", 0) >= 2:
+        return ["unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP (ZeRO "
+                f"{plan['zero']}) asserts it is not 1"]
+    if plan.get("tp", 1) > 1 or plan.get("cp", 1) > 1:
+        return [f"export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp {plan['tp']}, cp "
+                f"{plan.get('cp', 1)}: Megatron-LM asserts it before Blackwell"]
+    return []
+
+
+def split(plan: dict) -> str:
+    """The parallel split in one phrase: tp x cp x pp x dp (ep and etp when they are set)."""
+    text = f"tp {plan['tp']} x cp {plan.get('cp', 1)} x pp {plan['pp']} x dp {plan['dp']}"
+    if plan.get("ep", 1) > 1:
+        text += f" (ep {plan['ep']}, etp {plan.get('etp', plan['tp'])})"
+    if plan.get("interleave", 1) > 1:
+        text += f", {plan['interleave']} chunks per stage"
+    return text
+
+
 def summary(doc: dict, plan: dict) -> list[str]:
     """The plan in a few lines: model, hardware, grid, batch, the predicted times."""
     pred = doc.get("prediction", {})
     lines = [f"planner: {doc.get('model')} on {doc.get('hardware')} ({doc.get('status', 'evaluated')})",
              f"nodes {plan['nodes']} x {plan['devices_per_node']} devices = {plan['devices']}; "
-             f"tp {plan['tp']} x pp {plan['pp']} x dp {plan['dp']}; micro-batch "
+             f"{split(plan)}; ZeRO {plan['zero']}; micro-batch "
              f"{plan['micro_batch']} x {plan['gradient_accumulation']} accumulation = global "
              f"batch {plan['global_batch']}"]
     if "iteration_time_s" in pred:
         lines.append(f"predicted iteration time {pred['iteration_time_s']:.6g} s")
-    if "time_to_train_s" in pred:
-        lines.append(f"predicted time to train {pred['time_to_train_s']:.6g} s")
+    if pred.get("time_to_train_s") is not None:
+        ttt = pred["time_to_train_s"]
+        lines.append(f"predicted time to train {ttt / 86400:.3g} days ({ttt / 3600:.4g} h)")
     return lines

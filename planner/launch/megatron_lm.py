@@ -1,21 +1,30 @@
-"""Megatron-LM arguments for pretrain_gpt.py: `megatron_args` (a list of tokens) and `megatron`
-(one flag with its value per line, joined by backslash-newlines), with the pipeline helpers they
-share with the cost model's layout (`pipeline_layout`, `uneven_stages`).
+"""Megatron-LM for the plan: `megatron_args` (the architecture and the plan as pretrain_gpt.py
+arguments, a list of tokens) and `megatron` (a bash script that starts torchrun on one node with
+those arguments plus the placeholders the planner does not choose: data, tokenizer, learning
+rate, iterations, checkpoints), with the pipeline helpers they share with the cost model's
+layout (`pipeline_layout`, `uneven_stages`). A model feature pretrain_gpt.py cannot be told is
+refused (exit 2), never dropped.
 
-The flags were checked against Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553:
-megatron/training/arguments.py and the flags its ArgumentGroupFactory generates from
-TransformerConfig / ModelParallelConfig (megatron/training/argument_utils.py: field `foo_bar` ->
-`--foo-bar`); tests/test_launch.py keeps the flag list with this commit.
+The flags were checked against Megatron-LM MEGATRON_COMMIT: the parser Megatron-LM builds in
+megatron/training/arguments.py (`add_megatron_arguments`: every `_add_*_args` and the flags its
+ArgumentGroupFactory generates from the config dataclasses), dumped as data into
+tests/data/launch_megatron_args.json by tests/data/make_launch_megatron_args.py; the tests
+rebuild that parser and parse every argument this form writes. The cross-flag rules written
+here (CUDA_DEVICE_MAX_CONNECTIONS, the layout flags, fsdp_dtensor, top-1 pre-softmax) are
+validate_args' and TransformerConfig's at the same commit.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import shlex
 
 from planner.errors import SpecError
-from planner.launch.common import Target
+from planner.launch.common import Target, max_connections, summary
 from planner.plan import chunk_layers
+
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
 
 
 def pipeline_layout(layers: int, pp: int, v: int) -> str:
@@ -79,33 +88,115 @@ def _megatron_zero(zero: int) -> list[str]:
             "--ckpt-format", "fsdp_dtensor"]
 
 
-def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
-    """The Megatron-LM arguments (pretrain_gpt.py) for the plan, as a list of tokens."""
-    m = target.model
-    if m is None:
-        raise SpecError("format: megatron needs a transformer model (CNN plans have no "
-                        "Megatron-LM form)")
+def _refuse_unexpressed(m) -> None:
+    """Exit 2 for a model feature this form does not write (pretrain_gpt.py would build another
+    model): one rule for every format, express it or refuse it."""
+    what = None
+    if m.layer_pattern or m.mamba:
+        what = "a hybrid Mamba layer pattern (Megatron-LM builds it with pretrain_mamba.py)"
+    elif not m.causal or m.token_types or m.pooler:
+        what = "an encoder (BERT: Megatron-LM's pretrain_bert.py)"
+    elif m.sliding_window:
+        what = "sliding-window attention"
+    elif m.attention_sinks:
+        what = "attention sinks"
+    elif m.post_norms:
+        what = "post-norms"
+    elif m.ffn_kind == "geglu":
+        what = "a GeGLU FFN"
+    elif m.mlp_bias is not None and m.mlp_bias != m.bias:
+        what = "FFN biases that differ from the other linear layers'"
+    elif m.out_bias is not None and m.out_bias != m.bias:
+        what = "an attention output bias that differs from the other linear layers'"
+    elif m.qkv_bias is not None and m.qkv_bias != m.bias and m.bias:
+        what = "linear biases without QKV biases"
+    elif m.router_bias and m.router_score != "sigmoid":
+        what = "a router bias on softmax scores (Megatron-LM's expert bias needs sigmoid scores)"
+    elif m.rope_scaling and (m.rope_scaling.low_freq_factor, m.rope_scaling.high_freq_factor,
+                             m.rope_scaling.original_max_positions) != (1.0, 4.0, 8192):
+        what = ("Llama 3.1 rope scaling other than low / high frequency factors 1 / 4 over "
+                "8192 positions (Megatron-LM's fixed values)")
+    elif m.rope_theta is not None and m.rope_theta != int(m.rope_theta):
+        what = f"a fractional rotary base {m.rope_theta:g} (--rotary-base takes an integer)"
+    if what:
+        raise SpecError(f"format: this Megatron-LM form does not write {what} of '{m.name}'; "
+                        "no launcher form of planner writes it")
+
+
+def _model_args(m) -> list:
+    """The architecture: what pretrain_gpt.py needs to build the model the plan was priced on."""
+    _refuse_unexpressed(m)
     a = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads]
-    if m.kv_heads != m.heads:
-        a += ["--group-query-attention", "--num-query-groups", m.kv_heads]
-    a += ["--ffn-hidden-size", m.ffn_hidden]
+    if m.mla:  # multi-latent attention (DeepSeek-V2/V3): the ranks and head sizes of the spec
+        q = ["--q-lora-rank", m.mla.q_lora_rank] if m.mla.q_lora_rank else []
+        a += ["--multi-latent-attention", *q, "--kv-lora-rank", m.mla.kv_lora_rank,
+              "--qk-head-dim", m.mla.qk_nope_head_dim,
+              "--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim, "--v-head-dim", m.mla.v_head_dim,
+              "--qk-layernorm",  # MLA's qk layernorm: the q_a / kv_a latent norms
+              # MLA's rope is YaRN; at factor 1 it is plain RoPE, as pre-training runs it
+              "--rotary-scaling-factor", 1.0]
+    else:
+        if m.kv_heads != m.heads:
+            a += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+        if m.head_dim != m.hidden // m.heads:
+            a += ["--kv-channels", m.head_dim]
+        if m.qk_norm:
+            a += ["--qk-layernorm"]
+    a += ["--ffn-hidden-size", m.dense_ffn_hidden or m.ffn_hidden]
     if m.ffn_kind == "swiglu":
         a += ["--swiglu"]
+    elif m.ffn_kind == "relu2":
+        a += ["--squared-relu"]
     a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
     rotary = m.position_embedding == "rotary"
     a += ["--position-embedding-type", "rope" if rotary else "learned_absolute",
           "--max-position-embeddings", m.seq_len if rotary else max(m.max_positions, m.seq_len),
           "--seq-length", m.seq_len]
-    # the vocabulary comes from the tokenizer; NullTokenizer takes it as a number (replace both
-    # with your tokenizer's flags; Megatron pads it to a multiple of 128 x tp either way)
-    a += ["--tokenizer-type", "NullTokenizer", "--vocab-size", m.vocab]
+    if rotary and m.rope_theta is not None:  # Megatron's default base is 10,000
+        a += ["--rotary-base", int(m.rope_theta)]
+    if rotary and m.rope_scaling:  # Llama 3.1 (low / high frequency factors 1 / 4 over 8192)
+        a += ["--use-rope-scaling", "--rope-scaling-factor", m.rope_scaling.factor]
+    # dropout as priced (Megatron's default is 0.1 for both; Llama-lineage models use none)
+    a += ["--attention-dropout", m.dropout, "--hidden-dropout", m.dropout]
     if not m.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
     if not m.bias:
         a += ["--disable-bias-linear"]
-    if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
+        if m.qkv_bias:  # Qwen2-style: biases on Q, K, V only
+            a += ["--add-qkv-bias"]
+    if m.experts > 1:
         a += ["--num-experts", m.experts, "--moe-router-topk", m.top_k,
-              "--moe-ffn-hidden-size", m.ffn_hidden, "--moe-token-dispatcher-type", "alltoall"]
+              "--moe-ffn-hidden-size", m.ffn_hidden]
+        if m.first_dense_layers:  # 0: a dense layer, 1: a MoE layer (arguments.py moe_freq_type)
+            a += ["--moe-layer-freq",
+                  f"([0]*{m.first_dense_layers}+[1]*{m.layers - m.first_dense_layers})"]
+        if m.shared_experts:  # Megatron's shared expert is one FFN of the summed width
+            a += ["--moe-shared-expert-intermediate-size",
+                  m.shared_experts * (m.shared_expert_ffn_hidden or m.ffn_hidden)]
+        if m.router_score != "softmax":
+            a += ["--moe-router-score-function", m.router_score]
+        if m.router_bias:  # sigmoid scores: the expert bias of aux-loss-free balancing
+            a += ["--moe-router-enable-expert-bias"]
+        if m.router_topk_scale is not None:
+            a += ["--moe-router-topk-scaling-factor", m.router_topk_scale]
+        if m.router_groups:
+            a += ["--moe-router-num-groups", m.router_groups,
+                  "--moe-router-group-topk", m.router_group_topk]
+        if m.top_k == 1 and m.router_score == "softmax":  # Megatron asserts it for top-1
+            a += ["--moe-router-pre-softmax"]
+    return a
+
+
+def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
+    """The Megatron-LM arguments (pretrain_gpt.py) for the model and the plan, as a list of
+    tokens; the placeholders (data, tokenizer, learning rate, iterations) are `megatron`'s."""
+    m = target.model
+    if m is None:
+        raise SpecError("format: megatron needs a transformer model (CNN plans have no "
+                        "Megatron-LM form)")
+    a = _model_args(m)
+    if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
+        a += ["--moe-token-dispatcher-type", "alltoall"]
         if plan.get("capacity_factor", 1.0) > 1:  # every expert padded to its capacity
             a += ["--moe-expert-capacity-factor", plan["capacity_factor"],
                   "--moe-pad-expert-input-to-capacity"]
@@ -173,13 +264,84 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     return [str(x) for x in a]
 
 
-def megatron(doc: dict, plan: dict, target: Target) -> str:
-    """One flag (with its value) per line, joined by backslash-newlines: pastes after
-    `torchrun ... pretrain_gpt.py`."""
-    tokens, lines = megatron_args(doc, plan, target), []
+def _bash_array(name: str, tokens: list[str]) -> list[str]:
+    """A bash array, one flag with its values per line, each value quoted for the shell."""
+    lines = [f"{name}=("]
     for tok in tokens:
-        if tok.startswith("--") or not lines:
-            lines.append(tok)
+        if tok.startswith("--") or len(lines) == 1:
+            lines.append("  " + tok)
         else:
             lines[-1] += " " + shlex.quote(tok)
-    return " \\\n  ".join(lines)
+    return [*lines, ")"]
+
+
+def _train_iters(doc: dict, plan: dict) -> str:
+    steps = doc.get("prediction", {}).get("steps")
+    if steps:
+        return (f'TRAIN_ITERS="${{TRAIN_ITERS:-{math.ceil(steps)}}}"  # the steps priced for '
+                f"the training target at global batch {plan['global_batch']}")
+    return ('TRAIN_ITERS="${TRAIN_ITERS:?PLACEHOLDER: set TRAIN_ITERS, the number of '
+            'iterations (no training target was given to the planner)}"')
+
+
+def megatron(doc: dict, plan: dict, target: Target) -> str:
+    """A bash script for one node: `bash megatron.sh` on each node (MASTER_ADDR the first), or
+    under the planner's sbatch script (`TRAIN_SCRIPT=megatron.sh`). It sets what Megatron-LM
+    asserts in the environment, stops on an unset placeholder, and runs torchrun with
+    pretrain_gpt.py and the plan's arguments; its own arguments follow them (argparse: the last
+    value wins)."""
+    model = megatron_args(doc, plan, target)
+    n, g = plan["nodes"], plan["devices_per_node"]
+    lines = [
+        "#!/bin/bash",
+        f"# Megatron-LM pretrain_gpt.py; flags checked against NVIDIA/Megatron-LM "
+        f"{MEGATRON_COMMIT[:12]} (megatron/training/arguments.py)",
+        *(f"# {line}" for line in summary(doc, plan)),
+        f"# precision {target.precision}",
+        f"# Run once on each of the {n} node(s), in a Megatron-LM checkout (or set MEGATRON_LM):",
+        "#   one node: bash THIS; more: MASTER_ADDR=<first node> bash THIS on each, or",
+        "#   TRAIN_SCRIPT=THIS sbatch job.sh, job.sh from planner --format slurm.",
+        "# Arguments to this script follow the plan's (the last value of a flag wins).",
+        "# PLACEHOLDER marks what the planner does not choose (data, tokenizer, learning rate,",
+        "# iterations, checkpoints); the script stops until the required ones are set.",
+        "set -euo pipefail",
+        *max_connections(plan),
+        "",
+        "# --- PLACEHOLDERS ---",
+        'DATA_PATH="${DATA_PATH:?PLACEHOLDER: set DATA_PATH to a Megatron-LM data prefix '
+        '(path/to/corpus_text_document from tools/preprocess_data.py), or mock for synthetic '
+        'tokens}"',
+        'LR="${LR:?PLACEHOLDER: set LR, the peak learning rate}"',
+        _train_iters(doc, plan),
+        "# PLACEHOLDER tokenizer: NullTokenizer takes token ids as they are (enough for "
+        "DATA_PATH=mock);",
+        "# text data needs the tokenizer it was preprocessed with, e.g. --tokenizer-type "
+        "HuggingFaceTokenizer --tokenizer-model NAME",
+        f"TOKENIZER_ARGS=(--tokenizer-type NullTokenizer --vocab-size {target.model.vocab})",
+        'if [ "$DATA_PATH" = mock ]; then DATA_ARGS=(--mock-data); '
+        'else DATA_ARGS=(--data-path "$DATA_PATH" --split 99,1,0); fi',
+        "# PLACEHOLDER schedule: cosine decay to LR / 10 after 1 % warm-up",
+        'SCHEDULE_ARGS=(--lr "$LR" --min-lr "$(awk "BEGIN { print $LR / 10 }")" '
+        '--lr-decay-style cosine',
+        '  --lr-warmup-iters "$(( (TRAIN_ITERS + 99) / 100 ))" --train-iters "$TRAIN_ITERS")',
+        "# PLACEHOLDER checkpoints: CHECKPOINT_DIR saves and resumes (chained jobs under a "
+        "per-job time",
+        "# limit); EXIT_MINUTES stops with a checkpoint that many minutes into the job",
+        "CHECKPOINT_ARGS=()",
+        'if [ -n "${CHECKPOINT_DIR:-}" ]; then CHECKPOINT_ARGS=(--save "$CHECKPOINT_DIR" '
+        '--load "$CHECKPOINT_DIR" --save-interval "${SAVE_INTERVAL:-1000}"); fi',
+        'if [ -n "${EXIT_MINUTES:-}" ]; then CHECKPOINT_ARGS+=(--exit-duration-in-mins '
+        '"$EXIT_MINUTES"); fi',
+        "",
+        "# --- the model and the plan ---",
+        *_bash_array("PLAN_ARGS", model),
+        "",
+        'MEGATRON_LM="${MEGATRON_LM:-.}"',
+        f"exec torchrun --nnodes={n} --nproc-per-node={g} --rdzv-backend=c10d \\",
+        '  --rdzv-endpoint="${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}" '
+        '--rdzv-id="${SLURM_JOB_ID:-planner}" \\',
+        '  "$MEGATRON_LM/pretrain_gpt.py" "${PLAN_ARGS[@]}" "${TOKENIZER_ARGS[@]}" '
+        '"${DATA_ARGS[@]}" \\',
+        '  "${SCHEDULE_ARGS[@]}" "${CHECKPOINT_ARGS[@]}" "$@"',
+    ]
+    return "\n".join(lines)

@@ -22,6 +22,9 @@ Today's architectures (each key defaults so that older specs are unchanged):
   attention; the pattern repeats over the layers: GPT-OSS and Gemma 2 "SF", Gemma 3 "SSSSSF",
   Mistral 7B "S"); a sliding layer's attention core sees min(window, s) keys per query.
   `attention_sinks`: one learned scalar per head per layer (GPT-OSS).
+- `rope_theta`, `rope_scaling` (Llama 3.1's frequency scaling) and the MoE router's kind
+  (`moe.router_score`, `router_topk_scale`, `router_groups`, `router_group_topk`): no count
+  depends on them; the launchers write them so that the framework builds the published model.
 - `layer_pattern`: Nemotron-H's `hybrid_override_pattern`, one character per layer: M a Mamba-2
   mixer, * attention, - a dense MLP, E a MoE FFN; each such layer has one norm. `mamba` holds
   the Mamba-2 sizes (the HF NemotronHMamba2Mixer: in_proj h x (2 d_in + 2 G N + H), depthwise
@@ -48,7 +51,13 @@ from dataclasses import dataclass
 
 from planner.errors import SpecError
 from planner.spec.base import validate
-from planner.spec.transformer_file import MLA, PATTERN_MIXERS, Mamba, TransformerFile
+from planner.spec.transformer_file import (
+    MLA,
+    PATTERN_MIXERS,
+    Mamba,
+    RopeScaling,
+    TransformerFile,
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,13 @@ class Transformer:
     attention_sinks: bool = False
     layer_pattern: str = ""
     mamba: Mamba | None = None
+    # --- what the launchers write (no count depends on it) ---
+    rope_theta: float | None = None  # None: the frameworks' 10,000
+    rope_scaling: RopeScaling | None = None
+    router_score: str = "softmax"
+    router_topk_scale: float | None = None
+    router_groups: int | None = None
+    router_group_topk: int | None = None
 
     kind = "transformer"
 
@@ -426,5 +442,9 @@ def build_transformer(data: dict, where: str) -> Transformer:
         sliding_window=spec.sliding_window or 0,
         sliding_window_pattern=spec.sliding_window_pattern or "",
         attention_sinks=spec.attention_sinks, layer_pattern=spec.layer_pattern or "",
-        mamba=spec.mamba,
+        mamba=spec.mamba, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
+        router_score=moe.router_score if moe else "softmax",
+        router_topk_scale=moe.router_topk_scale if moe else None,
+        router_groups=moe.router_groups if moe else None,
+        router_group_topk=moe.router_group_topk if moe else None,
     )

@@ -31,6 +31,40 @@ class MoE(Spec):
     shared_experts: int = Field(default=0, ge=0, le=1_000)
     shared_expert_ffn_hidden: Size | None = None  # default: expert_ffn_hidden
     router_bias: bool = False  # one value per expert next to the router weight
+    # how the router scores and picks experts (no parameters or FLOPs of their own; the
+    # launchers write them): softmax (Mixtral, Qwen3) or sigmoid scores (DeepSeek-V3, whose
+    # router_bias is then the expert bias of auxiliary-loss-free balancing), the factor the
+    # chosen weights are scaled by, and group-limited routing (top `router_group_topk` of
+    # `router_groups` expert groups first)
+    router_score: Literal["softmax", "sigmoid"] = "softmax"
+    router_topk_scale: float | None = Field(default=None, gt=0, le=1_000)
+    router_groups: int | None = Field(default=None, ge=1, le=100_000)
+    router_group_topk: int | None = Field(default=None, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _groups(self) -> MoE:
+        if (self.router_groups is None) != (self.router_group_topk is None):
+            raise ValueError("router_groups and router_group_topk go together")
+        if self.router_groups is not None:
+            if self.experts % self.router_groups:
+                raise ValueError(f"experts {self.experts} do not divide into router_groups "
+                                 f"{self.router_groups}")
+            if self.router_group_topk > self.router_groups:
+                raise ValueError(f"router_group_topk {self.router_group_topk} exceeds "
+                                 f"router_groups {self.router_groups}")
+        return self
+
+
+class RopeScaling(Spec):
+    """Llama 3.1's rotary frequency scaling (rope_type "llama3" in its config.json): wavelengths
+    above original_max_positions / low_freq_factor divided by `factor`, below
+    original_max_positions / high_freq_factor kept, smoothly in between."""
+
+    type: Literal["llama3"] = "llama3"
+    factor: float = Field(gt=0, le=1_000)
+    low_freq_factor: float = Field(default=1.0, gt=0, le=1_000)
+    high_freq_factor: float = Field(default=4.0, gt=0, le=1_000)
+    original_max_positions: Size = 8192
 
 
 class MLA(Spec):
@@ -80,6 +114,10 @@ class TransformerFile(Spec):
     qk_norm: bool = False
     position_embedding: Literal["learned", "rotary"] = "learned"
     max_positions: Size | None = None  # learned position table (default seq_len)
+    # rotary embedding base theta (config.json rope_theta); None: the frameworks' 10,000. It
+    # changes no count; the launchers write it
+    rope_theta: float | None = Field(default=None, gt=0, le=1e12)
+    rope_scaling: RopeScaling | None = None
     token_types: int = Field(default=0, ge=0, le=1_000_000)  # BERT segment embeddings
     pooler: bool = False  # BERT's h x h pooler on the first token
     # hidden dropout probability after attention and after the FFN (Megatron-LM's default
@@ -134,6 +172,9 @@ class TransformerFile(Spec):
                                  "into the pattern")
         elif self.mamba is not None:
             raise ValueError("mamba needs a layer_pattern with M layers")
+        if (self.rope_theta is not None or self.rope_scaling is not None) and \
+                self.position_embedding != "rotary":
+            raise ValueError("rope_theta / rope_scaling need position_embedding: rotary")
         if self.mla is not None and self.head_dim is not None:
             raise ValueError("mla sets its own head sizes: drop head_dim")
         return self
