@@ -169,7 +169,8 @@ TORCHTITAN_KEYS = {
 DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
 DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu",
                   "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization",
-                  "communication_data_type", "data_types"}
+                  "communication_data_type", "data_types",
+                  "tensor_parallel"}  # deepspeed/runtime/tensor_parallel/config.py autotp_size
 
 
 def _out(run, *args):
@@ -302,27 +303,58 @@ def test_megatron_and_torchtitan_need_a_transformer(run):
         assert code == 2 and "transformer" in err and len(err.strip().splitlines()) == 1
 
 
+# Llama-3-8B on 2 DGX H100 with a 2-stage pipeline; on one with tp 2 (DeepSpeed AutoTP)
+DS_PP = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--pp", "2",
+         "--micro-batch", "1", "--global-batch", "64", "--recompute", "full", "--precision",
+         "bf16")
+DS_TP = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "2",
+         "--global-batch", "64", "--zero", "1", "--recompute", "full", "--precision", "bf16")
+
+
 def test_deepspeed_config_parses_and_batch_is_micro_x_accumulation_x_dp(run, run_json):
-    doc = run_json(*LLAMA)
+    doc = run_json(*DS_PP)
     cfg = doc["config"]
-    ds = json.loads(_out(run, *LLAMA, "--format", "deepspeed"))
+    ds = json.loads(_out(run, *DS_PP, "--format", "deepspeed"))
     assert set(ds) <= DEEPSPEED_KEYS
-    assert cfg["tp"] * cfg["pp"] > 1
+    assert cfg["pp"] > 1
     assert ds["train_batch_size"] == cfg["micro_batch"] * cfg["gradient_accumulation"] * \
         cfg["dp"] == cfg["global_batch"]
-    assert ds["train_batch_size"] != cfg["micro_batch"] * cfg["gradient_accumulation"] * \
-        cfg["devices"]  # data-parallel size, not world size
     assert ds["train_micro_batch_size_per_gpu"] == cfg["micro_batch"]
     assert ds["gradient_accumulation_steps"] == cfg["gradient_accumulation"]
     assert ds["zero_optimization"]["stage"] == cfg["zero"]
     assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
-    fp16 = json.loads(_out(run, *LLAMA[:-2], "--precision", "fp16", "--format", "deepspeed"))
+    fp16 = json.loads(_out(run, *DS_PP[:-2], "--precision", "fp16", "--format", "deepspeed"))
     assert fp16["fp16"]["enabled"] is True and "bf16" not in fp16
     # bf16 under ZeRO: fp32 gradients accumulated and reduced, as priced
-    zero1 = json.loads(_out(run, *LLAMA, "--zero", "1", "--format", "deepspeed"))
+    zero1 = json.loads(_out(run, *DS_PP, "--zero", "1", "--format", "deepspeed"))
     assert zero1["communication_data_type"] == "fp32"
     assert zero1["data_types"] == {"grad_accum_dtype": "fp32"}
     assert "data_types" not in ds and "data_types" not in fp16
+    # tensor parallelism: AutoTP over tp ranks; the batch counts data-parallel ranks only
+    cfg = run_json(*DS_TP)["config"]
+    ds = json.loads(_out(run, *DS_TP, "--format", "deepspeed"))
+    assert set(ds) <= DEEPSPEED_KEYS
+    assert ds["tensor_parallel"] == {"autotp_size": 2}
+    assert ds["train_batch_size"] == cfg["micro_batch"] * cfg["gradient_accumulation"] * \
+        cfg["dp"] == cfg["global_batch"] != cfg["micro_batch"] * \
+        cfg["gradient_accumulation"] * cfg["devices"]
+
+
+@pytest.mark.parametrize(("extra", "names"), [
+    (("--tp", "2", "--pp", "2"), "pipeline engine"),  # AutoTP under PipelineEngine
+    (("--tp", "2", "--sequence-parallel"), "sequence parallelism"),
+    (("--pp", "2", "--interleave", "2"), "interleaved"),
+    (("--precision", "fp8"), "fp8"),
+    (("--precision", "mxfp8"), "mxfp8"),
+])
+def test_deepspeed_expresses_the_plan_or_refuses_it(run, extra, names):
+    """One rule for every format: what the ds_config cannot say is refused (exit 2) with a
+    one-line message naming the format that can, never dropped."""
+    base = ("evaluate", "-m", "llama3-8b", "-H", "dgx-b200" if "mxfp8" in extra else "dgx-h100",
+            "--devices", "16", "--global-batch", "64", "--recompute", "full", "--zero", "1")
+    code, _, err = run(*base, *extra, "--format", "deepspeed")
+    assert code == 2 and names in err and "--format megatron" in err, err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_deepspeed_refuses_zero_2_with_a_pipeline(run):
@@ -331,7 +363,7 @@ def test_deepspeed_refuses_zero_2_with_a_pipeline(run):
 
 
 def test_torchtitan_toml_parses_and_agrees_with_json(run, run_json):
-    for args in (LLAMA, GPT3):
+    for args in (LLAMA,):
         doc = run_json(*args)
         cfg = doc["config"]
         toml = tomllib.loads(_out(run, *args, "--format", "torchtitan"))
@@ -374,14 +406,52 @@ def test_slurm_is_a_complete_script(run, run_json, tmp_path):
     assert int(sbatch["--nodes"]) == cfg["nodes"]
     assert sbatch["--ntasks-per-node"] == "1"
     assert int(sbatch["--gpus-per-node"]) == cfg["devices_per_node"]
+    # one task per node runs all its ranks: give it cores for each (8 per device)
+    assert int(sbatch["--cpus-per-task"]) == 8 * cfg["devices_per_node"]
     assert sbatch["--time"] == "1-00:00:00"  # the default without a training target
-    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    # the header's split names every degree, cp included
+    assert f"tp {cfg['tp']} x cp {cfg['cp']} x pp {cfg['pp']} x dp {cfg['dp']}" in text
+    srun = next(line.strip() for line in text.splitlines() if "srun" in line
+                and "torchrun" in line)
     words = shlex.split(srun)
-    assert words[:2] == ["srun", "torchrun"]
+    assert words[0] == "srun" and words[1] == '--cpus-per-task=$SLURM_CPUS_PER_TASK'
+    assert words[2] == "torchrun"
     assert f"--nnodes={cfg['nodes']}" in words
     assert f"--nproc-per-node={cfg['devices_per_node']}" in words
     assert words[words.index("--rdzv-backend") + 1] == "c10d"
     assert words[words.index("--rdzv-endpoint") + 1] == "$head_node:29500"
+
+
+def test_slurm_runs_the_megatron_script_and_sets_what_megatron_asserts(run, tmp_path):
+    """TRAIN_SCRIPT=megatron.sh runs the megatron form on every node (it starts torchrun);
+    CUDA_DEVICE_MAX_CONNECTIONS as validate_args wants it, in both forms."""
+    text = _out(run, *LLAMA, "--format", "slurm")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text  # tp 8
+    fake = tmp_path / "srun"
+    fake.write_text('#!/bin/bash\necho "$@" > "$OUT"\n')
+    fake.chmod(0o755)
+    (tmp_path / "scontrol").write_text("#!/bin/bash\necho node1; echo node2\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    (tmp_path / "job.sh").write_text(text)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "o"),
+           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "64", "SLURM_JOB_ID": "7",
+           "TRAIN_SCRIPT": "megatron.sh"}
+    subprocess.run(["bash", str(tmp_path / "job.sh")], env=env, check=True)
+    assert (tmp_path / "o").read_text().split() == ["--cpus-per-task=64", "bash", "megatron.sh"]
+    fsdp = _out(run, *LLAMA, "--zero", "3", "--format", "slurm")
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in fsdp and "MAX_CONNECTIONS=1" not in fsdp
+
+
+def test_slurm_time_is_capped_per_job_with_a_chain(run):
+    """A run longer than a cluster's per-job limit gets --time at that limit (48 h) and the
+    number of chained jobs, with how to chain them."""
+    args = ("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "1024",
+            "--global-batch", "1536", "--critical-batch", "4096", "--target-tokens", "3e11")
+    text = _out(run, *args, "--format", "slurm")
+    assert re.search(r"^#SBATCH --time=2-00:00:00$", text, re.M)
+    jobs = int(re.search(r"run it as (\d+) chained jobs", text).group(1))
+    assert jobs > 1 and "--dependency=afterok:$jid" in text and "--requeue" in text
+    assert slurm_time(10 * 86400, 48 * 3600) == "2-00:00:00"
 
 
 def test_slurm_time_from_the_predicted_time_to_train(run, run_json):
@@ -549,14 +619,21 @@ def test_uneven_chunks_get_a_megatron_layout_and_torchtitan_stage_weights(run):
             par["pipeline_parallel_last_stage_less_layers"]) == (1, 1)
 
 
+QWEN3_MOE = ("evaluate", "-m", "qwen3-30b-a3b", "-H", "dgx-h100", "--devices", "64", "--tp", "2",
+             "--ep", "8", "--etp", "1", "--pp", "4", "--global-batch", "256", "--seq-len",
+             "4096", "--recompute", "full", "--zero", "1")
+
+
 def test_torchtitan_moe_keys(run):
-    toml = tomllib.loads(_out(run, *MIXTRAL, "--tp-overlap", "--format", "torchtitan"))
+    toml = tomllib.loads(_out(run, *QWEN3_MOE, "--tp-overlap", "--sequence-parallel",
+                              "--format", "torchtitan"))
+    assert toml["model"] == {"name": "qwen3", "flavor": "30B-A3B"}
     for section, keys in toml.items():
         assert set(keys) <= TORCHTITAN_KEYS[section], (section, keys)
     par = toml["parallelism"]
     assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (8, 1)
     assert par["enable_async_tensor_parallel"] is True and toml["compile"]["enable"] is True
-    code, _, err = run(*MIXTRAL, "--capacity-factor", "1.5", "--format", "torchtitan")
+    code, _, err = run(*QWEN3_MOE, "--capacity-factor", "1.5", "--format", "torchtitan")
     assert code == 2 and "dropless" in err
 
 

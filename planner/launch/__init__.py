@@ -8,7 +8,7 @@ in memory gets no launcher form (`render_launch` raises `InfeasibleError`, exit 
 One module per form, each naming the upstream commit its flags / keys were checked against (the
 tests keep the flag and key lists with these commits):
 - `shell`: env (shell variables), slurm (an sbatch script), torchrun;
-- `megatron_lm`: Megatron-LM arguments (Megatron-LM d98e8a6);
+- `megatron_lm`: a per-node Megatron-LM script (Megatron-LM d98e8a6);
 - `deepspeed_config`: a DeepSpeed ds_config (DeepSpeed edaa722);
 - `torchtitan_config`: a torchtitan TOML job config (torchtitan 238fa99);
 - `common`: `Target`, `normalise` and the summary lines the forms share.
@@ -25,6 +25,7 @@ from planner.launch.megatron_lm import megatron, megatron_args, pipeline_layout,
 from planner.launch.shell import (
     RDZV_PORT,
     SLURM_DEFAULT_TIME,
+    SLURM_MAX_TIME_S,
     SLURM_TIME_ALLOWANCE_S,
     SLURM_TIME_MARGIN,
     env,
@@ -34,10 +35,11 @@ from planner.launch.shell import (
 )
 from planner.launch.torchtitan_config import TORCHTITAN_FLAVORS, torchtitan
 
-__all__ = ["FORMS", "LAUNCH_FORMATS", "RDZV_PORT", "SLURM_DEFAULT_TIME", "SLURM_TIME_ALLOWANCE_S",
-           "SLURM_TIME_MARGIN", "TORCHTITAN_FLAVORS", "Target", "check_fits", "deepspeed", "env",
-           "megatron", "megatron_args", "normalise", "pipeline_layout", "render_launch", "slurm",
-           "slurm_time", "torchrun", "torchtitan", "uneven_stages"]
+__all__ = ["FORMS", "LAUNCH_FORMATS", "RDZV_PORT", "SLURM_DEFAULT_TIME", "SLURM_MAX_TIME_S",
+           "SLURM_TIME_ALLOWANCE_S", "SLURM_TIME_MARGIN", "TORCHTITAN_FLAVORS", "Target",
+           "check_fits", "deepspeed", "env", "megatron", "megatron_args", "normalise",
+           "pipeline_layout", "render_launch", "slurm", "slurm_time", "torchrun", "torchtitan",
+           "uneven_stages"]
 
 # format -> its writer, each taking (doc, the normalised plan, Target)
 FORMS = {"env": env, "slurm": slurm, "torchrun": torchrun, "megatron": megatron,

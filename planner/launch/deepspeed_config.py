@@ -1,6 +1,9 @@
-"""A DeepSpeed config (ds_config JSON) for the plan: batch sizes, precision and ZeRO stage. A plan
-this config cannot express (expert or context parallelism, pinned stage sizes, activation
-offload, ZeRO 2 or 3 under a pipeline) gets a SpecError.
+"""A DeepSpeed config (ds_config JSON) for the plan: batch sizes, precision, ZeRO stage and
+AutoTP tensor parallelism (`tensor_parallel.autotp_size`). One rule, as for every form: what
+the plan chooses is expressed or refused (SpecError, exit 2, naming the form that can): expert or
+context parallelism, pinned stage sizes, interleaved or GPipe pipelines, activation offload,
+fp8 / mxfp8 / fp4 training, tensor parallelism beside a pipeline or with sequence parallelism,
+ZeRO 2 or 3 under a pipeline.
 
 The keys were checked against DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641:
 deepspeed/runtime/constants.py, deepspeed/runtime/zero/config.py; train_batch_size = micro x
@@ -39,18 +42,38 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     if plan["pp"] > 1 and plan["zero"] >= 2:
         raise SpecError(f"format: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only "
                         f"(this plan: pp {plan['pp']}, ZeRO {plan['zero']})")
+    p = target.precision
+    if p in ("fp8", "mxfp8", "nvfp4", "fp4"):
+        raise SpecError(f"format: a ds_config has no {p} training (DeepSpeed leaves low-precision "
+                        "GEMMs to the model code); use --format megatron"
+                        + (" or torchtitan" if p in ("fp8", "mxfp8") else ""))
+    if plan["pp"] > 1 and plan["interleave"] > 1:
+        raise SpecError(f"format: DeepSpeed's pipeline engine has no interleaved schedule (this "
+                        f"plan: {plan['interleave']} chunks per stage); use --format megatron or "
+                        "torchtitan")
+    if plan["pp"] > 1 and plan.get("schedule") == "gpipe":
+        raise SpecError("format: DeepSpeed's pipeline engine runs 1F1B, not the plan's GPipe "
+                        "schedule; use --format torchtitan")
+    if plan["tp"] > 1 and plan["pp"] > 1:
+        raise SpecError(f"format: DeepSpeed's AutoTP (tensor_parallel.autotp_size) does not run "
+                        f"under its pipeline engine (this plan: tp {plan['tp']} x pp "
+                        f"{plan['pp']}); use --format megatron or torchtitan")
+    if plan["tp"] > 1 and (plan["sequence_parallel"] or plan.get("tp_overlap")):
+        raise SpecError("format: DeepSpeed's AutoTP has no sequence parallelism or tp "
+                        "communication overlap as the plan prices them; use --format megatron "
+                        "or torchtitan")
     cfg = {"train_batch_size": plan["micro_batch"] * plan["gradient_accumulation"] * plan["dp"],
            "train_micro_batch_size_per_gpu": plan["micro_batch"],
            "gradient_accumulation_steps": plan["gradient_accumulation"]}
-    p = target.precision
-    if p in ("bf16", "fp8", "mxfp8", "nvfp4", "fp4"):  # fp8 / fp4 run through Transformer
-        # Engine in the model, bf16 around it
+    if p == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif p == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     elif p == "fp64":
         raise SpecError("format: DeepSpeed has no fp64 training; use --precision bf16, fp16, "
                         "tf32 or fp32")
+    if plan["tp"] > 1:  # AutoTP shards the model's linear layers over tp ranks (engine.py)
+        cfg["tensor_parallel"] = {"autotp_size": plan["tp"]}
     cfg["zero_optimization"] = {"stage": plan["zero"]}
     if plan.get("dp_shard") and plan["dp"] > plan["dp_shard"]:
         # MiCS (ZeRO-3 sharded inside groups, replicated across them) is DeepSpeed's hybrid

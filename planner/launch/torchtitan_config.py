@@ -2,10 +2,11 @@
 the parallelism degrees (FSDP2 resharding for ZeRO, first / last stage "less layers" for uneven or
 pinned stages), activation checkpointing, the float8 / MX converters.
 
-The keys were checked against torchtitan 238fa9953e4aec2a62582121564273d7cbb1e9f1 (the last
-commit whose launcher reads a TOML job config, `--job.config_file`; 9810191 moved to Python
-config functions, where the same `[section] key` pairs are the `--section.key` overrides):
-torchtitan/config/job_config.py; tests/test_launch.py keeps the key list with this commit.
+The keys were checked against torchtitan TORCHTITAN_COMMIT (238fa99, the last commit whose
+launcher reads a TOML job config, `--job.config_file`; 9810191 moved to Python config
+functions): torchtitan/config/job_config.py; tests/test_launch.py keeps the key list with this
+commit. The model is one of torchtitan's own flavors at that commit (`TORCHTITAN_FLAVORS`);
+a model it has none of (Llama 2, GPT-3, Mixtral, ...) is refused, exit 2.
 """
 
 from __future__ import annotations
@@ -16,10 +17,41 @@ from planner.errors import SpecError
 from planner.launch.common import Target, summary
 from planner.plan import stage_layers
 
-# torchtitan's built-in Llama 3 flavors (torchtitan/models/llama3/__init__.py at the commit above):
-# (layers, hidden, heads, kv_heads) -> (name, flavor)
-TORCHTITAN_FLAVORS = {(32, 4096, 32, 8): ("llama3", "8B"), (80, 8192, 64, 8): ("llama3", "70B"),
-                      (126, 16384, 128, 8): ("llama3", "405B")}
+TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"  # pytorch/torchtitan, 2026-02
+
+# torchtitan's built-in flavors at TORCHTITAN_COMMIT (torchtitan/models/*/__init__.py), keyed by
+# the architecture they build: (layers, hidden, heads, kv_heads, dense FFN, expert FFN, experts,
+# top_k, vocab, MLA) -> (model name, flavor, what differs from the spec's published model or "")
+TORCHTITAN_FLAVORS = {
+    (32, 4096, 32, 8, 14336, 14336, 1, 1, 128256, False): ("llama3", "8B", "llama3"),
+    (80, 8192, 64, 8, 28672, 28672, 1, 1, 128256, False): ("llama3", "70B", "llama3"),
+    (126, 16384, 128, 8, 53248, 53248, 1, 1, 128256, False): ("llama3", "405B", "llama3"),
+    (61, 7168, 128, 128, 18432, 2048, 256, 8, 129280, True): ("deepseek_v3", "671B", ""),
+    (48, 2048, 32, 4, 6144, 768, 128, 8, 151936, False): ("qwen3", "30B-A3B", ""),
+    (94, 4096, 64, 4, 12288, 1536, 128, 8, 151936, False): ("qwen3", "235B-A22B", "qwen3-235b"),
+}
+
+
+def _flavor(m) -> tuple[str, str, list[str]]:
+    """torchtitan's (model name, flavor) that builds `m`, with comment lines on what differs in
+    its positional encoding; exit 2 for a model torchtitan has no flavor of (writing another
+    model's flavor would train a different network)."""
+    key = (m.layers, m.hidden, m.heads, m.kv_heads, m.dense_ffn_hidden or m.ffn_hidden,
+           m.ffn_hidden, m.experts, m.top_k, m.vocab, m.mla is not None)
+    if key not in TORCHTITAN_FLAVORS:
+        kind = "mixture-of-experts " if m.experts > 1 else ""
+        raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) has no {kind}flavor that "
+                        f"builds '{m.name}' ({m.layers} layers, hidden {m.hidden}, "
+                        f"{m.experts} experts); use --format megatron")
+    name, flavor, note = TORCHTITAN_FLAVORS[key]
+    notes = []
+    if note == "llama3" and m.rope_scaling is None:
+        notes.append("# rope: torchtitan's llama3 flavors apply Llama 3.1's frequency scaling "
+                     "(factor 8); Llama 3 has none (same cost)")
+    if note == "qwen3-235b":
+        notes.append("# rope: torchtitan's 235B-A22B flavor sets rope_theta 5,000,000; the "
+                     f"published model {m.rope_theta:,.0f} (same cost)")
+    return name, flavor, notes
 
 
 def _every_kth_layer(layers: int, plan: dict) -> int | None:
@@ -94,15 +126,11 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     if m is None:
         raise SpecError("format: torchtitan needs a transformer model (CNN plans have no "
                         "torchtitan form)")
-    key = (m.layers, m.hidden, m.heads, m.kv_heads)
-    known = TORCHTITAN_FLAVORS.get(key) if (m.ffn_kind, m.norm, m.position_embedding) == (
-        "swiglu", "rmsnorm", "rotary") else None
-    name, flavor = known or ("llama3", m.name)
-    head = [f"# {line}" for line in summary(doc, plan)]
-    if known is None:
-        head.append(f"# torchtitan has no built-in flavor for '{m.name}': register one named "
-                    f"'{m.name}' ({m.layers} layers, dim {m.hidden}, {m.heads} heads, "
-                    f"{m.kv_heads} kv heads, vocab {m.vocab})")
+    name, flavor, notes = _flavor(m)
+    head = [f"# torchtitan {TORCHTITAN_COMMIT} job config (--job.config_file): the last",
+            "# commit whose launcher reads a TOML job config",
+            *(f"# {line}" for line in summary(doc, plan)), f"# precision {target.precision}",
+            *notes]
     dp, zero = plan["dp"], plan["zero"]
     # with a pipeline, every micro-batch of an iteration goes through it in one step
     local = plan["micro_batch"] * (plan["gradient_accumulation"] if plan["pp"] > 1 else 1)
