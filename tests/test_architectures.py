@@ -174,7 +174,9 @@ def test_totals_are_the_sum_over_layers(name):
     assert len(seq) == m.layers
     assert m.params() == sum(map(m.kind_params, seq)) + m.embedding_params() + m.head_params()
     assert m.forward_flops() == sum(map(m.kind_matmul_flops, seq)) + m.logit_flops()
-    assert m.model_flops() == 3 * m.forward_flops()
+    assert m.model_flops(count_masked=True) == 3 * m.forward_flops()
+    assert m.model_flops() == 3 * (m.forward_flops()
+                                   - sum(map(m.kind_masked_attention_flops, seq)))
     assert abs(m.layer_params() * m.layers - m.layers_params()) <= m.layers
 
 

@@ -49,10 +49,10 @@ def test_zero_shards_expert_state_over_the_expert_data_parallel_ranks():
     m, hw = load_model("mixtral-8x7b"), _hw()
     got = float(iteration(m, hw, _cfg(ep=4, zero=1))["optimizer_state"])
     experts = m.layers * m.experts * m.expert_params()
-    dense = m.params() - experts  # embeddings and head: one stage holds the larger
-    dense_local = m.layers * (m.layer_params() - m.experts * m.expert_params()) + max(
-        m.embedding_params(), m.head_params())
-    assert dense_local <= dense
+    dense = m.params() - experts  # embeddings and head: the one stage holds both
+    dense_local = (m.layers * (m.layer_params() - m.experts * m.expert_params())
+                   + m.embedding_params() + m.head_params())
+    assert dense_local == dense
     assert got == pytest.approx((dense_local / 8 + experts / 4 / 2) * 12, rel=1e-12)
 
 

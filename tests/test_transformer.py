@@ -55,18 +55,27 @@ def test_flops_itemised_equal_sc21_eq3(name):
     m = load_model(name)
     l, h, V, s = m.layers, m.hidden, m.vocab, m.seq_len
     eq3 = 96 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))  # per sequence, B = 1
-    assert math.isclose(hardware_flops_per_sequence(m, "full"), eq3, rel_tol=1e-12)
+    assert math.isclose(hardware_flops_per_sequence(m, "full", count_masked=True), eq3,
+                        rel_tol=1e-12)
     no_recompute = 72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
-    assert math.isclose(m.model_flops(), no_recompute, rel_tol=1e-12)
+    assert math.isclose(m.model_flops(count_masked=True), no_recompute, rel_tol=1e-12)
+    # a causal mask skips half of QK^T and scores x V (4 s^2 h a layer): s / 12h, not s / 6h
+    causal = 72 * s * l * h * h * (1 + s / (12 * h) + V / (12 * l * h))
+    assert math.isclose(m.model_flops(), causal, rel_tol=1e-12)
+    recomputed = 96 * s * l * h * h * (1 + s / (12 * h) + V / (16 * l * h))
+    assert math.isclose(hardware_flops_per_sequence(m, "full"), recomputed, rel_tol=1e-12)
 
 
 def test_palm_mfu_formula_agrees_for_dense_models():
     # PaLM appendix B: 6 N + 12 L H Q T FLOPs per token, N the non-embedding parameters
     m = load_model("llama2-7b")
-    per_token = m.model_flops() / m.seq_len
+    per_token = m.model_flops(count_masked=True) / m.seq_len
     n_matmul = m.layers * (m.attention_params() + m.ffn_params())
     palm = 6 * n_matmul + 12 * m.layers * m.hidden * m.seq_len + 6 * m.hidden * m.vocab
     assert math.isclose(per_token, palm, rel_tol=1e-12)
+    # the MFU numerator leaves out the causal mask's half of the attention term
+    causal = palm - 6 * m.layers * m.hidden * m.seq_len
+    assert math.isclose(m.model_flops() / m.seq_len, causal, rel_tol=1e-12)
 
 
 def test_activation_memory_matches_korthikanti_table2():

@@ -17,6 +17,7 @@ can run (integers that divide the batch, whole nodes) are found on the full mode
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -170,6 +171,7 @@ class TransformerLimits:
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,
                                                          self.v, 1, 1, 1, 1).items()}
         out[S.r] = float(max(self.hw.scale_up // (self.tp * self.pp), 1))
+        out[S.sigma] = self.hw.overlap_slowdown
         return {**out, S.B: self.B, S.b: self.b, S.p: self.pp, S.v: self.v, S.t: self.tp}
 
     def _one_replica_per_node(self, form: sp.Expr) -> sp.Expr:
@@ -223,7 +225,8 @@ class TransformerLimits:
         """d* minimising T(d) at this t x p (continuous), with its closed form."""
         lo, hi = self.d_range
         point = dict(self.aggregates)
-        kink = self._one_replica_per_node(allreduce_form() - S.H)
+        # overlapped, the sync is hidden until it outlasts the backward it slows down
+        kink = self._one_replica_per_node(allreduce_form() - (1 + S.sigma) * S.H)
         cands = self._branch_candidates(self.d_form, S.d, lo, hi, point,
                                         [kink] if self.choices.overlap else [])
         times = [self.relaxed_d_time(x) for x, _ in cands]
@@ -242,7 +245,8 @@ class TransformerLimits:
         the pipeline's compute (no overlap): the root of the relaxed condition."""
         lo, hi = self.d_range
         point = dict(self.aggregates)
-        hidden = S.H if self.choices.overlap else (S.B / (S.d * S.b) + (S.p - 1) / S.v) * S.tau
+        hidden = ((1 + S.sigma) * S.H if self.choices.overlap
+                  else (S.B / (S.d * S.b) + (S.p - 1) / S.v) * S.tau)
         gap = self._one_replica_per_node(allreduce_form() - hidden)
         for root in br.solve_for(br.branch_at(gap, {**point, S.d: hi}), S.d):
             z = br.real_in(root, point, 1.0, hi)
@@ -252,10 +256,16 @@ class TransformerLimits:
         return None
 
     def first_exposed_dp(self) -> int | None:
-        """The smallest whole-plan d whose data-parallel communication is exposed (full model)."""
+        """The smallest whole-plan d whose data-parallel communication is exposed (full model):
+        overlapped, beyond the share of it the slowed compute beside it always pays."""
         ds = self.valid_dps(self.tp, self.pp)
         r = self.run(d=ds)
-        exposed = np.asarray(r["dp_comm_exposed"]) > 1e-12 * np.asarray(r["time"])
+        floor = 0.0
+        if self.choices.overlap:
+            sigma = self.hw.overlap_slowdown
+            alone = self.run(dataclasses.replace(self.choices, overlap=False), d=ds)
+            floor = sigma / (1 + sigma) * np.asarray(alone["dp_comm_exposed"])
+        exposed = np.asarray(r["dp_comm_exposed"]) > floor + 1e-12 * np.asarray(r["time"])
         return int(ds[np.argmax(exposed)]) if exposed.any() else None
 
     # --- batch limit -------------------------------------------------------------------------

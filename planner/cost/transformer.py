@@ -51,6 +51,7 @@ class Hardware:
     grad_bytes: int
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
+    overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
@@ -84,6 +85,7 @@ class Hardware:
                         else precision.storage_bytes),
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
+            overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
             gemm_only=precision.gemm_only,
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
@@ -181,10 +183,13 @@ def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, re
 
 
 def hardware_flops_per_sequence(m: Transformer, recompute: str,
-                                recomputed_layers: int | None = None) -> int:
+                                recomputed_layers: int | None = None,
+                                count_masked: bool = False) -> int:
     """FLOPs executed per sequence including recomputation (SC21 eq. 3 for full recompute, of
-    `recomputed_layers` of the model's layers when partial)."""
+    `recomputed_layers` of the model's layers when partial); `count_masked`: a causal mask's
+    skipped products counted, as SC21 does (`Transformer.model_flops`)."""
     full = m.layers if recomputed_layers is None else min(recomputed_layers, m.layers)
-    extra = {"none": 0, "selective": m.layers * m.attention_core_flops(),
-             "full": full * m.layer_matmul_flops()}[recompute]
-    return m.model_flops() + extra
+    skipped = 0 if count_masked else m.masked_attention_flops()  # per layer, the mean
+    extra = {"none": 0, "selective": m.layers * (m.attention_core_flops() - skipped),
+             "full": full * (m.layer_matmul_flops() - skipped)}[recompute]
+    return m.model_flops(count_masked) + extra

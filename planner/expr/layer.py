@@ -86,6 +86,17 @@ def _if(cond, then, otherwise):
     return sp.Piecewise((then, cond), (otherwise, True))
 
 
+def overlapped(comm, window, slowdown):
+    """What a collective of `comm` seconds adds to the `window` seconds of compute it overlaps.
+    Compute runs 1 + slowdown times slower while the collective's kernels share the device (they
+    hold SMs and HBM bandwidth: Lee et al. 2025, "Characterizing compute-communication overlap
+    in GPU-accelerated distributed deep learning", arXiv 2507.03114, 18.9 % on average over
+    A100, H100, MI250 and MI210; 24 of an H100's 132 SMs for one NCCL all-gather is 18 %), so
+    over comm seconds of overlap it loses comm slowdown / (1 + slowdown): the pair takes
+    max(window + comm slowdown / (1 + slowdown), comm), not max(window, comm)."""
+    return _max(comm * slowdown / (1 + slowdown), comm - window)
+
+
 def ring(ranks, size, bw, lat):
     """Ring allreduce of `size` bytes over `ranks` at bandwidth `bw` and latency `lat`: the one
     formula of `planner.expr.collectives` (exactly 0 on one rank)."""
@@ -135,8 +146,9 @@ class LayerCosts:
         for gemm, chunked in blocks:
             if self.choices.tp_overlap:
                 slower = chunked - gemm
-                fwd = ring_t / t + _max(0, ring_t * (t - 1) / t - chunked) + slower
-                bwd = ring_t / t + _max(0, ring_t * (t - 1) / t - 2 * chunked) + 2 * slower
+                rest, slow = ring_t * (t - 1) / t, self.hw.overlap_slowdown
+                fwd = ring_t / t + overlapped(rest, chunked, slow) + slower
+                bwd = ring_t / t + overlapped(rest, 2 * chunked, slow) + 2 * slower
             else:
                 fwd = bwd = ring_t
             total += (2 if full else 1) * fwd + bwd
@@ -284,16 +296,9 @@ class LayerCosts:
 
     def _keys_done(self, kind):
         """Keys a query attends to on average, as a kernel that skips masked tiles computes
-        them: all of them without a causal mask; under one, half of the s (the benchmarks'
-        count), or of a window W <= s: query i sees min(i + 1, W), W - W (W - 1) / (2 s) on
-        average."""
-        md = self.model
-        keys = md.attention_keys(kind.mixer)
-        if not md.causal:
-            return sp.Integer(keys)
-        if kind.mixer == "attention" or keys >= md.seq_len:
-            return sp.Rational(md.seq_len, 2)
-        return keys - sp.Rational(keys * (keys - 1), 2 * md.seq_len)
+        them (`Transformer.attention_keys_computed`)."""
+        k = self.model.attention_keys_computed(kind.mixer)
+        return sp.Rational(k.numerator, k.denominator)
 
     def _flash(self, kind, queries, keys):
         """Forward and backward time of a fused attention kernel (FlashAttention, cuDNN) at
@@ -326,7 +331,8 @@ class LayerCosts:
         casts = 4 if self.hw.gemm_only else 0
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.eager else 0
-        return 5 + (1 if self.choices.flash_attention else 3) + casts + rope + eager
+        moe = sum(n for n, _ in self._moe_ops(kind))  # routing and token permutation
+        return 5 + (1 if self.choices.flash_attention else 3) + casts + rope + eager + moe
 
     def _eager_ops(self, kind=None):
         """What PyTorch eager runs beyond Megatron's fused kernels, per layer forward: (kernels,
@@ -365,6 +371,38 @@ class LayerCosts:
                         / t))
         return ops
 
+    def _moe_ops(self, kind=None):
+        """What a MoE layer runs beyond its GEMMs and all-to-alls, per forward: (kernels,
+        bytes per token) pairs, the routed tokens being this rank's sequence-parallel share
+        (/ t), each copied top_k times (times the capacity factor). Megatron-LM's router and
+        all-to-all dispatcher (megatron/core/transformer/moe/router.py, token_dispatcher.py
+        MoEAlltoAllTokenDispatcher, moe_utils.py; at d98e8a6), op by op:
+        - routing: the score function and top-k over the E logits, the routing map and the
+          probabilities, the load-balancing loss's scores and sum (6 kernels, fp32 scores
+          read and written about four times: 17 bytes per expert with the 1-byte map);
+        - the tokens-per-expert count and its copy to the host, which the dropless dispatcher
+          waits for (`_maybe_dtoh_and_synchronize`): the host's queue of kernels runs dry
+          there, an idle kernel issue (2 kernels);
+        - permutation 1: the gather indices, then each token copied to its top_k experts'
+          rows (read and write top_k h; 2 kernels), before the dispatch all-to-all;
+        - with several local experts (E > e_p), `sort_chunks_by_idxs` regroups the received
+          tokens by local expert and the combine sorts them back (read and write top_k h,
+          one kernel each);
+        - un-permutation: each token's top_k expert outputs weighted by their probabilities
+          and summed back into one row (read top_k h, write h; 1 kernel).
+        The kernel count per op is the unfused one; `--moe-permute-fusion` fuses index and
+        copy (a kernel less, the same traffic)."""
+        md, vb = self.model, self.hw.value_bytes
+        if (kind or md.layer_kinds()[0][0]).ffn != "moe":
+            return []
+        h, k = md.hidden, md.top_k * self.capacity
+        sorted_ = _if(self.ep < md.experts, 1, 0)  # several experts on this rank
+        return [(6, sp.Integer(md.experts * (vb + 17)) / t),
+                (2, sp.Integer(0)),
+                (2, 2 * k * h * vb / t),
+                (2 * sorted_, sorted_ * 4 * k * h * vb / t),
+                (1, (k + 1) * h * vb / t)]
+
     def elementwise_bytes_per_token(self, kind=None):
         """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
         them: two norms (read + write h), bias-GeLU (read + write f; SwiGLU reads 2 f), two
@@ -392,7 +430,9 @@ class LayerCosts:
         cast_inside = casts * (h + f)
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.eager
                  else sp.Integer(0))
-        return outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t + eager
+        moe = sum((bytes_ for _, bytes_ in self._moe_ops(kind)), sp.Integer(0))
+        return (outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t
+                + eager + moe)
 
     def _rotary_width(self) -> int:
         """Values per token the rotary embedding turns: all of q and k, or with multi-head

@@ -60,6 +60,7 @@ gamma_g = sp.Symbol("gamma_g", positive=True)  # bytes per gradient value (accum
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
 z = sp.Symbol("z", positive=True)  # ranks of one ZeRO shard group (HSDP; d without it)
+sigma = sp.Symbol("sigma", nonnegative=True)  # compute slowdown beside a collective
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
 a_inv = sp.Symbol("a_inv", real=True)
 a_0 = sp.Symbol("a_0", real=True)
@@ -131,6 +132,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     A_act: Meaning("activation bytes held on the first pipeline stage", "B"),
     z: Meaning("ranks of one ZeRO / FSDP shard group under hybrid sharding (HSDP): the d / z "
                "groups each hold a whole copy of the sharded state", "replicas"),
+    sigma: Meaning("how much slower compute runs while an overlapped collective shares the "
+                   "device (its kernels hold SMs and HBM bandwidth; Lee et al. 2025)", "1"),
     a_inv: Meaning("coefficient of 1/x of the cost along the plan variable x (its smooth "
                    "branch at the optimum)", "s x"),
     a_0: Meaning("part of the cost along the plan variable x independent of x", "s"),

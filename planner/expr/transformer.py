@@ -65,7 +65,16 @@ import sympy as sp
 
 from planner.expr import symbols as S
 from planner.expr.collectives import all_gather
-from planner.expr.layer import RECOMPUTE, SCHEDULES, Choices, LayerCosts, _if, _max, ring
+from planner.expr.layer import (
+    RECOMPUTE,
+    SCHEDULES,
+    Choices,
+    LayerCosts,
+    _if,
+    _max,
+    overlapped,
+    ring,
+)
 from planner.expr.rewrite import substitute
 from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
 from planner.numeric import Program
@@ -119,8 +128,9 @@ class TransformerExpressions(LayerCosts):
         cp_step = _if(t * self.cp <= u, hw.intra_lat + kv / hw.intra_bw,
                       hw.inter_lat + kv / (hw.nic_bw / g))
         ring = (self.cp - 1) * cp_step
-        cp_layer = ((2 if full or selective else 1) * _max(0, ring - core)
-                    + _max(0, 2 * ring - core_bwd))
+        slow = hw.overlap_slowdown
+        cp_layer = ((2 if full or selective else 1) * overlapped(ring, core, slow)
+                    + overlapped(2 * ring, core_bwd, slow))
 
         ep, moe = self.ep, sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
 
@@ -136,7 +146,7 @@ class TransformerExpressions(LayerCosts):
                                                                 partial=False),
                                     self.cp, self.ep, self.etp).parts()
             tp_kept, ep_kept = kept_costs[4], kept_costs[5]
-            cp_kept = _max(0, ring - core) + _max(0, 2 * ring - core_bwd)
+            cp_kept = overlapped(ring, core, slow) + overlapped(2 * ring, core_bwd, slow)
 
         def recomputed(n):
             """Layers recomputed on a stage of n layers."""
@@ -174,7 +184,7 @@ class TransformerExpressions(LayerCosts):
                 return _if(p > 1, _max(cost(here), cost(last) + logit), cost(L) + logit)
 
         if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
-            ep_layer = _max(0, ep_layer - layer)
+            ep_layer = overlapped(ep_layer, layer, slow)
 
         # --- activation offload: what Megatron offloads of each layer's saved activations goes
         # to host memory during the forward and comes back before its backward over the
@@ -217,7 +227,12 @@ class TransformerExpressions(LayerCosts):
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
         experts_per_layer = sp.Rational(moe * md.experts * md.expert_params(), L)
         expert_params = here * experts_per_layer / (self.etp * ep)
-        outer = sp.Integer(max(md.embedding_params(), md.head_params())) / t
+        # the embedding and output layer, vocabulary-parallel over tp: the first stage holds
+        # the embedding, the last the output layer (tied: a copy of the embedding, Megatron-LM's
+        # shared word embeddings), one stage both (and, tied, once)
+        emb, head = md.embedding_params(), md.head_params()
+        head_copy = head + (md.vocab * h if md.tied_embeddings else 0)
+        outer = _if(p > 1, max(emb, head_copy), emb + head) / t
         local_params = here * (md.layer_params() - experts_per_layer) / t + outer + expert_params
         adam = ADAM_STATE_BYTES[vb < 4]
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
@@ -282,6 +297,7 @@ class TransformerExpressions(LayerCosts):
             # read/write master, moments, gradient; write the 16-bit copy
             S.T_opt: local_params * (2 * adam + 2 * gb + wb) / hw.mem_bw,
             S.Psi: local_params, S.delta: wb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
+            S.sigma: hw.overlap_slowdown,
         }
         if c.dp_shard:  # HSDP: the shard group is dp_shard replicas' c_p ranks each
             self.aggregates[S.z] = c.dp_shard * self.cp
@@ -387,11 +403,11 @@ def exposed_form(c: Choices) -> sp.Expr:
     layers: sync / ell), shows in every micro-batch (PyTorch FSDP's forward / backward
     prefetch). The gathers move the weights at their own width, inside the shard group."""
     sync = sync_form(c)
-    exposed = _max(0, sync - S.H) if c.overlap else sync
+    exposed = overlapped(sync, S.H, S.sigma) if c.overlap else sync
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
-        hidden = sp.Min(gather, _max(0, gather - sp.Rational(3, 2) * S.H) + gather / S.ell,
+        hidden = sp.Min(gather, overlapped(gather, sp.Rational(3, 2) * S.H, S.sigma) + gather / S.ell,
                         evaluate=False)
         exposed = exposed + m * (hidden if c.overlap else gather)
     return exposed

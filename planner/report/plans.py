@@ -116,7 +116,9 @@ def knee_pair(knee: dict) -> tuple[str, str]:
     last = knee["last_doubling_speedup"]
     doubling = ("" if last is None else
                 f"; the last doubling ({knee['last_doubling_from_devices']} -> "
-                f"{knee['best_devices']} devices) speeds up {last:.2f} x")
+                f"{knee['best_devices']} devices) speeds up {last:.2f} x"
+                + (" (above 2 x: the fewer devices' memory held them to a slower plan)"
+                   if last > 2 + 1e-9 else ""))
     return ("knee", f"{knee['devices']} devices reach {si(knee['time_s'], 's')} "
                     f"{knee['measure']}, within {knee['tolerance']:.0%} of the best "
                     f"({si(knee['best_time_s'], 's')} on {knee['best_devices']} devices)"

@@ -87,6 +87,9 @@ class KernelCosts(Spec):
 
     launch_us: float = Field(ge=0, le=1e4)
     gemm_half_dim: float = Field(ge=0, le=1e6)
+    # how much slower compute runs while a collective overlaps it (NCCL / RCCL kernels hold
+    # SMs and HBM bandwidth beside the GEMMs): 0.189 is 18.9 %, Lee et al. 2025's mean
+    overlap_slowdown: float = Field(default=0.0, ge=0, le=1)
 
 
 def gemm_share(thin, half_dim):

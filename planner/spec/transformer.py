@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from fractions import Fraction
 
 from planner.errors import SpecError
 from planner.spec.base import validate
@@ -329,6 +330,28 @@ class Transformer:
         s = self.seq_len
         return min(self.sliding_window, s) if mixer == "sliding" else s
 
+    def attention_keys_computed(self, mixer: str) -> Fraction:
+        """Keys a query attends to on average, counting only the products a causal mask
+        leaves (what a kernel that skips masked tiles computes): all of them without a causal
+        mask; under one, half of the s (the attention benchmarks' count, Dao 2023), or of a
+        window W <= s: query i sees min(i + 1, W), W - W (W - 1) / (2 s) on average."""
+        keys = self.attention_keys(mixer)
+        if not self.causal:
+            return Fraction(keys)
+        if mixer == "attention" or keys >= self.seq_len:
+            return Fraction(self.seq_len, 2)
+        return keys - Fraction(keys * (keys - 1), 2 * self.seq_len)
+
+    def kind_masked_attention_flops(self, kind: LayerKind) -> int:
+        """Forward FLOPs of one layer's attention core that a causal mask skips: counted by
+        `kind_attention_core_flops` (SC21's and PaLM's full s x s), never computed."""
+        if kind.mixer not in ("attention", "sliding"):
+            return 0
+        skipped = self.attention_keys(kind.mixer) - self.attention_keys_computed(kind.mixer)
+        flops = 2 * self.seq_len * skipped * self.heads * (self.head_dim + self.v_head_dim)
+        assert flops.denominator == 1, flops  # s^2 / 2 and s W - W (W - 1) / 2 per head
+        return int(flops)
+
     def kind_attention_core_flops(self, kind: LayerKind) -> int:
         """QK^T and scores x V of one layer: what selective recompute repeats (Korthikanti et
         al. 2022); 0 for layers without attention."""
@@ -385,16 +408,27 @@ class Transformer:
         total = sum(n * self.kind_attention_core_flops(k) for k, n in self.layer_kinds())
         return _mean(total, self.layers)
 
+    def masked_attention_flops(self) -> int:
+        """`kind_masked_attention_flops` of one layer (the mean layer, rounded, when layers
+        differ)."""
+        total = sum(n * self.kind_masked_attention_flops(k) for k, n in self.layer_kinds())
+        return _mean(total, self.layers)
+
     def logit_flops(self) -> int:
         return 2 * self.seq_len * self.hidden * self.vocab
 
     def forward_flops(self) -> int:
         return self.layers_matmul_flops() + self.logit_flops()
 
-    def model_flops(self) -> int:
+    def model_flops(self, count_masked: bool = False) -> int:
         """Forward + backward (2x forward) per sequence, no recompute: the MFU numerator
-        (PaLM, appendix B)."""
-        return 3 * self.forward_flops()
+        (PaLM, appendix B). A causal mask's skipped half of the attention products is left
+        out (so MFU stays under what the kernels reach at long sequences: counted in full, a
+        7B model at s = 131,072 on H100 showed 85 % MFU); `count_masked` counts them as SC21
+        eq. 3 and PaLM do (to read those papers' TFLOP/s back as time)."""
+        skipped = 0 if count_masked else sum(
+            n * self.kind_masked_attention_flops(k) for k, n in self.layer_kinds())
+        return 3 * (self.forward_flops() - skipped)
 
 
 def _mean(total: int, count: int) -> int:

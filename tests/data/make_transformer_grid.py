@@ -7,7 +7,9 @@ physics issue added the kernel floor, GEMM rates by shape, fp8 on the GEMMs only
 when MoE layers got expert tensor parallelism and their own collectives (the MoE cases draw
 ep, etp and cp too), activations their per-tensor count, uneven chunks their own bubble, and
 the data-parallel allreduce NCCL's pipelined ring (docs/nccl-check.md), and ZeRO-3 the first
-layer's gathers;
+layer's gathers, and when compute beside an overlapped collective slowed down, MoE layers
+paid their routing and token permutation, and a single pipeline stage held the embedding and
+the untied output layer both;
 `test_transformer_grid` holds the engine to them at 1e-9 relative.
 Regenerate only when the physics changes on purpose:
 
