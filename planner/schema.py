@@ -243,7 +243,8 @@ def _show() -> dict:
         "kind": {"const": "device"}, "name": STR, "description": STR,
         "peak_tflops": {"type": "object", "additionalProperties": NUM}, "memory_GiB": NUM,
         "memory_bandwidth_GBps": NUM, "efficiency": spec,
-        "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM, "overlap_slowdown": NUM})]},
+        "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,
+                                                     "overlap_slowdown": NUM})]},
         "flash_attention": {"oneOf": [{"type": "null"}, obj({
             "kernel": STR, "fwd_tflops": {"type": "object", "additionalProperties": NUM},
             "bwd_tflops": {"type": "object", "additionalProperties": NUM},

@@ -15,10 +15,10 @@ import pytest
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.expr.layer import Choices, LayerCosts
+from planner.expr.symbols import t
 from planner.plan import Plan
 from planner.search.hybrid import HybridSolver, Search, predict
 from planner.spec.hardware import Precision
-from planner.expr.symbols import t
 from planner.spec.transformer import LayerKind, with_seq_len
 
 
