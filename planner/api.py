@@ -356,11 +356,14 @@ def derive(model: str, hardware: str, *, names: tuple[str, ...] = (), **kwargs):
 
 
 def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
-          jobs: int = 1, scheduler: str | None = None, **kwargs) -> Sweep:
+          jobs: int = 1, scheduler=None, **kwargs) -> Sweep:
     """`planner.sweeping.sweep`, each point's memory fit checked against (1 - memory_headroom)
     x the device memory (a transformer point's search keeps only plans that fit it). With
-    `jobs` other than 1 (0: every core) or a Dask `scheduler` address the combinations run in
-    parallel (`planner.sweeping.sweep_in_parallel`), with the same result."""
+    `jobs` other than 1 (0: every core) or a Dask `scheduler` (an address 'tcp://HOST:PORT' or
+    a `distributed.Client`) the combinations run in parallel
+    (`planner.sweeping.sweep_in_parallel`, which also takes `stall_timeout_s`,
+    `connect_timeout_s` and `on_progress`), with the same result. Many solves:
+    `planner.batch.batch` (docs/batch.md)."""
     check_headroom(memory_headroom)
     if jobs != 1 or scheduler is not None:
         from planner.sweeping import sweep_in_parallel

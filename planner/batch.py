@@ -1,15 +1,18 @@
-"""`planner batch`: many solves from a scenario file, and the parallel map `sweep` shares.
+"""`planner batch`: many solves from a scenario file, streamed, resumable (`docs/batch.md`).
 
 A scenario is a mapping whose keys are `planner solve`'s options, underscored
 (`{model: llama3-8b, hardware: dgx-h100, global_batch: 512, devices_max: 64}`); each one runs
 as `planner solve ... --format json` would and gives that command's JSON document (or its
-JSON error document) as one line. Values are type-checked against the option they name and
-handed to the same click parser as the command line (`--key=value`): never to eval, exec or
-sympify.
+JSON error document) as one line, with a `scenario` key naming it: its index (from 1), the
+input line (JSONL and YAML files) and its options as given. Values are type-checked against
+the option they name and handed to the same click parser as the command line
+(`--key=value`): never to eval, exec or sympify.
 
-`parallel_map` runs a picklable function over a list: in this process (jobs = 1), in a pool
-of local processes (jobs > 1; 0 = every core), or on a Dask cluster (`scheduler`, the
-optional `dask` extra). Results come back in input order whatever order they finish in.
+`batch` is the Python API: it runs the scenarios as `planner.parallel.Run` does (here, in local
+processes or on a Dask cluster) and yields one `Result` per scenario as each finishes (in input
+order by default, holding back only what is not yet in order). A scenario whose worker died
+for good, or that a lost cluster left unrun, is an error line of its own kind (`worker_lost`,
+`cluster_lost`, exit code 4); `resume` skips the scenarios a partial output already answered.
 """
 
 from __future__ import annotations
@@ -18,99 +21,39 @@ import contextlib
 import difflib
 import io
 import json
-import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
+from planner.parallel import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    EXIT_CLUSTER,
+    ClusterError,
+    Progress,
+    Run,
+    cores,
+    parallel_map,
+)
 from planner.spec.numbers import loads_json, short
+
+__all__ = ["EXIT_CLUSTER", "BatchRun", "ClusterError", "Progress", "Result", "Scenario", "batch",
+           "cores", "line_schema", "parallel_map", "read_scenarios", "run_scenario", "scenarios",
+           "without_wall_clock"]
 
 MAX_SCENARIO_BYTES = 64 * 2**20
 MAX_SCENARIOS = 100_000
 # Keys of a solve document that measure this run's wall clock, not the plan: they differ
 # between two runs of the same scenario (what "identical results" leaves out).
 WALL_CLOCK_KEYS = ("solve_time_s", "build_time_s")
-
-
-# --- the parallel map ---------------------------------------------------------------------------
-
-
-def cores() -> int:
-    """The cores this process may run on (what `--jobs 0` uses)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def parallel_map(fn: Callable, items: Sequence, *, jobs: int = 1, scheduler: str | None = None,
-                 on_done: Callable[[], None] | None = None) -> list:
-    """[fn(x) for x in items], in input order. `fn` and the items must pickle (a module-level
-    function) unless it runs here. jobs = 1 without a scheduler runs here, one after the other;
-    jobs > 1 (0: every core) in that many local processes; `scheduler` ('tcp://host:port') on
-    that Dask cluster. `on_done` is called once per finished item. An exception raised by `fn`
-    is raised here: the one of the earliest item, after every item has finished."""
-    items = list(items)
-    if jobs < 0:
-        raise SpecError(f"jobs: must be 0 (every core) or a positive number, got {jobs}")
-    if scheduler is not None:
-        return _on_dask(fn, items, scheduler, on_done)
-    workers = min(cores() if jobs == 0 else jobs, len(items))
-    if workers <= 1:
-        out = []
-        for x in items:
-            out.append(fn(x))
-            if on_done is not None:
-                on_done()
-        return out
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(fn, x): k for k, x in enumerate(items)}
-        for _ in as_completed(futures):
-            if on_done is not None:
-                on_done()
-        return _in_order([(futures[f], f) for f in futures], lambda f: f.result())
-
-
-def _in_order(indexed: list, result: Callable) -> list:
-    """The results by input index; the earliest item's exception, if any, raised."""
-    out = [None] * len(indexed)
-    failed = None
-    for k, future in indexed:
-        try:
-            out[k] = result(future)
-        except Exception as exc:
-            if failed is None or k < failed[0]:
-                failed = (k, exc)
-    if failed is not None:
-        raise failed[1]
-    return out
-
-
-def _on_dask(fn: Callable, items: list, scheduler: str, on_done) -> list:
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise SpecError("scheduler: --scheduler needs Dask; pip install 'planner[dask]'") from None
-    if not scheduler.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
-        raise SpecError(f"scheduler: expected an address like tcp://HOST:PORT, got "
-                        f"{short(scheduler)}")
-    try:
-        client = Client(scheduler, timeout="10s", set_as_default=False)
-    except (OSError, TimeoutError) as exc:
-        raise SpecError(f"scheduler: cannot connect to {short(scheduler)} ({exc})") from None
-    with client:
-        if not items:
-            return []
-        futures = client.map(fn, items, pure=False)
-        for _ in as_completed(futures, loop=client.loop):
-            if on_done is not None:
-                on_done()
-        return _in_order(list(enumerate(futures)), lambda f: f.result())
+# error kinds of a line and the exit code each stands for; the last two are batch's own: the
+# cluster, not the scenario, failed, and `--resume` runs them again
+EXIT_OF_KIND = {"infeasible": 1, "bad_input": 2, "internal": 3, "worker_lost": EXIT_CLUSTER,
+                "cluster_lost": EXIT_CLUSTER}
+UNANSWERED = ("worker_lost", "cluster_lost")
 
 
 # --- scenarios ----------------------------------------------------------------------------------
@@ -118,17 +61,25 @@ def _on_dask(fn: Callable, items: list, scheduler: str, on_done) -> list:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One checked scenario: its 1-based index, where it is, and `planner solve`'s argv."""
+    """One checked scenario: its 1-based index, where it is, `planner solve`'s argv, the
+    line it starts on (None where unknown: a .json list) and its options as given."""
 
     index: int
     where: str  # 'FILE: scenario K' (JSONL: '... (line L)')
     argv: tuple[str, ...]
+    line: int | None = None
+    given: Any = None
+
+    def name(self) -> dict:
+        """The `scenario` key of its output line."""
+        return {"index": self.index, "line": self.line, "input": self.given}
 
 
-def read_scenarios(path: str) -> list[tuple[str, Any]]:
-    """The raw scenarios of a file, each with where it is: a YAML list (or a mapping with a
-    `scenarios` list) for .yaml / .yml, a JSON list for .json, one JSON object per line for
-    anything else (.jsonl); '-' reads JSON lines from stdin."""
+def read_scenarios(path: str) -> list[tuple[str, Any, int | None]]:
+    """The raw scenarios of a file, each with where it is and its line: a YAML list (or a
+    mapping with a `scenarios` list) for .yaml / .yml, a JSON list for .json, one JSON object
+    per line for anything else (.jsonl); '-' reads JSON lines from stdin. A file with no
+    scenario (empty, blank, an empty list) is bad input, whatever its format."""
     import sys
 
     from planner.catalog import read_file
@@ -147,13 +98,20 @@ def read_scenarios(path: str) -> list[tuple[str, Any]]:
             raise SpecError(f"{shown}: not UTF-8 (byte {exc.start})") from None
     suffix = "" if path == "-" else Path(path).suffix.lower()
     if suffix in (".yaml", ".yml", ".json"):
+        if not text.strip():
+            raise SpecError(f"{shown}: no scenarios (the file is empty)")
         data = _load_document(text, shown, yaml_text=suffix != ".json")
-        if isinstance(data, dict) and set(data) == {"scenarios"}:
+        nested = isinstance(data, dict) and set(data) == {"scenarios"}
+        if nested:
             data = data["scenarios"]
+        if data is None:  # only comments, or a lone 'scenarios:'
+            raise SpecError(f"{shown}: no scenarios (the file is empty)")
         if not isinstance(data, list):
             raise SpecError(f"{shown}: expected a list of scenarios (or a mapping with the one "
                             f"key 'scenarios'), got {short(data)}")
-        found = [(f"{shown}: scenario {k}", s) for k, s in enumerate(data, 1)]
+        lines = _yaml_lines(text, nested, len(data)) if suffix != ".json" else [None] * len(data)
+        found = [(f"{shown}: scenario {k}", s, line)
+                 for k, (s, line) in enumerate(zip(data, lines, strict=True), 1)]
     else:
         found = []
         for line_no, line in enumerate(text.splitlines(), 1):
@@ -161,16 +119,35 @@ def read_scenarios(path: str) -> list[tuple[str, Any]]:
                 continue
             where = f"{shown}: scenario {len(found) + 1} (line {line_no})"
             try:
-                found.append((where, loads_json(line)))
+                found.append((where, loads_json(line), line_no))
             except json.JSONDecodeError as exc:
                 raise SpecError(f"{where}: not JSON ({exc.msg})") from None
             except SpecError as exc:
                 raise SpecError(f"{where}: {exc}") from None
             except RecursionError:
                 raise SpecError(f"{where}: JSON nested too deeply") from None
+    if not found:
+        raise SpecError(f"{shown}: no scenarios (the file is empty)")
     if len(found) > MAX_SCENARIOS:
         raise SpecError(f"{shown}: {len(found)} scenarios, more than the {MAX_SCENARIOS} allowed")
     return found
+
+
+def _yaml_lines(text: str, nested: bool, count: int) -> list[int | None]:
+    """The line each item of a YAML list starts on (the text parsed already: this composes
+    the same text again for the nodes' marks)."""
+    import yaml
+
+    from planner.catalog import _BoundedLoader
+
+    try:
+        node = yaml.compose(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        if nested:
+            node = node.value[0][1]
+        lines = [item.start_mark.line + 1 for item in node.value]
+    except Exception:  # the data came from the same text: this is only for the line numbers
+        return [None] * count
+    return lines if len(lines) == count else [None] * count
 
 
 def _load_document(text: str, shown: str, yaml_text: bool) -> Any:
@@ -266,10 +243,263 @@ def _option_text(where: str, key: str, value: Any, param, click) -> list[str]:
     return [f"{flag}={text}"]  # '--k=v': a value starting with '-' is still a value
 
 
-def scenarios(path: str, command) -> list[Scenario]:
-    """Every scenario of the file, checked before any runs."""
-    return [Scenario(k, where, check_scenario(where, raw, command))
-            for k, (where, raw) in enumerate(read_scenarios(path), 1)]
+def scenarios(path: str, command=None) -> list[Scenario]:
+    """Every scenario of the file, checked before any runs (`command`: the click `solve`)."""
+    if command is None:
+        from planner.cli.solve_cmd import solve as command
+    return [Scenario(k, where, check_scenario(where, raw, command), line, _as_json(raw))
+            for k, (where, raw, line) in enumerate(read_scenarios(path), 1)]
+
+
+def from_mappings(items: Sequence[Mapping], command=None) -> list[Scenario]:
+    """Scenarios given as Python mappings (`batch`'s list input), checked as a file's are."""
+    if command is None:
+        from planner.cli.solve_cmd import solve as command
+    return [Scenario(k, f"scenario {k}", check_scenario(f"scenario {k}", dict(raw)
+                                                         if isinstance(raw, Mapping) else raw,
+                                                         command), None,
+                     _as_json(dict(raw) if isinstance(raw, Mapping) else raw))
+            for k, raw in enumerate(items, 1)]
+
+
+def _as_json(raw: Any) -> Any:
+    """The options as JSON gives them back (what a line's `input` is compared with)."""
+    return json.loads(json.dumps(raw))
+
+
+
+
+# --- lines --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    """One scenario's outcome: its exit code (0 ok, 1 infeasible, 2 bad input, 3 internal, 4
+    its worker or the cluster was lost), its output line as a document and as text, and the
+    stderr lines the solve printed. `resumed`: taken from the `resume` file, not run."""
+
+    scenario: Scenario
+    code: int
+    doc: dict
+    text: str
+    stderr: tuple[str, ...] = ()
+    resumed: bool = False
+
+    @property
+    def kind(self) -> str | None:
+        """The error kind (None: a plan)."""
+        error = self.doc.get("error")
+        return error.get("kind") if isinstance(error, dict) else None
+
+
+def _named(scenario: Scenario, doc: dict) -> dict:
+    """The document with its `scenario` key, after schema_version and command."""
+    head = {k: doc[k] for k in ("schema_version", "command") if k in doc}
+    return {**head, "scenario": scenario.name(),
+            **{k: v for k, v in doc.items() if k not in head}}
+
+
+def _result(scenario: Scenario, code: int, doc: dict, stderr: Sequence[str] = ()) -> Result:
+    from planner.report import render
+
+    doc = _named(scenario, doc)
+    return Result(scenario, code, doc, render.to_jsonl(doc), tuple(stderr))
+
+
+def _error_result(scenario: Scenario, kind: str, message: str) -> Result:
+    from planner.report import render
+
+    doc = render.document("solve", {"error": {
+        "kind": kind, "message": message, "constraints": [], "file": None, "key": None,
+        "value": None}})
+    return _result(scenario, EXIT_OF_KIND[kind], doc)
+
+
+def code_of(doc: dict) -> int:
+    """The exit code an output line stands for."""
+    error = doc.get("error")
+    if not isinstance(error, dict):
+        return 0
+    return EXIT_OF_KIND.get(error.get("kind"), 3)
+
+
+def line_schema() -> dict:
+    """The JSON Schema of one output line: `planner schema solve`'s document (a plan or an
+    error) with the `scenario` key, and batch's own error kinds (`worker_lost`,
+    `cluster_lost`)."""
+    import copy
+
+    from planner.schema import schemas
+
+    doc = copy.deepcopy(schemas()["solve"])
+    scenario = {"type": "object", "additionalProperties": False,
+                "required": ["index", "line", "input"],
+                "properties": {"index": {"type": "integer", "minimum": 1},
+                               "line": {"type": ["integer", "null"], "minimum": 1},
+                               "input": {"type": "object"}}}
+    for variant in doc["oneOf"]:
+        variant["properties"]["scenario"] = scenario
+        variant["required"] = [*variant["required"], "scenario"]
+        error = variant["properties"].get("error")
+        if error is not None:
+            kinds = error["properties"]["kind"]["enum"]
+            error["properties"]["kind"]["enum"] = [*kinds, *UNANSWERED]
+    doc["title"] = "planner batch: one output line"
+    return doc
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+
+def answered(path: str, todo: Sequence[Scenario]) -> dict[int, Result]:
+    """The lines of a partial output that answer a scenario of `todo` (a plan or the
+    scenario's own error; not `worker_lost` / `cluster_lost`), by index. A missing file answers
+    nothing; a line that is not one of batch's, or answers a scenario with other options than
+    `todo`'s, is bad input. A last line cut short (a run killed while writing) is ignored."""
+    from planner.catalog import shown as shown_path
+
+    shown = shown_path(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64 * MAX_SCENARIO_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise SpecError(f"{shown}: cannot read ({exc.strerror})") from None
+    if len(raw) > 64 * MAX_SCENARIO_BYTES:
+        raise SpecError(f"{shown}: larger than {64 * MAX_SCENARIO_BYTES} bytes")
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    by_index = {s.index: s for s in todo}
+    found: dict[int, Result] = {}
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = line_no == len(lines)  # no newline after it: possibly cut short
+        try:
+            doc = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            if last:
+                continue
+            raise SpecError(f"{shown}: line {line_no}: not JSON (resume takes a batch "
+                            f"output)") from None
+        name = doc.get("scenario") if isinstance(doc, dict) else None
+        index = name.get("index") if isinstance(name, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool):
+            if last:
+                continue
+            raise SpecError(f"{shown}: line {line_no}: names no scenario (resume takes the "
+                            f"output of planner batch)")
+        scenario = by_index.get(index)
+        if scenario is None:
+            raise SpecError(f"{shown}: line {line_no}: scenario {index}, but the input has "
+                            f"{len(todo)} scenarios")
+        if name.get("input") != scenario.given:
+            raise SpecError(f"{shown}: line {line_no}: scenario {index} was run with other "
+                            f"options than {scenario.where}'s")
+        code = code_of(doc)
+        error = doc.get("error")
+        if isinstance(error, dict) and error.get("kind") in UNANSWERED:
+            continue
+        found.setdefault(index, Result(scenario, code, doc, line.strip(), (), True))
+    return found
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+class BatchRun:
+    """The scenarios run as `batch` describes; iterate for the `Result`s. After the iteration
+    `lost` is None or why the cluster was lost, `exit_code` the worst scenario's code."""
+
+    def __init__(self, todo: Sequence[Scenario], *, jobs: int, scheduler: Any, ordered: bool,
+                 done: Mapping[int, Result], stall_timeout_s: float, connect_timeout_s: float,
+                 on_progress: Callable[[Progress], None] | None):
+        self.scenarios = list(todo)
+        self.resumed = dict(done)
+        self.ordered = ordered
+        self.lost: str | None = None
+        self.exit_code = 0
+        self.unanswered = 0  # worker_lost and cluster_lost lines
+        pending = [s for s in self.scenarios if s.index not in self.resumed]
+        self._pending = pending
+        self._run = Run(run_scenario, [s.argv for s in pending], jobs=jobs, scheduler=scheduler,
+                        stall_timeout_s=stall_timeout_s, connect_timeout_s=connect_timeout_s,
+                        on_progress=on_progress)
+
+    def __iter__(self) -> Iterator[Result]:
+        for r in self._in_order(self._results()):
+            self.exit_code = max(self.exit_code, r.code)
+            self.unanswered += r.kind in UNANSWERED
+            yield r
+        self.lost = self._run.lost
+
+    def _results(self) -> Iterator[Result]:
+        yield from (self.resumed[k] for k in sorted(self.resumed))
+        if not self._pending:
+            return
+        for done in self._run:
+            scenario = self._pending[done.index]
+            if done.lost:
+                kind = done.lost
+                why = ("its worker died and was not replaced in time, or Dask gave up on it"
+                       if kind == "worker_lost" else "not run: the cluster was lost")
+                yield _error_result(scenario, kind, f"{why} ({done.message})")
+            elif done.error is not None:
+                yield _error_result(scenario, "internal", f"internal error: "
+                                    f"{type(done.error).__name__}: {done.error}")
+            else:
+                code, doc, err = done.value
+                yield _result(scenario, code, doc, err)
+
+    def _in_order(self, results: Iterator[Result]) -> Iterator[Result]:
+        if not self.ordered:
+            yield from results
+            return
+        held: dict[int, Result] = {}
+        order = [s.index for s in self.scenarios]
+        at, closing = 0, False
+        try:
+            for r in results:
+                held[r.scenario.index] = r
+                while at < len(order) and order[at] in held:
+                    yield held.pop(order[at])
+                    at += 1
+        except GeneratorExit:  # the caller stopped reading
+            closing = True
+            raise
+        finally:  # an interrupt ends the run: what finished is not held back
+            if not closing:
+                yield from [held.pop(k) for k in order[at:] if k in held]
+
+
+def batch(source: str | Path | Sequence[Mapping], *, jobs: int = 1, scheduler: Any = None,
+          ordered: bool = True, resume: str | Path | None = None,
+          stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+          connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+          on_progress: Callable[[Progress], None] | None = None) -> BatchRun:
+    """Many solves: `planner batch` from Python.
+
+    `source` is a scenario file (YAML / JSON list, JSONL) or a list of mappings of solve's
+    options, every one checked before any runs (SpecError naming the scenario and key).
+    `jobs` / `scheduler` say where they run: 1 here, N local processes (0: every core), or a
+    Dask cluster (an address 'tcp://HOST:PORT' or a `distributed.Client`, which is left
+    open). Iterate the returned `BatchRun` for one `Result` per scenario, as each finishes: in
+    input order when `ordered` (only what is not yet in order is held back), else as they
+    finish. `resume`: a partial output of an earlier run; its answered scenarios are yielded
+    from it (`Result.resumed`) and not run again. A lost cluster (`stall_timeout_s` without
+    workers or progress counts) ends the iteration with a `cluster_lost` result for each
+    scenario not finished and `BatchRun.lost` set; nothing is raised for it.
+
+    >>> for r in batch("scenarios.yaml", scheduler="tcp://10.0.0.5:8786"):  # doctest: +SKIP
+    ...     print(r.scenario.index, r.code, r.doc.get("config"))
+    """
+    todo = (scenarios(str(source)) if isinstance(source, str | Path)
+            else from_mappings(source))
+    done = answered(str(resume), todo) if resume is not None else {}
+    return BatchRun(todo, jobs=jobs, scheduler=scheduler, ordered=ordered, done=done,
+                    stall_timeout_s=stall_timeout_s, connect_timeout_s=connect_timeout_s,
+                    on_progress=on_progress)
 
 
 # --- one scenario -------------------------------------------------------------------------------

@@ -163,19 +163,27 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
 def sweep_in_parallel(model: str, hardware: str, *, nodes: list[int],
                       global_batch: int | list[int] | None = None,
                       bandwidths_GBps: list[float] | None = None, jobs: int = 1,
-                      scheduler: str | None = None, on_point=None, **kwargs) -> Sweep:
+                      scheduler=None, on_point=None, stall_timeout_s: float | None = None,
+                      connect_timeout_s: float | None = None, on_progress=None,
+                      **kwargs) -> Sweep:
     """`planner.api.sweep` with each (bandwidth, nodes, global batch) combination one task of
-    `planner.batch.parallel_map` (local processes with `jobs`, a Dask cluster with
-    `scheduler`): the points and skipped ones come back in the serial sweep's order, each the
-    same as there (a point depends on its combination alone). `on_point` is called as each
-    combination finishes."""
-    from planner.batch import parallel_map
+    `planner.parallel.parallel_map` (local processes with `jobs`; a Dask cluster with
+    `scheduler`, an address 'tcp://HOST:PORT' or a `distributed.Client`): the points and
+    skipped ones come back in the serial sweep's order, each the same as there (a point
+    depends on its combination alone). `on_point` is called as each combination finishes,
+    `on_progress` with a `planner.parallel.Progress`. A lost cluster, or no workers for
+    `stall_timeout_s`, is a `planner.parallel.ClusterError` (exit code 4); the workers keep
+    their compiled programs between points."""
+    from planner.parallel import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S, parallel_map
 
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
     tasks = [dict(model=model, hardware=hardware, nodes=[n_val], global_batch=batch,
                   bandwidths_GBps=None if bw is None else [bw], **kwargs)
              for bw in bandwidths_GBps or [None] for n_val in nodes for batch in batches]
-    parts = parallel_map(_sweep_task, tasks, jobs=jobs, scheduler=scheduler, on_done=on_point)
+    parts = parallel_map(_sweep_task, tasks, jobs=jobs, scheduler=scheduler, on_done=on_point,
+                         stall_timeout_s=stall_timeout_s or DEFAULT_STALL_TIMEOUT_S,
+                         connect_timeout_s=connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S,
+                         on_progress=on_progress)
     return Sweep([p for part in parts for p in part.points],
                  [s for part in parts for s in part.skipped], tuple(nodes))
 

@@ -2,11 +2,13 @@
 local processes (--jobs) and a Dask cluster (--scheduler), each identical to the serial run."""
 
 import json
+import os
 import sys
+import time
 
 import pytest
 
-from planner.batch import WALL_CLOCK_KEYS, parallel_map, without_wall_clock
+from planner.batch import WALL_CLOCK_KEYS, ClusterError, parallel_map, without_wall_clock
 
 SCENARIOS = """\
 - {model: llama3-8b, hardware: dgx-h100, global_batch: 512, devices_max: 64}
@@ -39,6 +41,11 @@ def _lines(out: str) -> list[dict]:
     return [without_wall_clock(json.loads(line)) for line in out.splitlines()]
 
 
+def _plan(line: dict) -> dict:
+    """A line without its `scenario` key: the solve document."""
+    return {k: v for k, v in line.items() if k != "scenario"}
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
     """The serial batch's (exit code, lines, stderr), run once for the module."""
@@ -65,8 +72,12 @@ def test_each_line_is_the_solve_document_in_input_order(serial, run):
     assert len(lines) == len(AS_FLAGS)
     for k, flags in enumerate(AS_FLAGS):
         solve_code, solve_out, _ = run("solve", *flags, "--format", "json")
-        assert lines[k] == without_wall_clock(json.loads(solve_out)), k
+        assert _plan(lines[k]) == without_wall_clock(json.loads(solve_out)), k
         assert ("error" in lines[k]) == (solve_code != 0)
+        # each line names its scenario: index, the line it starts on, its options as given
+        assert lines[k]["scenario"]["index"] == k + 1 and lines[k]["scenario"]["line"] == k + 1
+    assert lines[4]["scenario"]["input"]["target_samples"] == 1.2e8
+    assert list(lines[0])[:3] == ["schema_version", "command", "scenario"]
     assert lines[0]["config"]["devices"] <= 64 and lines[1]["model"] == "alexnet"
     assert lines[2]["error"]["kind"] == "infeasible"
     assert lines[3]["error"]["kind"] == "bad_input" and lines[3]["error"]["value"] == "no-such-model"
@@ -237,10 +248,189 @@ def test_sweep_on_a_dask_cluster_is_identical_to_serial(dask_cluster, run):
     assert json.loads(out) == json.loads(serial_out)
 
 
-def test_each_line_validates_against_the_solve_schema(serial):
+def test_each_line_validates_against_the_line_schema(serial):
+    """A line is the solve document (its schema) with the scenario key."""
     jsonschema = pytest.importorskip("jsonschema")
+    from planner.batch import line_schema
     from planner.schema import schemas
 
-    schema = schemas()["solve"]
     for line in serial[1].splitlines():
-        jsonschema.validate(json.loads(line), schema)
+        jsonschema.validate(json.loads(line), line_schema())
+        jsonschema.validate(_plan(json.loads(line)), schemas()["solve"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(_plan(json.loads(serial[1].splitlines()[0])), line_schema())
+
+
+# --- streaming, output, resume, empty inputs, bad addresses -----------------------------------
+
+
+def test_as_finished_lines_are_the_serial_lines_in_some_order(serial, scenario_file, run):
+    code, out, _ = run("batch", scenario_file, "--jobs", "2", "--as-finished")
+    assert code == serial[0]
+    by_index = {line["scenario"]["index"]: line for line in _lines(out)}
+    assert [by_index[k] for k in sorted(by_index)] == _lines(serial[1])
+
+
+def test_output_file_is_written_and_stdout_left_empty(serial, scenario_file, run, tmp_path):
+    path = tmp_path / "plans.jsonl"
+    code, out, _ = run("batch", scenario_file, "-o", str(path))
+    assert (code, out) == (serial[0], "")
+    assert _lines(path.read_text()) == _lines(serial[1])
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("e.jsonl", ""), ("e.jsonl", "\n  \n"), ("e.yaml", ""), ("e.yaml", "# nothing\n"),
+    ("e.yml", "[]\n"), ("e.yaml", "scenarios: []\n"), ("e.yaml", "scenarios:\n"),
+    ("e.json", ""), ("e.json", "[]"),
+])
+def test_empty_inputs_are_one_message_and_exit_2(tmp_path, run, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = run("batch", str(path))
+    assert (code, out) == (2, "")
+    assert err == f"planner: {path}: no scenarios (the file is empty)\n"
+
+
+def test_resume_skips_the_answered_scenarios(serial, scenario_file, run, tmp_path,
+                                             monkeypatch):
+    from planner import batch as batch_mod
+
+    lines = serial[1].splitlines()
+    lost = {k: v for k, v in json.loads(lines[1]).items()
+            if k in ("schema_version", "command", "scenario")}
+    lost["error"] = {"kind": "cluster_lost", "message": "not run", "constraints": [],
+                     "file": None, "key": None, "value": None}
+    partial = tmp_path / "plans.jsonl"
+    # scenario 4 and 1 answered (any order), 2 lost, a last line cut short by a kill
+    partial.write_text(lines[3] + "\n" + lines[0] + "\n" + json.dumps(lost) + "\n"
+                       + lines[2][:40])
+    ran = []
+    real = batch_mod.run_scenario
+    monkeypatch.setattr(batch_mod, "run_scenario", lambda argv: ran.append(argv) or real(argv))
+    code, out, _ = run("batch", scenario_file, "--resume", str(partial))
+    assert code == serial[0]
+    assert _lines(out) == _lines(serial[1])
+    assert out.splitlines()[0] == lines[0] and out.splitlines()[3] == lines[3]  # copied
+    assert len(ran) == 3  # scenarios 2, 3, 5
+    # the same file as output: rewritten whole once the run ends
+    code, out, _ = run("batch", scenario_file, "--resume", str(partial), "-o", str(partial))
+    assert (code, out) == (serial[0], "")
+    assert _lines(partial.read_text()) == _lines(serial[1])
+    assert not (tmp_path / "plans.jsonl.partial").exists()
+    # everything answered: nothing runs
+    ran.clear()
+    code, out, _ = run("batch", scenario_file, "--resume", str(partial))
+    assert ran == [] and _lines(out) == _lines(serial[1])
+
+
+def test_resume_from_a_missing_file_runs_everything(serial, scenario_file, run, tmp_path):
+    code, out, _ = run("batch", scenario_file, "--resume", str(tmp_path / "none.jsonl"))
+    assert code == serial[0] and _lines(out) == _lines(serial[1])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("not json\n{}\n", "line 1: not JSON"),
+    ('{"schema_version": 1}\n', "line 1: names no scenario"),
+    ('{"scenario": {"index": 9, "input": {}}}\n', "line 1: scenario 9, but the input has 5"),
+    ('{"scenario": {"index": 2, "input": {"model": "vgg16"}}}\n',
+     "line 1: scenario 2 was run with other options than"),
+])
+def test_a_resume_file_that_does_not_fit_is_exit_2(scenario_file, run, tmp_path, content,
+                                                   message):
+    path = tmp_path / "old.jsonl"
+    path.write_text(content)
+    code, out, err = run("batch", scenario_file, "--resume", str(path))
+    assert (code, out) == (2, "") and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:notaport", "127.0.0.1:8786",
+                                     "tcp://127.0.0.1", "tcp://127.0.0.1:0",
+                                     "tcp://127.0.0.1:70000", "http://127.0.0.1:8786", ""])
+def test_a_bad_scheduler_address_is_exit_2_at_once(scenario_file, run, address):
+    start = time.monotonic()
+    code, out, err = run("batch", scenario_file, "--scheduler", address)
+    assert (code, out) == (2, "") and time.monotonic() - start < 2
+    assert err.startswith("planner: scheduler: ") and len(err.splitlines()) == 1
+    code, _, err = run("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+                       "--scheduler", address)
+    assert code == 2 and err.startswith("planner: scheduler: ")
+
+
+def test_an_unreachable_scheduler_is_exit_4_and_leaves_the_output_alone(scenario_file, run,
+                                                                        tmp_path):
+    pytest.importorskip("distributed")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out_file = tmp_path / "plans.jsonl"
+    out_file.write_text("kept\n")
+    start = time.monotonic()
+    code, out, err = run("batch", scenario_file, "--scheduler", f"tcp://127.0.0.1:{port}",
+                         "--connect-timeout", "1", "-o", str(out_file))
+    assert (code, out) == (4, "") and time.monotonic() - start < 10
+    assert err.startswith("planner: scheduler: cannot connect to") and len(err.splitlines()) == 1
+    assert out_file.read_text() == "kept\n"
+
+
+def _die_on_3(x):
+    if x == 3:
+        os._exit(1)  # a native crash, an out-of-memory kill
+    return x * x
+
+
+def test_a_local_process_that_dies_loses_only_its_item():
+    from planner.parallel import Run
+
+    done = sorted(Run(_die_on_3, [1, 2, 3, 4, 5, 6], jobs=2), key=lambda d: d.index)
+    assert [d.value for d in done if d.ok] == [1, 4, 16, 25, 36]
+    assert [(d.index, d.lost) for d in done if not d.ok] == [(2, "worker_lost")]
+    with pytest.raises(ClusterError, match="task 3: its worker died"):
+        parallel_map(_die_on_3, [1, 2, 3, 4], jobs=2)
+
+
+def test_held_back_lines_are_given_when_the_run_is_interrupted(scenario_file):
+    """Ordered output holds back what is not yet in order; an interrupt (Ctrl-C, SIGTERM at a
+    time limit) still gets every finished line out before it ends the run."""
+    from planner.batch import _error_result, batch
+
+    run = batch(scenario_file)
+
+    def results():
+        for k in (3, 2):
+            yield _error_result(run.scenarios[k - 1], "internal", "x")
+        raise KeyboardInterrupt
+
+    run._results = results
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for r in run:
+            got.append(r.scenario.index)
+    assert got == [2, 3]
+
+
+def test_progress_lines_say_done_running_and_waiting():
+    from planner.parallel import Progress
+
+    assert Progress(10, 3, 1, 2, 5, 2).line("batch") == (
+        "batch: 3 of 10 done (1 failed), 2 running, 5 waiting; 2 workers")
+    assert Progress(10, 3, 0, 2, 5, 0, 12.4, 120).line("batch") == (
+        "batch: 3 of 10 done, 7 waiting for workers (no workers for 12 s; "
+        "--stall-timeout 120 s)")
+    assert Progress(4, 1, 0, 1, 2).line("sweep") == "sweep: 1 of 4 done, 1 running, 2 waiting"
+
+
+def test_a_progress_line_every_n_seconds_when_stderr_is_not_a_terminal(monkeypatch, capsys):
+    from planner.cli.batch_cmd import Reporter
+    from planner.parallel import Progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    clock = iter([0.0, 0.5, 1.2, 1.4, 2.5])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    reporter = Reporter("batch", 10, 1.0)  # reads the clock once: 0.0
+    for done in (1, 2, 3, 4):  # at 0.5, 1.2, 1.4, 2.5 s
+        reporter(Progress(10, done, 0, 1, 9 - done))
+    assert capsys.readouterr().err.splitlines() == [
+        "planner: batch: 2 of 10 done, 1 running, 7 waiting (1 s)",
+        "planner: batch: 4 of 10 done, 1 running, 5 waiting (2 s)"]

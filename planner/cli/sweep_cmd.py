@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from planner.cli.batch_cmd import Reporter, check_scheduler, cluster_options
 from planner.cli.options import (
     headroom_option,
     parallel_check,
@@ -41,13 +42,17 @@ from planner.report import render
 @transformer_options
 @headroom_option
 @parallel_options
+@cluster_options
 def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, plot_path, jobs, scheduler,
-          **hybrid):
+          stall_timeout, connect_timeout, progress_every, **hybrid):
     """Predictions over node counts, global batches and network bandwidths (every
     combination; full nodes). For transformers each point is the best tp x pp x dp plan on
     all the devices of those nodes (the hybrid flags pin choices).
+
+    With --jobs or --scheduler the points run in parallel, with the same result. A cluster
+    lost mid-run, or with no workers for --stall-timeout, is one line and exit 4.
 
     \b
     Examples:
@@ -61,6 +66,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
 
     require(model, hardware)
     parallel_check(jobs, scheduler)
+    check_scheduler(scheduler)
     headroom = hybrid.pop("memory_headroom")
     batches = int_list(batch_spec, "global_batch")
     bandwidths = float_list(bandwidth_spec, "bandwidth")
@@ -89,14 +95,27 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                             "(CNNs: --target-samples)")
         family = {"local_batch": local_batch, "collective": collective, "optimizer": optimizer,
                   "servers": servers}
-    with progress(total, "sweep") as bar:
-        sw = api.sweep(model, hardware, nodes=nodes, global_batch=global_batch,
-                       bandwidths_GBps=bandwidths, overlap=overlap, precision=precision,
-                       critical_batch=critical_batch, target_steps=target_steps,
-                       target_samples=target_samples,
-                       price_per_device_hour=price_per_device_hour, memory_headroom=headroom,
-                       jobs=jobs, scheduler=scheduler,
-                       on_point=bar and (lambda: bar.update(1)), **family)
+    common = dict(nodes=nodes, global_batch=global_batch, bandwidths_GBps=bandwidths,
+                  overlap=overlap, precision=precision, critical_batch=critical_batch,
+                  target_steps=target_steps, target_samples=target_samples,
+                  price_per_device_hour=price_per_device_hour, memory_headroom=headroom,
+                  **family)
+    if jobs == 1 and scheduler is None:
+        with progress(total, "sweep") as bar:
+            sw = api.sweep(model, hardware, on_point=bar and (lambda: bar.update(1)), **common)
+    else:
+        from planner.parallel import ClusterError
+
+        reporter = Reporter("sweep", total, progress_every)
+        try:
+            sw = api.sweep(model, hardware, jobs=jobs, scheduler=scheduler,
+                           stall_timeout_s=stall_timeout, connect_timeout_s=connect_timeout,
+                           on_progress=reporter, **common)
+        except ClusterError as exc:
+            reporter.close()
+            _cluster_failed(exc, fmt)  # exits
+        finally:
+            reporter.close()
     if not sw.points:
         if transformer:
             raise InfeasibleError(f"infeasible: no swept point has a plan "
@@ -109,3 +128,16 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
         sweep_plot(sw, plot_path, f"{model} on {hardware}")
     doc = render.document("sweep", {"model": model, "hardware": hardware, **sweep_doc(sw)})
     emit(doc, fmt, sweep_text(sw))
+
+
+def _cluster_failed(exc, fmt: str) -> None:
+    """A lost cluster: one line, with --format json its error document (kind
+    'cluster_lost'), exit 4."""
+    import sys
+
+    click.echo(f"planner: {exc}", err=True)
+    if fmt == "json":
+        click.echo(render.to_json(render.document("sweep", {"error": {
+            "kind": "cluster_lost", "message": str(exc), "constraints": [], "file": None,
+            "key": None, "value": None}})))
+    sys.exit(exc.exit_code)
