@@ -7,7 +7,8 @@ Transformers: the four A100 constants of `planner.fit_transformer` as the specs 
 against vTrain's single-node runs, SC21 Table 1 and BERT-Large; the out-of-sample column refits
 them without the group. CNNs: `planner calibrate`'s rows grouped by source, where only the
 single-device rows are fitted (one compute efficiency per device), so every multi-device row is
-already out of sample.
+already out of sample. MLPerf Training: every pretraining submission at the plan its config
+pins (`planner.mlperf`), nothing fitted to them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import defaultdict
 
 from planner import calibrate as cal
 from planner import fit_transformer as ft
+from planner import mlperf
 
 
 def transformers() -> None:
@@ -41,6 +43,44 @@ def cnns() -> None:
               f"{bias:>+7.1%} {held_mape:>13}")
 
 
+def _stats(errors: list[float]) -> str:
+    mape = sum(abs(e) for e in errors) / len(errors)
+    bias = sum(errors) / len(errors)
+    worst = max(errors, key=abs)
+    return f"{len(errors):>4} {mape:>7.1%} {bias:>+7.1%} {worst:>+7.1%}"
+
+
+def mlperf_training() -> None:
+    """Every MLPerf Training pretraining submission at its own pinned plan (nothing fitted to
+    these rows: all held out), by benchmark x system x precision, then by system family."""
+    rows = mlperf.rows()
+    priced = [r for r in rows if r["error"] is not None]
+    print("\nMLPerf Training (planner/calibration/mlperf_training.csv): each submission at its "
+          "own plan; nothing fitted to these rows")
+    print(f"{'group':<36} {'rows':>4} {'MAPE':>7} {'bias':>7} {'worst':>7}")
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in priced:
+        by[r["group"]].append(r["error"])
+    for group, errors in sorted(by.items()):
+        print(f"{group:<36} {_stats(errors)}")
+    fam: dict[str, list[float]] = defaultdict(list)
+    for r in priced:
+        system = r["run"].system
+        fam["H100 / H200" if system in ("dgx-h100", "hgx-h200") else
+            "AMD" if system.startswith("mi") else "B200 / B300 / GB200 / GB300"].append(
+            r["error"])
+    for name, errors in sorted(fam.items()):
+        print(f"{'all ' + name:<36} {_stats(errors)}")
+    print(f"{'all priced':<36} {_stats([r['error'] for r in priced])}")
+    skipped: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r["error"] is None:
+            skipped[r["why_not"]] += 1
+    for why, n in sorted(skipped.items(), key=lambda x: -x[1]):
+        print(f"  not priced ({n}): {why}")
+
+
 if __name__ == "__main__":
     transformers()
     cnns()
+    mlperf_training()

@@ -1,0 +1,115 @@
+"""MLPerf Training submissions (`planner/calibration/mlperf_training.csv`), predicted as their
+submitters pinned them.
+
+Each row is one submission's own configuration (parallel sizes, batches, precision, overlap
+switches, read from its `config_*.sh`) and its logged step time (`mlperf_training.md` says how
+each was derived). `rows()` prices every pretraining row at exactly that plan with the specs as
+they ship (nothing is fitted to these rows), `expressible` says why a row cannot be priced yet
+(fine-tuning with frozen weights, a device or precision the catalog lacks), and
+`python benchmarks/accuracy.py` reports the error by group.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+from planner.catalog import load_model, load_system
+from planner.errors import SpecError
+from planner.plan import Plan
+from planner.search.hybrid import predict
+from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
+
+CSV = Path(__file__).parent / "calibration" / "mlperf_training.csv"
+
+# the benchmark's model as the catalog writes it (the MLPerf reference's architecture)
+MODELS = {"gpt3": "gpt3-175b", "llama31_405b": "llama3.1-405b", "llama31_8b": "llama3-8b"}
+# the accelerator column's words -> the built-in system of that node (8 GPUs, NDR / RoCE;
+# NVL72 racks as trays of 4)
+SYSTEMS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"),
+           ("B200", "dgx-b200"), ("H200-SXM", "hgx-h200"), ("H100-SXM", "dgx-h100"),
+           ("MI355X", "mi355x-8"), ("MI325X", "mi325x-8"), ("MI300X", "mi300x-8"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One submission: what it is, the plan it ran and what it measured."""
+
+    row: dict
+    model: str
+    system: str | None
+    precision: Precision | None
+    measured_s: float
+    why_not: str | None  # None: expressible
+
+    @property
+    def group(self) -> str:
+        return f"{self.row['benchmark']} {self.system or self.row['accelerator']} " \
+               f"{self.precision.value if self.precision else '?'}"
+
+
+def _flag(value: str, default: bool) -> bool:
+    return default if value == "" else value not in ("0", "False", "false")
+
+
+def read(path: Path = CSV) -> list[Run]:
+    """Every row of the file, duplicates (the same measurement filed twice) left out."""
+    out = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if r["duplicate_of"]:
+                continue
+            system = next((s for key, s in SYSTEMS if key in r["accelerator"]), None)
+            precision = Precision(r["precision"]) if r["precision"] else None
+            why = None
+            if r["benchmark"] not in MODELS:
+                why = "fine-tuning with frozen base weights (LoRA) is not expressible yet"
+            elif system is None:
+                why = f"no built-in system for {r['accelerator']}"
+            elif precision is None:
+                why = "precision not given by the submission's files"
+            out.append(Run(r, MODELS.get(r["benchmark"], r["benchmark"]), system, precision,
+                           float(r["step_time_s"]), why))
+    return out
+
+
+def plan_of(run: Run) -> Plan:
+    """The plan as the submission's config sets it. Unset switches take NeMo / Megatron-LM's
+    defaults for these recipes: sequence parallel with tp > 1, the distributed optimizer
+    (ZeRO 1) with its gradient reduce overlapped, no recomputation, flash attention."""
+    r = run.row
+    tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
+    g = load_system(run.system).devices_per_node
+    return Plan.split(tp, pp, dp, int(r["micro_batch"]), int(r["global_batch"]),
+                      node_size=g, cp=cp, interleave=int(r["vp"] or 1),
+                      sequence_parallel=tp > 1 and _flag(r["sequence_parallel"], True),
+                      zero=1 if _flag(r["dist_optimizer"], True) else 0,
+                      overlap=_flag(r["overlap_grad_reduce"], True),
+                      tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False))
+
+
+def predicted(run: Run) -> tuple[float | None, str | None]:
+    """(predicted step time, None), or (None, why the planner refuses the plan)."""
+    if run.why_not:
+        return None, run.why_not
+    model = load_model(run.model)
+    if run.row["seq_len"]:
+        model = with_seq_len(model, int(run.row["seq_len"]))
+    try:
+        pred = predict(model, load_system(run.system), run.precision, plan_of(run))
+    except SpecError as err:
+        return None, f"refused: {err}"
+    return pred.iteration_time_s, None
+
+
+def rows(path: Path = CSV) -> list[dict]:
+    """Every run with its prediction and error (predicted / measured - 1), or why none."""
+    out = []
+    for run in read(path):
+        t, why = predicted(run)
+        out.append({"run": run, "group": run.group, "measured_s": run.measured_s,
+                    "predicted_s": t, "why_not": why,
+                    "error": None if t is None else t / run.measured_s - 1})
+    return out
