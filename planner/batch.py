@@ -518,6 +518,11 @@ def run_scenario(argv: Sequence[str]) -> tuple[int, dict, list[str]]:
             main(list(argv))
             code = 0
         except SystemExit as exc:
+            # Ctrl-C / SIGTERM during the solve: click made it an Abort, `main` an exit 2;
+            # it is the batch's interrupt, not this scenario's answer
+            cause = getattr(exc.__context__, "__cause__", None)
+            if isinstance(cause, KeyboardInterrupt):
+                raise cause from None
             code = exc.code if isinstance(exc.code, int) else 1
     text = out.getvalue()
     try:

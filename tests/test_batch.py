@@ -434,3 +434,28 @@ def test_a_progress_line_every_n_seconds_when_stderr_is_not_a_terminal(monkeypat
     assert capsys.readouterr().err.splitlines() == [
         "planner: batch: 2 of 10 done, 1 running, 7 waiting (1 s)",
         "planner: batch: 4 of 10 done, 1 running, 5 waiting (2 s)"]
+
+
+def test_sigterm_writes_what_finished_and_exits_130(tmp_path):
+    """A batch system's time limit (SIGTERM) during a solve in this process: the finished
+    lines are out, the interrupted scenario gets no line, one message, exit 130."""
+    import signal
+    import subprocess
+
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(
+        json.dumps({"model": m, "hardware": "dgx-h100", "global_batch": 1024,
+                    "devices_max": 4096}) + "\n"
+        for m in ("llama3-8b", "llama3-70b", "llama3-70b", "llama3-405b", "llama3-405b")))
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "batch", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    lines = [first, *rest.splitlines()]
+    assert 1 <= len(lines) < 5
+    assert all("error" not in json.loads(x) for x in lines)
+    assert err.splitlines()[-1].startswith(f"planner: batch: terminated; {len(lines)} of 5 "
+                                           "lines written; finish with --resume FILE")
+    assert "Traceback" not in err

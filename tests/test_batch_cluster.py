@@ -310,8 +310,15 @@ def test_no_workers_stops_within_the_stall_timeout(tmp_path, scenario_file):
                               "--progress-every", "1")
         out, err = proc.communicate(timeout=60)
         elapsed = time.monotonic() - start
+        # a sweep too: one line, its JSON error document, exit 4
+        code, sweep_out, sweep_err = _main(
+            "sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--nodes",
+            "1,2", "--scheduler", address, "--stall-timeout", "2", "--format", "json")
     finally:
         c.close()
+    assert code == 4 and sweep_err.startswith("planner: cluster lost: no workers")
+    assert len(sweep_err.splitlines()) == 1
+    assert json.loads(sweep_out)["error"]["kind"] == "cluster_lost"
     assert proc.returncode == 4
     assert elapsed < 3 + 15  # the stall timeout, and starting Python
     lines = [json.loads(x) for x in out.splitlines()]
