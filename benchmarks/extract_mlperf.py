@@ -25,6 +25,7 @@ Standard library only; needs ``git`` and ``bash``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import glob
 import json
@@ -44,7 +45,8 @@ BENCHMARKS = {
 }
 # accelerators the planner can model; TPU and Gaudi submissions are skipped
 SKIP_SUBMITTERS = {"Google", "Intel-HabanaLabs", "Intel"}
-VENDORED = re.compile(r"/(Megatron-LM|TransformerEngine|NeMo|megatron|apex|3rdparty|nccl|maxtext_fork|NeMo-[^/]*)/")
+VENDORED = re.compile(
+    r"/(Megatron-LM|TransformerEngine|NeMo|megatron|apex|3rdparty|nccl|maxtext_fork|NeMo-[^/]*)/")
 
 COLUMNS = [
     "benchmark", "model", "round", "submitter", "system", "accelerator", "framework",
@@ -59,7 +61,8 @@ COLUMNS = [
 SEEN_BLOBS = {}
 # variables whose defaults may be taken from the implementation's own YAML (${oc.env:VAR,default})
 YAML_VARS = {"INTERLEAVED_PIPELINE", "FP8", "MICRO_BATCH_SIZE", "TP_COMM_OVERLAP", "CONTEXT_PARALLEL",
-             "SEQ_PARALLEL", "FP8_RECIPE", "USE_DIST_OPTIMIZER", "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER"}
+             "SEQ_PARALLEL", "FP8_RECIPE", "USE_DIST_OPTIMIZER", "OVERLAP_GRAD_REDUCE",
+             "OVERLAP_PARAM_GATHER"}
 
 
 def git(repo, *args, check=True):
@@ -80,10 +83,8 @@ def parse_log(text):
     for line in text.splitlines():
         m = MLLOG.search(line)
         if m:
-            try:
+            with contextlib.suppress(ValueError):
                 ev.append(json.loads(m.group(1)))
-            except ValueError:
-                pass
             continue
         m = DLPAL.search(line)
         if m:
@@ -128,7 +129,7 @@ def run_step_time(ev, gbs):
         # wall-clock per step between consecutive entries; metadata.step counts steps (v5),
         # or consumed tokens (v3 gpt3) or is absent (then one step per entry is assumed)
         pairs = [(b[0] - a[0], (b[2] - a[2]) if a[2] is not None and b[2] is not None else None)
-                 for a, b in zip(per_step, per_step[1:])]
+                 for a, b in zip(per_step, per_step[1:], strict=False)]
         dsteps = [d for _, d in pairs if d]
         # metadata.step is in steps, samples (x gbs) or tokens (x gbs x seq) depending on the logger:
         # the unit is the one of these that divides the increments and brings the wall clock closest
@@ -161,14 +162,14 @@ def run_step_time(ev, gbs):
         use = thr[1:] if len(thr) >= 2 else thr
         steps = [gbs / t for t in use]
         cc, ccm = _block_walltime(ev, gbs)
-        return statistics.median(steps), "global_batch / per-block throughput (samples/s) MLLOG entry; median " \
-            "over blocks (first block dropped when >=2)", len(use), cc, ccm
+        return statistics.median(steps), "global_batch / per-block throughput (samples/s) MLLOG entry; " \
+            "median over blocks (first block dropped when >=2)", len(use), cc, ccm
     bl = _block_epoch_count(ev, gbs)
     if bl:
         use = bl[1:] if len(bl) >= 2 else bl
-        return statistics.median(use), "block wall clock (block_start..block_stop) / steps in block (metadata " \
-            "epoch_count tokens / (global_batch x max_sequence_length)); median over blocks, first block dropped " \
-            "when >=2", len(use), None, ""
+        return statistics.median(use), "block wall clock (block_start..block_stop) / steps in block " \
+            "(metadata epoch_count tokens / (global_batch x max_sequence_length)); median over blocks, " \
+            "first block dropped when >=2", len(use), None, ""
     return None, None, 0, None, None
 
 
@@ -201,7 +202,7 @@ def _loss_interval(ev, gbs):
             if st is not None:
                 pts.append((e["time_ms"], float(st)))
     per = []
-    for a, b in zip(pts, pts[1:]):
+    for a, b in zip(pts, pts[1:], strict=False):
         if a and b and b[1] > a[1]:
             per.append((b[0] - a[0]) / 1000.0 / (b[1] - a[1]))
     if len(per) >= 3:
@@ -227,8 +228,8 @@ def _block_walltime(ev, gbs):
     if len(out) >= 2:
         out = out[1:]
     if out:
-        return statistics.median(out), "median block wall clock (block_start..block_stop) / (samples in block / " \
-            "global_batch), first block dropped when >=2"
+        return statistics.median(out), "median block wall clock (block_start..block_stop) / " \
+            "(samples in block / global_batch), first block dropped when >=2"
     return None, None
 
 
@@ -248,7 +249,8 @@ class ConfigPool:
         sh = [f for f in files if f.startswith(pre) and f.endswith(".sh") and not VENDORED.search(f)]
         self.readmes = [f for f in files if f.startswith(pre) and re.search(r"/README[^/]*\.md$", f)
                         and not VENDORED.search(f)]
-        self.yamls = [f for f in files if f.startswith(pre) and re.search(r"\.ya?ml$", f) and not VENDORED.search(f)]
+        self.yamls = [f for f in files if f.startswith(pre) and re.search(r"\.ya?ml$", f)
+                      and not VENDORED.search(f)]
         self.srcpy = [f for f in files if f.startswith(pre) and f.endswith(".py") and "/src/" in f
                       and not VENDORED.search(f)]
         self.root = os.path.join(scratch, sub.replace("/", "_"), bench)
@@ -263,7 +265,8 @@ class ConfigPool:
             if not name.startswith("config_"):
                 continue
             env = self._env(os.path.join(self.root, os.path.dirname(f)), name)
-            env = {k: v for k, v in env.items() if base.get(k) != v and k not in ("PWD", "OLDPWD", "SHLVL", "_")}
+            env = {k: v for k, v in env.items()
+                   if base.get(k) != v and k not in ("PWD", "OLDPWD", "SHLVL", "_")}
             miss = self._missing_sources(os.path.join(self.root, f))
             hard = [m for m, cond in miss if not cond]
             soft = [m for m, cond in miss if cond]
@@ -297,7 +300,8 @@ class ConfigPool:
         seen = seen or set()
         out = []
         try:
-            txt = open(path, errors="replace").read()
+            with open(path, errors="replace") as fh:
+                txt = fh.read()
         except OSError:
             return out
         for m in re.finditer(r"^([ \t]*)(?:source|\.)[ \t]+(.*)$", txt, re.M):
@@ -320,11 +324,15 @@ class ConfigPool:
         tmpd = tempfile.mkdtemp(dir=self.root)
         out = os.path.join(tmpd, "env")
         script = os.path.join(tmpd, "eval.sh")
-        open(script, "w").write(EVAL_SH)
+        with open(script, "w") as fh:
+            fh.write(EVAL_SH)
         try:
-            subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"HOME={tmpd}", "timeout", "20", "bash", script,
-                            d or tmpd, name or "/dev/null", out], capture_output=True, timeout=40)
-            raw = open(out, errors="replace").read() if os.path.exists(out) else ""
+            subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"HOME={tmpd}", "timeout", "20", "bash",
+                            script, d or tmpd, name or "/dev/null", out], capture_output=True, timeout=40)
+            raw = ""
+            if os.path.exists(out):
+                with open(out, errors="replace") as fh:
+                    raw = fh.read()
         finally:
             shutil.rmtree(tmpd, ignore_errors=True)
         return dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
@@ -407,17 +415,22 @@ def fields(env, sys_gpn):
         "sequence_parallel": "" if sp == "" else int(bool(_bool(sp))),
         "micro_batch": mbs, "local_batch": minibs, "cfg_global_batch": gbs, "precision": prec,
         "fp8_recipe": recipe, "fp8_attention": "" if fp8_dpa == "" else int(bool(_bool(fp8_dpa))),
-        "tp_comm_overlap": "" if env.get("TP_COMM_OVERLAP") is None else int(bool(_bool(env["TP_COMM_OVERLAP"]))),
-        "cuda_graph": "+".join(cg) if cg else ("0" if any(k in env for k in ("FULL_CUDA_GRAPH", "MCORE_CUDA_GRAPH",
-                                                                            "LAYER_CUDA_GRAPH")) else ""),
-        "dist_optimizer": "" if env.get("USE_DIST_OPTIMIZER") is None else int(bool(_bool(env["USE_DIST_OPTIMIZER"]))),
-        "overlap_grad_reduce": "" if env.get("OVERLAP_GRAD_REDUCE") is None else int(bool(_bool(env["OVERLAP_GRAD_REDUCE"]))),
-        "overlap_param_gather": "" if env.get("OVERLAP_PARAM_GATHER") is None else int(bool(_bool(env["OVERLAP_PARAM_GATHER"]))),
+        "tp_comm_overlap": ("" if env.get("TP_COMM_OVERLAP") is None
+                            else int(bool(_bool(env["TP_COMM_OVERLAP"])))),
+        "cuda_graph": "+".join(cg) if cg else ("0" if any(k in env for k in (
+            "FULL_CUDA_GRAPH", "MCORE_CUDA_GRAPH", "LAYER_CUDA_GRAPH")) else ""),
+        "dist_optimizer": ("" if env.get("USE_DIST_OPTIMIZER") is None
+                           else int(bool(_bool(env["USE_DIST_OPTIMIZER"])))),
+        "overlap_grad_reduce": ("" if env.get("OVERLAP_GRAD_REDUCE") is None
+                                else int(bool(_bool(env["OVERLAP_GRAD_REDUCE"])))),
+        "overlap_param_gather": ("" if env.get("OVERLAP_PARAM_GATHER") is None
+                                 else int(bool(_bool(env["OVERLAP_PARAM_GATHER"])))),
         "model_tflop_per_sample": env.get("MODEL_TFLOP_PER_SAMPLE", ""),
         "_notes": notes + ([f"config sources file(s) absent from the submission: {env['__MISSING__']} "
                              "(values they would set are left empty)"] if env.get("__MISSING__") else [])
         + ([f"a conditional branch of the config sources file(s) absent from the submission: "
-            f"{env['__MISSING_COND__']} (the default branch was evaluated)"] if env.get("__MISSING_COND__") else [])
+            f"{env['__MISSING_COND__']} (the default branch was evaluated)"]
+           if env.get("__MISSING_COND__") else [])
         + ([f"defaults from the implementation's YAML for variables the config leaves unset: "
             f"{env['__YAMLDEF__'].strip()}"] if env.get("__YAMLDEF__") else []),
         "_dgxsystem": env.get("DGXSYSTEM", ""),
@@ -460,9 +473,7 @@ def select_config(pool, system, sysjson, gbs_log, dlpal):
         f = cands[p]
         if total and f["gpus"] and f["gpus"] != total:
             return False
-        if gbs_log and f["cfg_global_batch"] and f["cfg_global_batch"] != gbs_log:
-            return False
-        return True
+        return not (gbs_log and f["cfg_global_batch"] and f["cfg_global_batch"] != gbs_log)
     flt = [p for p in pool_ if ok(p)]
     if pick and not flt:
         same_gpus = [p for p in pool_ if total and cands[p]["gpus"] == total]
@@ -470,14 +481,17 @@ def select_config(pool, system, sysjson, gbs_log, dlpal):
             p = same_gpus[0]
             f = dict(cands[p])
             f["_notes"] = f["_notes"] + [
-                f"global batch in the named config ({f['cfg_global_batch']}) differs from the logged one ({gbs_log}): "
-                "the local batch (MINIBS) was overridden at launch; local_batch left empty, global_batch is the logged value"]
+                f"global batch in the named config ({f['cfg_global_batch']}) differs from the logged one "
+                f"({gbs_log}): the local batch (MINIBS) was overridden at launch; local_batch left empty, "
+                "global_batch is the logged value"]
             f["local_batch"] = None
             f["cfg_global_batch"] = None
             return p, f, "; ".join(how), None
-        return None, None, None, f"named config {pick} does not match systems JSON GPU count {total} / logged GBS {gbs_log}"
+        return None, None, None, (f"named config {pick} does not match systems JSON GPU count {total} "
+                                  f"/ logged GBS {gbs_log}")
     if not pick:
-        how.append(f"only configs with nodes x gpus = {total} (systems JSON) and global batch = {gbs_log} (log)")
+        how.append(f"only configs with nodes x gpus = {total} (systems JSON) "
+                   f"and global batch = {gbs_log} (log)")
         flt = [p for p in flt if cands[p]["gpus"] and cands[p]["cfg_global_batch"]]
         # prefer the implementation directory named after the system
         def impl(p):
@@ -494,8 +508,9 @@ def select_config(pool, system, sysjson, gbs_log, dlpal):
     if len(sigs) > 1:
         # accelerator token of the DGXSYSTEM name against the systems JSON accelerator
         acc = norm(sysjson.get("accelerator_model_name", ""))
-        toks = {"gb300": "gb300", "gb200": "gb200", "b300": "b300", "b200": "b200", "h200": "h200", "h100": "h100",
-                "mi355x": "mi355x", "mi350x": "mi350x", "mi325x": "mi325x", "mi300x": "mi300x", "l40s": "l40s"}
+        toks = {"gb300": "gb300", "gb200": "gb200", "b300": "b300", "b200": "b200", "h200": "h200",
+                "h100": "h100", "mi355x": "mi355x", "mi350x": "mi350x", "mi325x": "mi325x",
+                "mi300x": "mi300x", "l40s": "l40s"}
         mine = [t for t in toks if t in acc]
         mine = [t for t in mine if not any(t != u and t in u for u in mine)]
         if mine:
@@ -505,8 +520,9 @@ def select_config(pool, system, sysjson, gbs_log, dlpal):
                 sigs = {tuple(cands[p][k] for k in SIG) for p in flt}
                 how.append(f"config name carries the accelerator ({mine[0]})")
     if len(sigs) > 1:
-        return None, None, None, "ambiguous: %d candidate configs differ in parallel layout/precision: %s" % (
-            len(flt), ", ".join(sorted(os.path.basename(p) for p in flt)))
+        names = ", ".join(sorted(os.path.basename(p) for p in flt))
+        return None, None, None, (f"ambiguous: {len(flt)} candidate configs differ in parallel "
+                                  f"layout/precision: {names}")
     flt.sort()
     if len(flt) > 1:
         how.append(f"{len(flt)} candidate configs identical in {'/'.join(SIG)}: "
@@ -584,7 +600,8 @@ def process_repo(repo, scratch, rows, excluded):
             SEEN_BLOBS.setdefault(f"{rnd} {sub}/{system}/{bench}", sig)
         if not per_run:
             excluded.append(f"{key}: no step time derivable from the result logs "
-                            f"({len(rfiles)} result files; no per-step/per-block step time or throughput entries)")
+                            f"({len(rfiles)} result files; no per-step/per-block step time or throughput "
+                            "entries)")
             continue
         if (sub, bench) not in pools:
             pools[(sub, bench)] = ConfigPool(repo, files, sub, bench, scratch)
@@ -605,10 +622,8 @@ def process_repo(repo, scratch, rows, excluded):
         if fl["cfg_global_batch"] and gbs_log and fl["cfg_global_batch"] != gbs_log:
             notes.append(f"config GBS {fl['cfg_global_batch']} != logged {gbs_log}")
         total = None
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             total = int(sysjson.get("number_of_nodes")) * int(sysjson.get("accelerators_per_node"))
-        except (TypeError, ValueError):
-            pass
         if total and fl["gpus"] and total != fl["gpus"]:
             notes.append(f"systems JSON says {total} accelerators, config {fl['gpus']}")
         if fl["dp"] is None:
@@ -622,10 +637,12 @@ def process_repo(repo, scratch, rows, excluded):
             notes.append("seq_len not logged for this submission (benchmark's packed sequences are 8192 "
                          "tokens, but left empty: not in the submission's files as a value)")
         row = {
-            "benchmark": bench, "model": BENCHMARKS[bench], "round": rnd, "submitter": sub, "system": system,
-            "accelerator": sysjson.get("accelerator_model_name", ""), "framework": sysjson.get("framework", ""),
+            "benchmark": bench, "model": BENCHMARKS[bench], "round": rnd, "submitter": sub,
+            "system": system, "accelerator": sysjson.get("accelerator_model_name", ""),
+            "framework": sysjson.get("framework", ""),
             **{k: ("" if fl[k] is None else fl[k]) for k in (
-                "nodes", "gpus_per_node", "gpus", "tp", "pp", "vp", "cp", "dp", "sequence_parallel", "micro_batch",
+                "nodes", "gpus_per_node", "gpus", "tp", "pp", "vp", "cp", "dp", "sequence_parallel",
+                "micro_batch",
                 "local_batch", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
                 "overlap_grad_reduce", "overlap_param_gather", "model_tflop_per_sample")},
             "grad_accum": "" if ga_log is None else int(float(ga_log)),
@@ -640,8 +657,9 @@ def process_repo(repo, scratch, rows, excluded):
             "repository": repository, "commit": commit, "config_file": path, "config_selected_by": how,
             "result_files": f"{sub}/results/{system}/{bench}/result_*.txt ({len(used)} used)",
             "duplicate_of": dup,
-            "notes": "; ".join(notes + ([f"same measurements as {dup} (result files byte-identical, or identical "
-                                         "per-run step times): not an independent measurement"] if dup else [])),
+            "notes": "; ".join(notes + ([f"same measurements as {dup} (result files byte-identical, or "
+                                         "identical per-run step times): not an independent measurement"]
+                                        if dup else [])),
         }
         if any(row[k] in ("", None) for k in ("tp", "pp", "cp", "dp")):
             excluded.append(f"{key}: parallel layout incomplete in the submission's files "
@@ -675,7 +693,8 @@ def main(argv=None):
         for r in rows:
             w.writerow(r)
     if a.excluded:
-        open(a.excluded, "w").write("\n".join(excluded) + "\n")
+        with open(a.excluded, "w") as fh:
+            fh.write("\n".join(excluded) + "\n")
     print(f"{len(rows)} rows -> {a.out}; {len(excluded)} submissions excluded", file=sys.stderr)
     for e in excluded:
         print("  excluded:", e, file=sys.stderr)
