@@ -428,11 +428,17 @@ class BatchRun:
                         on_progress=on_progress)
 
     def __iter__(self) -> Iterator[Result]:
-        for r in self._in_order(self._results()):
-            self.exit_code = max(self.exit_code, r.code)
-            self.unanswered += r.kind in UNANSWERED
-            yield r
-        self.lost = self._run.lost
+        # `yield from`: an exception thrown in (an interrupt) reaches the ordering below, which
+        # gives up what it holds before the run ends
+        try:
+            yield from self._in_order(self._results())
+        finally:
+            self.lost = self._run.lost
+
+    def _counted(self, r: Result) -> Result:
+        self.exit_code = max(self.exit_code, r.code)
+        self.unanswered += r.kind in UNANSWERED
+        return r
 
     def _results(self) -> Iterator[Result]:
         yield from (self.resumed[k] for k in sorted(self.resumed))
@@ -454,7 +460,8 @@ class BatchRun:
 
     def _in_order(self, results: Iterator[Result]) -> Iterator[Result]:
         if not self.ordered:
-            yield from results
+            for r in results:
+                yield self._counted(r)
             return
         held: dict[int, Result] = {}
         order = [s.index for s in self.scenarios]
@@ -463,14 +470,16 @@ class BatchRun:
             for r in results:
                 held[r.scenario.index] = r
                 while at < len(order) and order[at] in held:
-                    yield held.pop(order[at])
+                    yield self._counted(held.pop(order[at]))
                     at += 1
         except GeneratorExit:  # the caller stopped reading
             closing = True
             raise
         finally:  # an interrupt ends the run: what finished is not held back
             if not closing:
-                yield from [held.pop(k) for k in order[at:] if k in held]
+                for k in order[at:]:
+                    if k in held:
+                        yield self._counted(held.pop(k))
 
 
 def batch(source: str | Path | Sequence[Mapping], *, jobs: int = 1, scheduler: Any = None,

@@ -16,11 +16,11 @@ Small items are sent in groups sized from the time the finished ones took (about
 `TARGET_TASK_S` of work per task), so a cluster is not slower than one process on a batch of
 tiny solves. Each worker process keeps its compiled programs (`planner.inputs.build`,
 `planner.expr.transformer.program`) between tasks: they are module-level caches, and every task
-runs in the worker's own process. Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set,
-which also turns off glibc's adaptive mmap threshold: every numpy temporary above 128 KiB is then
-mapped and unmapped, page by page, which made solves about 1.3-2x slower inside workers than in
-the parent. `_tune_worker` restores a large mmap threshold in the worker process on its first
-task (Linux with glibc only).
+runs in the worker's own process, so planner is imported and a model compiled once per worker.
+Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set, which also turns off glibc's
+adaptive mmap threshold: every numpy temporary above 128 KiB is then mapped and unmapped, which
+made warm solves 10-15 % slower inside workers (docs/batch.md). `_tune_worker` restores a large
+mmap threshold in the worker process on its first task (Linux with glibc only).
 """
 
 from __future__ import annotations

@@ -459,3 +459,22 @@ def test_sigterm_writes_what_finished_and_exits_130(tmp_path):
     assert err.splitlines()[-1].startswith(f"planner: batch: terminated; {len(lines)} of 5 "
                                            "lines written; finish with --resume FILE")
     assert "Traceback" not in err
+
+
+def test_an_interrupt_thrown_in_while_lines_are_held_gets_them_out(scenario_file):
+    """The CLI defers a SIGTERM that comes while it writes a line, then throws it into the
+    run: the lines held back for order still come out before it ends the run."""
+    from planner.batch import _error_result, batch
+
+    run = batch(scenario_file)
+
+    def results():
+        for k in (3, 1, 2):
+            yield _error_result(run.scenarios[k - 1], "internal", "x")
+
+    run._results = results
+    lines = iter(run)
+    assert next(lines).scenario.index == 1  # 3 is held back
+    assert lines.throw(KeyboardInterrupt()).scenario.index == 3
+    with pytest.raises(KeyboardInterrupt):
+        next(lines)

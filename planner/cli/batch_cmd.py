@@ -78,14 +78,36 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM (a batch system's time limit): stop as Ctrl-C does, writing what finished."""
 
 
+class _Writing:
+    """Set while a line is being written: SIGTERM then waits for the line to be whole."""
+
+    busy = False
+    pending = False
+
+    def __enter__(self):
+        self.busy = True
+
+    def __exit__(self, *exc):
+        self.busy = False
+
+    def take(self) -> bool:
+        """Whether a SIGTERM came while writing (once)."""
+        pending, self.pending = self.pending, False
+        return pending
+
+
 @contextlib.contextmanager
-def on_sigterm():
-    """SIGTERM raises _Terminated in the main thread while the run lasts."""
+def on_sigterm(writing: _Writing | None = None):
+    """SIGTERM raises _Terminated in the main thread while the run lasts (after the line being
+    written, if any)."""
     parent = os.getpid()
 
     def handler(signum, frame):
         if os.getpid() != parent:  # a forked local worker: end quietly
             os._exit(128 + signum)
+        if writing is not None and writing.busy:
+            writing.pending = True
+            return
         raise _Terminated
 
     try:
@@ -196,19 +218,25 @@ def batch(file, jobs, scheduler, ordered, output, resume, stall_timeout, connect
                    stall_timeout_s=stall_timeout, connect_timeout_s=connect_timeout,
                    on_progress=reporter)
     sink = _Sink(output, resume)
-    written = 0
+    written, writing = 0, _Writing()
     try:
-        with on_sigterm():
-            for r in run:
-                sink.write(r.text)
-                written += 1
-                if r.kind != "cluster_lost":
-                    for line in r.stderr:
-                        click.echo(f"planner: scenario {r.scenario.index}: "
-                                   f"{line.removeprefix('planner: ')}", err=True)
-                    if r.kind == "worker_lost":
-                        click.echo(f"planner: scenario {r.scenario.index}: "
-                                   f"{r.doc['error']['message']}", err=True)
+        with on_sigterm(writing):
+            lines = iter(run)
+            while True:
+                try:  # a SIGTERM deferred while writing goes in where the run waits
+                    r = lines.throw(_Terminated()) if writing.take() else next(lines)
+                except StopIteration:
+                    break
+                with writing:
+                    sink.write(r.text)
+                    written += 1
+                    if r.kind != "cluster_lost":
+                        for line in r.stderr:
+                            click.echo(f"planner: scenario {r.scenario.index}: "
+                                       f"{line.removeprefix('planner: ')}", err=True)
+                        if r.kind == "worker_lost":
+                            click.echo(f"planner: scenario {r.scenario.index}: "
+                                       f"{r.doc['error']['message']}", err=True)
     except KeyboardInterrupt as exc:
         reporter.close()
         sink.close()
