@@ -239,10 +239,66 @@ def _not_a_system(ref: str) -> None:
 
 
 def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
+    if "kind" not in data:
+        raise SpecError(f"{where}: missing key 'kind' (expected kind: {' or '.join(kinds)})")
     kind = data.get("kind")
     if kind not in kinds:
         raise SpecError(f"{where}: key 'kind': expected {' or '.join(kinds)}, got {short(kind)}")
     return kind
+
+
+def _without_envelope(data: dict, where: str) -> dict:
+    """A spec as `planner show hardware --format yaml|json` prints it, without the document's
+    envelope (`schema_version: 1`, `command: show`), so what `show` prints loads back."""
+    if "schema_version" not in data and "command" not in data:
+        return data
+    if data.get("command", "show") != "show":
+        raise SpecError(f"{where}: key 'command': a spec document is `planner show`'s output "
+                        f"(command: show), got {short(data.get('command'))}")
+    if data.get("schema_version", 1) != 1:
+        raise SpecError(f"{where}: key 'schema_version': expected 1, got "
+                        f"{short(data.get('schema_version'))}")
+    return {k: v for k, v in data.items() if k not in ("schema_version", "command")}
+
+
+INLINE = "<inline>"  # the name a part written inline takes while its system is validated
+
+
+def _inline_parts(data: dict, where: str) -> tuple[dict, dict]:
+    """(the system's data with every part written inline replaced by a name, {key: that
+    part's mapping}): a system may name its device and links or write them out, as `show`
+    prints them (`inter_node` a link with `nics_per_node` beside it, or {link, count})."""
+    data, inline = dict(data), {}
+    for key in ("device", "intra_node", "scale_up"):
+        if isinstance(data.get(key), dict):
+            inline[key], data[key] = data[key], INLINE
+    nics = data.pop("nics_per_node", None)
+    inter = data.get("inter_node")
+    if isinstance(inter, dict) and "link" not in inter and "count" not in inter:
+        # the link itself, as `show` prints it; the NIC count is `nics_per_node`
+        if nics is None:
+            raise SpecError(f"{where}: missing key 'nics_per_node' (the NICs per node, with "
+                            "inter_node written out as a link)")
+        inline["inter_node.link"], data["inter_node"] = inter, {"link": INLINE, "count": nics}
+    elif isinstance(inter, dict):
+        inter = dict(inter)
+        if isinstance(inter.get("link"), dict):
+            inline["inter_node.link"], inter["link"] = inter["link"], INLINE
+        if nics is not None:
+            if "count" not in inter:
+                inter["count"] = nics
+            elif inter["count"] != nics:
+                raise SpecError(f"{where}: key 'nics_per_node': {short(nics)} differs from "
+                                f"inter_node.count {short(inter['count'])}")
+        data["inter_node"] = inter
+    elif nics is not None:
+        data["nics_per_node"] = nics  # no inter_node: validation says what is missing
+    host = data.get("host_offload")
+    if isinstance(host, dict) and isinstance(host.get("link"), dict):
+        host = dict(host)
+        inline["host_offload.link"], host["link"] = host["link"], INLINE
+        data["host_offload"] = host
+    return data, inline
 
 
 def load_model(ref: str):
@@ -269,6 +325,7 @@ def load_device(ref: str, base: Path | None = None) -> Device:
     """A device from a built-in name or a path (relative to `base`, the folder of the system
     YAML naming it, when given)."""
     data, where, _ = _resolve(ref, [HARDWARE / "devices"], "device", base)
+    data = _without_envelope(data, where)
     _expect_kind(data, where, ("device",))
     return validate(Device, data, where)
 
@@ -276,6 +333,7 @@ def load_device(ref: str, base: Path | None = None) -> Device:
 def load_link(ref: str, base: Path | None = None) -> Link:
     """A link from a built-in name or a path (relative to `base` when given)."""
     data, where, _ = _resolve(ref, [HARDWARE / "links"], "link", base)
+    data = _without_envelope(data, where)
     _expect_kind(data, where, ("link",))
     return validate(Link, data, where)
 
@@ -284,12 +342,19 @@ def load_system(ref: str) -> System:
     """A system from a built-in name or a path; its device and links may be names or paths,
     a path relative to the system file's folder."""
     data, where, path = _resolve(ref, [HARDWARE / "systems"], "hardware")
+    data = _without_envelope(data, where)
     _expect_kind(data, where, ("system",))
+    data, inline = _inline_parts(data, where)
     spec = validate(SystemSpec, data, where)
     base = path.parent if path is not None else None
 
     def part(key: str, loader, name: str):
-        """Resolve a referenced spec; its errors name this system's file and key too."""
+        """Resolve a referenced spec, or validate one written inline; its errors name this
+        system's file and key too."""
+        if key in inline:
+            cls = Device if loader is load_device else Link
+            _expect_kind(inline[key], f"{where}: key '{key}'", (cls.__name__.lower(),))
+            return validate(cls, inline[key], where, prefix=key)
         try:
             return loader(name, base)
         except SpecError as exc:

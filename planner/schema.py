@@ -237,7 +237,9 @@ def _show() -> dict:
         "ffn_kind": STR}, ["name", "kind", "params"])
     system = _envelope("show", {
         "kind": {"const": "system"}, "name": STR, "description": STR, "devices_per_node": INT,
-        "nics_per_node": INT, "device": spec, "intra_node": spec, "inter_node": spec},
+        "devices_per_scale_up_domain": INT, "nics_per_node": INT, "device": spec,
+        "intra_node": spec, "inter_node": spec, "scale_up": spec,
+        "host_offload": obj({"link": spec, "devices_per_link": INT})},
         ["kind", "name", "device", "intra_node", "inter_node"])
     device = _envelope("show", {
         "kind": {"const": "device"}, "name": STR, "description": STR,

@@ -53,13 +53,22 @@ def model_text(cnn: CNN) -> str:
 
 
 def hardware_doc(spec: Device | Link | System) -> dict:
+    """A spec as understood, every part written out; `planner.catalog` loads it back (a
+    system's device and links inline, `inter_node` a link with `nics_per_node` beside it)."""
     if isinstance(spec, System):
-        return {"kind": "system", "name": spec.name, "description": spec.description,
-                "devices_per_node": spec.devices_per_node,
-                "nics_per_node": spec.nics_per_node,
-                "device": spec.device.model_dump(mode="json"),
-                "intra_node": spec.intra_node.model_dump(mode="json"),
-                "inter_node": spec.inter_node.model_dump(mode="json")}
+        doc = {"kind": "system", "name": spec.name, "description": spec.description,
+               "devices_per_node": spec.devices_per_node,
+               "devices_per_scale_up_domain": spec.devices_per_scale_up_domain,
+               "nics_per_node": spec.nics_per_node,
+               "device": spec.device.model_dump(mode="json"),
+               "intra_node": spec.intra_node.model_dump(mode="json"),
+               "inter_node": spec.inter_node.model_dump(mode="json")}
+        if spec.scale_up is not None:
+            doc["scale_up"] = spec.scale_up.model_dump(mode="json")
+        if spec.host_link is not None:
+            doc["host_offload"] = {"link": spec.host_link.model_dump(mode="json"),
+                                   "devices_per_link": spec.devices_per_host_link}
+        return doc
     return spec.model_dump(mode="json")
 
 

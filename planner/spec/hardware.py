@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from planner.spec.base import Spec
 
@@ -64,7 +64,14 @@ class Precision(str, Enum):
         return 2 if self.gemm_only else self.bytes
 
 
-Fraction = Field(gt=0, le=1)
+# The smallest rates a spec may give: below these a value is a slip (a unit, a sign, an
+# exponent), not hardware, and the cost model's times overflow (an efficiency of 1e-320 makes
+# every iteration infinite). No device or link here comes within a factor 100 of them.
+MIN_FRACTION = 1e-3  # of peak: 0.1 %
+MIN_TFLOPS = 1e-3  # 1 GFLOP/s
+MIN_GBPS = 1e-9  # 1 byte/s
+
+Fraction = Field(ge=MIN_FRACTION, le=1)
 
 
 class Efficiency(Spec):
@@ -73,10 +80,10 @@ class Efficiency(Spec):
 
     compute: float = Fraction
     memory: float = Fraction
-    matmul: float | None = Field(default=None, gt=0, le=1)  # large GEMMs (transformers)
+    matmul: float | None = Field(default=None, ge=MIN_FRACTION, le=1)  # large GEMMs
     # large fp8 / mxfp8 GEMMs, as a fraction of the fp8 peak (None: `matmul`): measured fp8
     # GEMMs reach a smaller share of their peak than 16-bit ones on every NVIDIA device
-    matmul_fp8: float | None = Field(default=None, gt=0, le=1)
+    matmul_fp8: float | None = Field(default=None, ge=MIN_FRACTION, le=1)
 
 
 class KernelCosts(Spec):
@@ -100,6 +107,17 @@ def gemm_share(thin, half_dim):
     return thin**2 / (thin**2 + half_dim**2)
 
 
+def _digits_to_int(value):
+    """A head dimension written as a JSON key ('128', as `show --format json|yaml` prints the
+    mapping) read as the integer it spells; anything else is left to the strict check."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 5:
+        return int(value)
+    return value
+
+
+HeadDim = Annotated[int, BeforeValidator(_digits_to_int), Field(ge=1, le=4096)]
+
+
 class FlashAttention(Spec):
     """The fused attention kernel's achieved rate, fitted by `python -m planner.fit_flash`
     to published kernel benchmarks (planner/calibration/flash_attention.csv): at a head
@@ -109,10 +127,8 @@ class FlashAttention(Spec):
     the forward). Head dimensions between two given interpolate; beyond them, the nearest."""
 
     kernel: str = Field(min_length=1)
-    fwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)],
-                     Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
-    bwd_tflops: dict[Annotated[int, Field(ge=1, le=4096)],
-                     Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
+    fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
+    bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
     fwd_half_keys: float = Field(ge=0, le=1e6)
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
@@ -160,7 +176,7 @@ class Device(Spec):
     description: str = ""
     peak_tflops: dict[Annotated[Precision, Field(strict=False)], float] = Field(min_length=1)
     memory_GiB: float = Field(gt=0, le=1e6)
-    memory_bandwidth_GBps: float = Field(gt=0, le=1e6)
+    memory_bandwidth_GBps: float = Field(ge=MIN_GBPS, le=1e6)
     efficiency: Efficiency
     kernels: KernelCosts | None = None
     flash_attention: FlashAttention | None = None
@@ -171,8 +187,9 @@ class Device(Spec):
     @model_validator(mode="after")
     def _peaks_positive(self) -> Device:
         for precision, value in self.peak_tflops.items():
-            if not 0 < value <= 1e6:
-                raise ValueError(f"peak_tflops.{precision.value} must be in (0, 1e6], got {value}")
+            if not MIN_TFLOPS <= value <= 1e6:
+                raise ValueError(f"key 'peak_tflops.{precision.value}': must be in "
+                                 f"[{MIN_TFLOPS:g}, 1e6] TFLOP/s, got {value:g}")
         return self
 
     @property
@@ -205,7 +222,7 @@ class Link(Spec):
     kind: Literal["link"]
     name: str = Field(min_length=1)
     description: str = ""
-    bandwidth_GBps: float = Field(gt=0, le=1e6, description="per direction, per port")
+    bandwidth_GBps: float = Field(ge=MIN_GBPS, le=1e6, description="per direction, per port")
     latency_us: float = Field(ge=0, le=1e6)
     efficiency: float = Fraction
     sources: dict[str, str] = Field(min_length=1)
