@@ -169,3 +169,249 @@ def environment(rows: list[tuple[str, str, str | None]]) -> str:
         end = r" \\" if i < len(rows) - 1 else ""
         body.append(f"  {lhs_tex} &= {rhs_tex} {tag}{end}")
     return "\n".join([r"\begin{align}", *body, r"\end{align}"])
+
+
+# --- a block that fits a two-column paper (`planner derive --format latex`) -------------------
+
+COLUMN_CHARS = 46  # visible characters of math in one line of a two-column paper's column
+_COUNT_UNITS = {"nodes", "devices/node", "devices", "stages", "replicas", "micro-batches",
+                "chunks", "layers", "servers", "calls", "samples"}
+_INVISIBLE = re.compile(r"\\(?:left|right|Bigl|Bigr|mathrm|text|operatorname|frac|quad|"
+                        r"begin\{cases\}|end\{cases\}|notag|label\{[^}]*\})|[{}&\s]|\\[,:;!]")
+
+
+def width(tex_: str) -> int:
+    """A rough count of the characters `tex_` shows (commands and braces not counted, a
+    Greek letter as one; a fraction counts both its parts, so this errs on the wide side)."""
+    return len(re.sub(r"\\[A-Za-z]+", "x", _INVISIBLE.sub("", tex_)))
+
+
+def _is_count(e: sp.Expr, counts: set) -> bool:
+    """True when `e` is a whole number whatever the values: an integer, a count symbol
+    (replicas, stages, devices, ...), or sums and products of those."""
+    if e.is_Integer or e in counts:
+        return True
+    if e.is_Add or e.is_Mul:
+        return all(_is_count(a, counts) for a in e.args)
+    return False
+
+
+def display_form(e: sp.Expr, counts: set) -> sp.Expr:
+    """The same function written for a paper: no ceiling or floor around a whole number, and
+    a case split that is an argument of a max or min taken out of that max (the max of each
+    case inside the cases); nothing around that max changes."""
+    e = e.replace(lambda x: isinstance(x, sp.ceiling | sp.floor) and _is_count(x.args[0], counts),
+                  lambda x: x.args[0])
+    return e.replace(
+        lambda x: isinstance(x, sp.Max | sp.Min) and any(isinstance(a, sp.Piecewise)
+                                                         for a in x.args),
+        lambda x: sp.piecewise_fold(x))
+
+
+class Names:
+    """Fresh symbols Q_1, Q_2, ... for the parts a block writes once, and their definitions."""
+
+    def __init__(self, prefix: str = "Q"):
+        self.prefix, self.parts = prefix, []
+
+    def name(self, part: sp.Expr) -> sp.Symbol:
+        for sym, e in self.parts:
+            if e == part:
+                return sym
+        sym = sp.Symbol(f"{self.prefix}_{len(self.parts) + 1}", positive=True)
+        self.parts.append((sym, part))
+        return sym
+
+
+def _repeated(exprs: list[sp.Expr], min_chars: int) -> sp.Expr | None:
+    """The widest subexpression (printed at least `min_chars` wide) that occurs twice or more
+    in `exprs` together, or None."""
+    seen: dict[sp.Expr, int] = {}
+    for e in exprs:
+        for sub in sp.preorder_traversal(e):
+            if not sub.is_Atom:
+                seen[sub] = seen.get(sub, 0) + 1
+    best = None
+    for sub, n in seen.items():
+        if n < 2:
+            continue
+        w = width(latex(sub))
+        if w >= min_chars and (best is None or w > best[0]):
+            best = (w, sub)
+    return None if best is None else best[1]
+
+
+def _fit(e: sp.Expr, names: Names, budget: int, top: bool = True) -> sp.Expr:
+    """`e` with every part too wide for a line that cannot be broken (a fraction, a product)
+    and every case split below the top replaced by a name: sums and maxima break between
+    their terms, so their terms are fitted one by one; elsewhere the widest part is named."""
+    if isinstance(e, sp.Piecewise):
+        cases = e.func(*((_fit(v, names, budget), c) for v, c in e.args))
+        return cases if top else names.name(cases)
+    if e.is_Atom or (width(latex(e)) <= budget and not e.has(sp.Piecewise)):
+        return e
+    if e.is_Add or isinstance(e, sp.Max | sp.Min):
+        return e.func(*(_fit(a, names, budget, top=False) for a in e.args), evaluate=False)
+    for _ in range(8):  # name the widest part until this one fits
+        cases = [a for a in sp.preorder_traversal(e) if isinstance(a, sp.Piecewise)]
+        if width(latex(e)) <= budget and not cases:
+            break
+        # a reciprocal is named by its base: T / Q, not T Q with Q = 1 / (...)
+        parts = cases or [a.base if a.is_Pow and a.exp == -1 else a
+                          for a in sp.preorder_traversal(e) if a is not e and not a.is_Atom
+                          and width(latex(a)) >= 8]
+        parts = [a for a in parts if not a.is_Atom]
+        if not parts:
+            break
+        widest = max(parts, key=lambda a: width(latex(a)))
+        e = e.xreplace({widest: names.name(_fit(widest, names, budget))})
+    return e
+
+
+def rhs_lines(e: sp.Expr, budget: int = COLUMN_CHARS) -> list[str]:
+    r"""The right-hand side as one or more lines: a sum split between its terms, a max or min
+    of wide arguments one argument per line inside \max\Bigl( ... \Bigr) (each argument split
+    in turn); short pieces packed back onto one line."""
+    printer = PaperLatexPrinter()
+    tex_ = printer.doprint(e)
+    if width(tex_) <= budget:
+        return [tex_]
+    pieces: list[str] = []
+    if e.is_Add:
+        for t in printer._as_ordered_terms(e):
+            neg = t.could_extract_minus_sign()
+            lines = rhs_lines(-t if neg else t, budget)
+            pieces.append(("- " if neg else "+ " if pieces else "") + lines[0])
+            pieces += lines[1:]
+    elif isinstance(e, sp.Max | sp.Min):
+        op = r"\max" if isinstance(e, sp.Max) else r"\min"
+        for k, a in enumerate(e.args):
+            lines = rhs_lines(a, budget)
+            lines[-1] += "," if k < len(e.args) - 1 else r"\Bigr)"
+            pieces += lines
+        pieces[0] = op + r"\Bigl(" + pieces[0]
+    else:
+        return [tex_]
+    packed: list[str] = []
+    for piece in pieces:
+        if packed and width(packed[-1] + piece) <= budget:
+            packed[-1] += " " + piece
+        else:
+            packed.append(piece)
+    return packed
+
+
+def paper_environment(rows: list[tuple[str, sp.Expr, str | None]],
+                      budget: int = COLUMN_CHARS) -> str:
+    """An `align` environment of (left-hand side, expression, label or None) rows whose long
+    right-hand sides run over several lines (continuations indented, unnumbered)."""
+    body = []
+    for lhs_tex, e, label in rows:
+        lines = rhs_lines(e, budget)
+        tag = rf"\label{{eq:{label}}}" if label else r"\notag"
+        for i, line in enumerate(lines):
+            start = f"  {lhs_tex} &= " if i == 0 else r"  &\quad "
+            body.append(start + line + (f" {tag}" if i == len(lines) - 1 else r" \notag"))
+    return "\n".join([r"\begin{align}", " \\\\\n".join(body), r"\end{align}"])
+
+
+def _in_order(parts: list) -> list:
+    """Named parts, each after the parts its definition uses."""
+    done: list = []
+    pending = list(parts)
+    while pending:
+        for i, (sym, e) in enumerate(pending):
+            if not any(s in e.free_symbols for s, _ in pending if s is not sym):
+                done.append(pending.pop(i))
+                break
+        else:  # cannot happen (a name stands for a strict part); keep the rest as they are
+            done += pending
+            break
+    return done
+
+
+def fitted_rows(rows: list[tuple[str, sp.Expr, str | None]], counts: set,
+                budget: int = COLUMN_CHARS) -> tuple[list, list]:
+    """(rows, named parts): the rows in display form (`display_form`), each wide part that
+    repeats and each part too wide for a line named once (`Names`), the named parts in the
+    order a reader needs them."""
+    rows = [(lhs_tex, display_form(e, counts), label) for lhs_tex, e, label in rows]
+    names = Names()
+    while len(names.parts) < 20:  # each wide part that repeats, written once
+        sub = _repeated([e for _, e, _ in rows] + [e for _, e in names.parts], 24)
+        if sub is None:
+            break
+        sym = names.name(sub)
+        rows = [(l, e.xreplace({sub: sym}), lab) for l, e, lab in rows]
+        names.parts = [(s, e if s is sym else e.xreplace({sub: sym})) for s, e in names.parts]
+    rows = [(l, _fit(e, names, budget), lab) for l, e, lab in rows]
+    k = 0
+    while k < len(names.parts):  # a named part fitted in turn (it may name more)
+        sym, e = names.parts[k]
+        names.parts[k] = (sym, _fit(e, names, budget))
+        k += 1
+    named = _in_order(names.parts)
+    # numbered in the order they are defined: Q_1 first
+    renumber = {sym: sp.Symbol(f"{names.prefix}_{k}", positive=True)
+                for k, (sym, _) in enumerate(named, 1)}
+    tmp = {sym: sp.Dummy() for sym in renumber}
+    back = {tmp[sym]: new for sym, new in renumber.items()}
+    rows = [(l, e.xreplace(tmp).xreplace(back), lab) for l, e, lab in rows]
+    named = [(renumber[sym], e.xreplace(tmp).xreplace(back)) for sym, e in named]
+    return rows, named
+
+
+def expand_names(e: sp.Expr, named: list) -> sp.Expr:
+    """`e` with every named part written back out (the inverse of `fitted_rows`)."""
+    for sym, part in reversed(named):
+        e = e.xreplace({sym: part})
+    return e
+
+
+def paper_block(formulas, budget: int = COLUMN_CHARS) -> str:
+    """`planner derive --format latex`: every formula (`planner.formulas.Derived`) in one
+    `align` environment that fits a column of a two-column paper (`fitted_rows`): the paper
+    forms of `planner.formulas`, no case split inside a max, no ceiling around a whole
+    number, each wide part that repeats or cannot be broken named once (Q_1, Q_2, ...,
+    defined in the block and listed in the glossary), long sums and maxima broken over
+    lines. Comment lines first: each formula's value, the named parts, and the value, unit
+    and meaning of every symbol."""
+    from planner import formulas as der
+    from planner.expr import symbols as S
+
+    counts = {s for s, m in S.GLOSSARY.items() if m.unit in _COUNT_UNITS}
+    rows, seen = [], set()
+    comments = [r"% planner derive: needs \usepackage{amsmath}"]
+    symbols: dict[str, dict] = {}
+    for d in formulas:
+        value = d.value
+        head = f"% {d.name}: {d.description}"
+        head += f"; value {value:.6g} {d.unit}" if value is not None else ""
+        comments.append(head + (f" [{d.note}]" if d.note else ""))
+        for k, v in der.glossary(d).items():
+            symbols.setdefault(k, {**v, "uses": {}})["uses"].setdefault(v["value"], []).append(
+                d.name)
+        rhs, where = d.shown()
+        for row in [(lhs(d.name), rhs, d.name)] + [(symbol_latex(s.name), w, None)
+                                                   for s, w in where]:
+            if row[2] is None and row[:2] in seen:
+                continue
+            seen.add(row[:2])
+            rows.append(row)
+    rows, named = fitted_rows(rows, counts, budget)
+    if named:
+        comments.append("% named parts, each written once in the block")
+        for sym, _ in named:
+            users = [lab for _, e, lab in rows if lab and sym in e.free_symbols]
+            users += [s.name for s, e in named if sym in e.free_symbols]
+            comments.append(f"%   ${symbol_latex(sym.name)}$ ({sym.name}): a part of "
+                            f"{', '.join(users) or 'the formulas'}")
+    if symbols:
+        comments.append("% where")
+    for k, v in sorted(symbols.items()):
+        uses = v["uses"]
+        shown = "; ".join(f"{x:.6g} {v['unit']}" + (f" ({', '.join(names)})" if len(uses) > 1
+                                                      else "") for x, names in uses.items())
+        comments.append(f"%   ${v['latex']}$ ({k}) = {shown}: {v['description']}")
+    parts = [(symbol_latex(s.name), e, None) for s, e in named]
+    return "\n".join(comments) + "\n" + paper_environment(parts + rows, budget)

@@ -34,53 +34,90 @@ def _save(plt, fig, path: str):
     return fig
 
 
-def pareto_plot(front: list[dict], path: str, title: str):
+GB = 1e9  # memory in decimal GB, the unit the text output uses (`planner.report.render.si`)
+
+
+def _plain_log_ticks(axis, fmt=lambda v: f"{v:g}") -> None:
+    """Log-axis ticks as plain numbers at 1, 2 and 5 per decade ("0.5", "20", not
+    "10^0"), the minor ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _dollars(v: float) -> str:
+    if abs(v) >= 1e6:
+        return f"${v / 1e6:,.3g}M"
+    return f"${v:,.0f}" if abs(v) >= 100 else f"${v:,.3g}"
+
+
+def pareto_plot(front: list[dict], path: str, title: str, chosen: dict | None = None):
     plt = _pyplot(path)
     fig, ax = plt.subplots(figsize=(6, 4))
-    _front(ax, front)
+    _front(ax, front, chosen)
     ax.set_title(title)
     fig.tight_layout()
     return _save(plt, fig, path)
 
 
-def _front(ax, front: list[dict]) -> None:
-    ax.plot([p["time_to_train_s"] / 3600 for p in front], [p["cost_usd"] for p in front],
-            "o-", ms=3)
-    ax.set(xscale="log", xlabel="time to train (hours)", ylabel="cost to train (USD)",
+def _front(ax, front: list[dict], chosen: dict | None = None) -> None:
+    """The (time to train, cost) front in hours or days (days when the slowest plan takes
+    more than three), dollars on the cost axis, and the chosen plan (`chosen`: its
+    time_to_train_s and cost_usd) marked with a star."""
+    days = max(p["time_to_train_s"] for p in front) > 3 * 86400
+    unit, scale = ("days", 86400) if days else ("hours", 3600)
+    ax.plot([p["time_to_train_s"] / scale for p in front], [p["cost_usd"] for p in front],
+            "o-", ms=3, label="Pareto front")
+    if chosen is not None and chosen.get("cost_usd") is not None:
+        ax.plot([chosen["time_to_train_s"] / scale], [chosen["cost_usd"]], "*", ms=14,
+                color="tab:red", label="chosen plan", zorder=3)
+    ax.set(xscale="log", xlabel=f"time to train ({unit})", ylabel="cost to train (USD)",
            title="Pareto front")
+    _plain_log_ticks(ax.xaxis)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _dollars(v)))
+    ax.legend(fontsize="small", loc="upper right")
 
 
-def plan_plot(prediction, path: str, title: str, front: list[dict] | None = None):
+def plan_plot(prediction, path: str, title: str, front: list[dict] | None = None,
+              chosen: dict | None = None):
     """One plan: a bar per part of the iteration time (the prediction's time breakdown:
-    compute, each communication, bubble, optimizer, as the family keys them), and the memory
-    per device as one stacked bar of its parts (weights, gradients, optimizer state,
-    activations) against the device's capacity. With `front` (solve --pareto), a third panel
-    draws the (time to train, cost) front."""
+    compute, each communication, bubble, optimizer, as the family keys them; milliseconds
+    under a second, else seconds), and the memory per device in GB (the text's unit) as one
+    stacked bar of its parts (weights, gradients, optimizer state, activations) against the
+    device's capacity, the legend below the bar, clear of the capacity line. With `front`
+    (solve --pareto), a third panel draws the (time to train, cost) front, the `chosen`
+    plan (its time_to_train_s and cost_usd) marked on it."""
     plt = _pyplot(path)
     times = dict(prediction.time_breakdown)
     memory = dict(prediction.memory_breakdown)
-    fig, axes = plt.subplots(1, 3 if front else 2, figsize=(14 if front else 10, 4),
-                             gridspec_kw={"width_ratios": [3, 1, 3] if front else [3, 1]})
+    fig, axes = plt.subplots(1, 3 if front else 2, figsize=(14 if front else 10, 4.6),
+                             gridspec_kw={"width_ratios": [3, 1.2, 3] if front else [3, 1.2]})
     ax_t, ax_m = axes[0], axes[1]
     names = list(times)
-    ax_t.barh(range(len(names)), [times[k] * 1e3 for k in names], color="tab:blue")
+    unit, scale = ("ms", 1e3) if prediction.iteration_time_s < 1 else ("s", 1.0)
+    ax_t.barh(range(len(names)), [times[k] * scale for k in names], color="tab:blue")
     ax_t.set_yticks(range(len(names)), names)
     ax_t.invert_yaxis()
-    ax_t.set(xlabel="milliseconds per iteration",
-             title=f"iteration {prediction.iteration_time_s * 1e3:.4g} ms")
-    gib = 2**30
+    ax_t.set(xlabel=f"{'milliseconds' if unit == 'ms' else 'seconds'} per iteration",
+             title=f"iteration {prediction.iteration_time_s * scale:.4g} {unit}")
     bottom = 0.0
     for k, part in enumerate(memory):
-        ax_m.bar(0, memory[part] / gib, bottom=bottom, width=0.6, label=part,
+        ax_m.bar(0, memory[part] / GB, bottom=bottom, width=0.6, label=part,
                  color=plt.get_cmap("tab10")(k % 10))
-        bottom += memory[part] / gib
-    capacity = prediction.memory_capacity_bytes / gib
-    ax_m.axhline(capacity, color="k", ls="--", lw=1, label=f"capacity {capacity:.4g} GiB")
-    ax_m.set(xticks=[], xlim=(-0.6, 1.6), ylabel="GiB per device",
+        bottom += memory[part] / GB
+    capacity = prediction.memory_capacity_bytes / GB
+    ax_m.axhline(capacity, color="k", ls="--", lw=1, label=f"capacity {capacity:.3g} GB")
+    ax_m.set(xticks=[], xlim=(-0.6, 0.6), ylim=(0, max(capacity, bottom) * 1.08),
+             ylabel="GB per device",
              title="fits" if prediction.fits_memory else "does not fit")
-    ax_m.legend(fontsize="small", loc="upper right")
+    ax_m.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.02),
+                frameon=False)
     if front:
-        _front(axes[2], front)
+        _front(axes[2], front, chosen)
     fig.suptitle(title)
     fig.tight_layout()
     return _save(plt, fig, path)

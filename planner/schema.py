@@ -109,16 +109,29 @@ KNEE = obj({"devices": INT, "time_s": NUM, "tolerance": NUM, "measure": STR,
 
 
 def _evaluate() -> dict:
-    spec = {"model": STR, "hardware": STR, "line": INT}
+    spec = {"model": STR, "hardware": STR, "line": INT, "precision": PRECISION}
     plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
                      ["config", "prediction"])
     error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
+# the precision a plan is priced at and where it came from (--precision, the device's
+# default_precision, or fp32 assumed for a device spec naming none)
+PRECISION = obj({"name": STR, "source": STR})
+PRICE = obj({"usd": NUM, "source": STR})
+# solve --tokens: time and cost of training on a token budget (no critical batch)
+TOKEN_BUDGET = obj({"tokens": NUM, "steps": NUM, "time_to_train_s": NUM,
+                    "time_to_train_days": NUM, "device_hours": NUM,
+                    "price_per_device_hour_usd": {"type": ["number", "null"]},
+                    "price_source": {"type": ["string", "null"]},
+                    "cost_usd": {"type": ["number", "null"]}})
+
+
     return {"oneOf": [plan, error]}
 
 
 def _solve() -> dict:
     spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
-            "objective": OBJECTIVE}
+            "objective": OBJECTIVE, "precision": PRECISION, "token_budget": TOKEN_BUDGET,
+            "price_per_device_hour": PRICE}
     plan = _envelope("solve", {
         **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
         "pareto": pareto(CONFIG), "knee": KNEE, "solve_time_s": NUM, "build_time_s": NUM,
@@ -143,6 +156,10 @@ def _limits() -> dict:
     cnn = _envelope("limits", {
         "model": STR, "hardware": STR, "optimal_nodes": NUM, "optimal_nodes_reason": STR,
         "max_speedup": NUM, "comm_bound_from_nodes": nullable, "local_batch_min": NUM,
+SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_batch": INT,
+                                            "collective": STR, "iteration_time_s": NUM})]}
+
+
         "max_useful_nodes": INT, "efficiency_at_nodes": obj({"nodes": NUM, "efficiency": NUM}),
         "required_bandwidth_GBps": nullable, "available_bandwidth_GBps": NUM,
         "target_efficiency": NUM, "local_efficiency": NUM, "single_device_time_s": NUM,
@@ -156,6 +173,10 @@ def _limits() -> dict:
     return {"oneOf": [cnn, _transformer_limits()]}
 
 
+        # what `solve` picks on this case: on the same collective, on any, and with the
+        # smallest efficient local batch as --local-batch-min (null: no plan fits)
+        "solve": obj({"same_collective": SOLVED, "any_collective": SOLVED,
+                      "local_batch_min": INT, "with_local_batch_min": SOLVED}),
 def _transformer_limits() -> dict:
     """`limits` for a transformer: the plan the limits hold at, the memory floor per ZeRO stage
     and recompute, and each limit with the whole plan that realises it."""

@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 from planner.plot import plan_plot, sweep_plot  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
-GIB = 2**30
+GB = 1e9  # the plot draws memory in decimal GB, as the text output prints it
 
 
 def _is_svg(data: bytes) -> bool:
@@ -43,16 +43,20 @@ def test_plan_plot_has_a_bar_per_part(request, tmp_path, family, suffix):
     assert data.startswith(PNG) if suffix == ".png" else _is_svg(data)
     ax_time, ax_mem = fig.axes[:2]
     # one bar per part of the iteration time, in the breakdown's order, in milliseconds
+    # under a second per iteration, else in seconds
     assert len(ax_time.patches) == len(pred.time_breakdown)
     assert [t.get_text() for t in ax_time.get_yticklabels()] == list(pred.time_breakdown)
+    scale = 1e3 if pred.iteration_time_s < 1 else 1.0
+    assert ax_time.get_xlabel().startswith("milliseconds" if scale == 1e3 else "seconds")
     assert [p.get_width() for p in ax_time.patches] == pytest.approx(
-        [v * 1e3 for v in pred.time_breakdown.values()])
+        [v * scale for v in pred.time_breakdown.values()])
     # memory: one stacked segment per part; its top is the total; the capacity line
     assert len(ax_mem.patches) == len(pred.memory_breakdown)
     top = max(p.get_y() + p.get_height() for p in ax_mem.patches)
-    assert top == pytest.approx(pred.memory_bytes_per_device / GIB)
+    assert top == pytest.approx(pred.memory_bytes_per_device / GB)
     (capacity,) = [ln for ln in ax_mem.lines if "capacity" in ln.get_label()]
-    assert capacity.get_ydata()[0] == pytest.approx(pred.memory_capacity_bytes / GIB)
+    assert capacity.get_ydata()[0] == pytest.approx(pred.memory_capacity_bytes / GB)
+    assert ax_mem.get_ylabel() == "GB per device" and " GB" in capacity.get_label()
 
 
 def test_transformer_breakdown_has_the_communication_bubble_and_optimizer_parts(transformer):

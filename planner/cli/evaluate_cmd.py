@@ -15,7 +15,7 @@ from planner.cli.options import (
     spec_options,
     transformer_options,
 )
-from planner.cli.output import emit, launch_target
+from planner.cli.output import emit, launch_target, precision_used
 from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt
 from planner.errors import PlannerError, SpecError
 from planner.report import render
@@ -71,9 +71,10 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
                       devices_per_node=devices_per_node, global_batch=global_batch,
                       local_batch=local_batch, overlap=overlap, precision=precision,
                       **family, **hybrid)
-    doc = render.document("evaluate", {"model": model, "hardware": hardware,
+    used = precision_used(hardware, precision)
+    doc = render.document("evaluate", {"model": model, "hardware": hardware, "precision": used,
                                        **evaluation_doc(ev.plan, ev.prediction)})
-    emit(doc, fmt, evaluation_text(ev.plan, ev.prediction),
+    emit(doc, fmt, evaluation_text(ev.plan, ev.prediction, used),
          launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
 
 

@@ -36,12 +36,45 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     from planner.report import limits_text, transformer_limits_text
 
     require(model, hardware)
-    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
+    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer or "momentum",
                      servers=servers, overlap=overlap, **kw)
     summary = lim.summary()
-    doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
     transformer = api.is_transformer(model)
+    if not transformer:
+        summary["solve"] = _solve_on_this_case(
+            model, hardware, summary, precision=precision, optimizer=optimizer or "momentum",
+            servers=servers, overlap=overlap, global_batch=kw["global_batch"])
+    doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
     emit(doc, fmt, transformer_limits_text(summary) if transformer else limits_text(summary))
+
+
+def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dict:
+    """What `planner solve` returns on the case `limits` holds at (a CNN), and why the two
+    differ: `limits` treats the node count as continuous on one collective, with the smallest
+    efficient local batch as a separate limit; `solve` takes whole nodes whose devices split
+    the global batch evenly, chooses the collective unless pinned, and bounds the local batch
+    only when asked (--local-batch-min). Each solve: nodes, devices, local batch, collective
+    and iteration time (None where no plan fits)."""
+    import math
+
+    from planner import api
+    from planner.errors import PlannerError
+
+    def plan(**extra) -> dict | None:
+        try:
+            sol = api.solve(model, hardware, **case, **extra)
+        except PlannerError:
+            return None
+        p = sol.plan
+        return {"nodes": p.nodes, "devices": p.devices, "local_batch": p.local_batch,
+                "collective": p.collective.value, "iteration_time_s":
+                sol.prediction.iteration_time_s}
+
+    b_min = max(1, math.ceil(summary["local_batch_min"] - 1e-9))
+    same = plan(collective=summary["collective"])
+    return {"same_collective": same, "any_collective": plan(),
+            "local_batch_min": b_min, "with_local_batch_min": plan(
+                collective=summary["collective"], local_batch_min=b_min)}
 
 
 @click.command()
@@ -77,7 +110,8 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
     from planner.report import derive_text
 
     require(model, hardware)
-    formulas = api.derive(model, hardware, precision=precision, optimizer=optimizer,
+    formulas = api.derive(model, hardware, precision=precision,
+                          optimizer=optimizer or "momentum",
                           servers=servers, overlap=overlap, names=names, **kw)
     if substitute:
         wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}

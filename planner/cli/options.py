@@ -37,8 +37,11 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--hardware", "-H", help="Built-in system name or YAML path (required)."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Compute precision [default: the device's default_precision]."),
-        click.option("--optimizer", type=click.Choice(OPTIMIZERS),
-                     default="momentum", show_default=True),
+        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
+                     help="CNNs: the optimizer whose state is held and stepped [default: "
+                          "momentum]. Transformers are priced with mixed-precision Adam "
+                          "only (fp32 master weights and two moments): adam is accepted, any "
+                          "other value refused."),
         click.option("--servers", type=DecimalInt(1, 1_000_000), default=1, show_default=True,
                      help="Parameter servers (for --collective parameter-server)."),
         click.option("--overlap/--no-overlap", default=True, show_default=True,
@@ -46,7 +49,27 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
-    return with_options(f, opts)
+    return with_options(_checks_optimizer(f), opts)
+
+
+def _checks_optimizer(f):
+    """`f` refusing --optimizer other than adam for a transformer (its memory and step are
+    priced as mixed-precision Adam: another optimizer would be silently priced as Adam)."""
+
+    @functools.wraps(f)
+    def checked(*args, **kw):
+        optimizer, model = kw.get("optimizer"), kw.get("model")
+        if optimizer not in (None, "adam") and model:
+            from planner import api
+
+            if api.is_transformer(model):
+                raise SpecError(f"optimizer: transformers are priced with mixed-precision Adam "
+                                f"only (fp32 master weights and two fp32 moments per "
+                                f"parameter); --optimizer {optimizer} is not modelled for them "
+                                "(omit it, or give adam)")
+        return f(*args, **kw)
+
+    return checked
 
 
 TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",

@@ -41,6 +41,46 @@ def launch_target(model: str, hardware: str, precision: str | None, seq_len: int
     return Target(m, precision or load_system(hardware).device.default_precision)
 
 
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+def precision_used(hardware: str, precision: str | None, warn: bool = True) -> dict:
+    """{"name", "source"}: the precision a plan is priced at and why. A device spec without
+    `default_precision` trains in fp32 (the spec's fallback), which is said here, and on
+    stderr (`warn`) when the device offers a 16-bit format a user would more likely train in."""
+    if precision is not None:
+        return {"name": precision, "source": "--precision"}
+    from planner.catalog import load_system
+
+    device = load_system(hardware).device
+    if "default_precision" in device.model_fields_set:
+        return {"name": device.default_precision.value,
+                "source": f"the default_precision of device '{device.name}'"}
+    offered = [p.value for p in device.peak_tflops if p.value in SIXTEEN_BIT]
+    if warn and offered:
+        click.echo(f"planner: note: device '{device.name}' names no default_precision: priced "
+                   f"in fp32, though it offers {' and '.join(offered)} (give --precision "
+                   f"{offered[0]}, or set default_precision in its spec)", err=True)
+    return {"name": "fp32", "source": f"device '{device.name}' names no default_precision; "
+                                      "fp32 assumed (--precision to change)"}
+
+
+def price_used(hardware: str, flag: float | None) -> dict | None:
+    """{"usd", "source"}: the price per device-hour (the flag, else the device spec's with
+    its source), or None when neither gives one."""
+    if flag is not None:
+        return {"usd": flag, "source": "--price-per-device-hour"}
+    from planner.catalog import load_system
+
+    device = load_system(hardware).device
+    if device.price_per_hour_usd is None:
+        return None
+    source = device.sources.get("price")
+    return {"usd": device.price_per_hour_usd,
+            "source": f"device '{device.name}'" + (f": {source}" if source else "")
+            + "; --price-per-device-hour to change"}
+
+
 def progress(total: int, label: str):
     """A bar on stderr when it is a terminal; pipes and files get nothing at all."""
     if sys.stderr.isatty():

@@ -13,7 +13,7 @@ from planner.cli.options import (
     training_options,
     transformer_options,
 )
-from planner.cli.output import emit, launch_target
+from planner.cli.output import emit, launch_target, precision_used, price_used
 from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt, FiniteFloat, batch_range
 from planner.errors import SpecError
 from planner.report import render
@@ -37,14 +37,17 @@ from planner.search.objective import Objective
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
               help="Pin the collective [default: the solver chooses].")
 @click.option("--objective", type=click.Choice([o.value for o in Objective]),
-              default=Objective.throughput.value, show_default=True,
+              default=None,
               help="throughput (the default): the fastest plan, most samples per second on "
                    "the devices allowed (the knee line says how few devices come close); "
-                   "time-to-train / cost: with --critical-batch and a target; token-budget: "
-                   "time to train on --tokens tokens (transformers); efficiency: CNNs.")
+                   "time-to-train / cost: with --critical-batch and a target; token-budget "
+                   "(the default with --tokens): time to train on --tokens tokens "
+                   "(transformers); efficiency: CNNs. [default: throughput; token-budget "
+                   "with --tokens]")
 @training_options
 @click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
-              help="USD per device-hour [default: the device spec's price].")
+              help="USD per device-hour (GPU-hour) pricing --tokens or the time to train "
+                   "[default: the device spec's price].")
 @click.option("--deadline", "deadline_s", type=FiniteFloat(min=0, min_open=True, max=1e12),
               help="Constraint: time to train at most this many seconds.")
 @click.option("--budget", "budget_usd", type=FiniteFloat(min=0, min_open=True, max=1e15),
@@ -76,7 +79,10 @@ from planner.search.objective import Objective
 @transformer_options
 @headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
-              help="Token budget (transformers; with --objective token-budget).")
+              help="Token budget (transformers): print the time to train on this many tokens "
+                   "in hours or days and its cost at the price per GPU-hour, and rank plans "
+                   "by that time (--objective token-budget, the default with --tokens). No "
+                   "--critical-batch needed: the budget fixes the tokens.")
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
@@ -101,9 +107,16 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
           --critical-batch 512 --target-tokens 1e10 --objective time-to-train --pareto
     """
     from planner import api
+    from planner.analysis.time_to_train import token_budget as budget_of
     from planner.report import solution_doc, solution_text
 
     require(model, hardware)
+    if objective is None:
+        objective = "token-budget" if token_budget is not None else "throughput"
+    if (price_per_device_hour is not None and token_budget is None
+            and critical_batch is None):
+        raise SpecError("price_per_device_hour: --price-per-device-hour prices a training run: "
+                        "give --tokens (a token budget) or --critical-batch with a target")
     hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
     training = {"critical_batch": critical_batch, "target_steps": target_steps,
                 "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
@@ -137,11 +150,22 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                   "strategy": strategy or "data", "stages": stages}
     sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
-    doc = render.document("solve", {"model": model, "hardware": hardware, **solution_doc(sol)})
+    used = precision_used(hardware, precision)
+    price = price_used(hardware, price_per_device_hour)
+    tokens = None
+    if token_budget is not None:
+        tokens = budget_of(token_budget, sol.plan.devices, sol.prediction.tokens_per_s,
+                           sol.prediction.iteration_time_s, price)
+    body = solution_doc(sol)
+    body = {"model": model, "hardware": hardware, "precision": used, **body,
+            **({"token_budget": tokens} if tokens is not None else {}),
+            **({"price_per_device_hour": price} if price is not None and (
+                tokens is not None or sol.training) else {})}
+    doc = render.document("solve", body)
     if plot_path:
         _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
-    emit(doc, fmt, solution_text(sol), launch_target(model, hardware, precision,
-                                                     hybrid.get("seq_len"), fmt))
+    emit(doc, fmt, solution_text(sol, used, tokens, price if sol.training else None),
+         launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)
 
@@ -191,4 +215,4 @@ def _plan_plot(sol, config: dict, path: str, model: str, hardware: str) -> None:
     sizes = ", ".join(f"{k.replace('_', ' ')} {config[k]}" for k in
                       ("devices", "tp", "pp", "dp", "global_batch") if k in config)
     plan_plot(sol.prediction, path, f"{model} on {hardware}: {sizes}",
-              front=getattr(sol, "pareto", None) or None)
+              front=getattr(sol, "pareto", None) or None, chosen=sol.training or None)

@@ -4,7 +4,7 @@ dicts, and the formulas behind them (`planner.formulas.Derived`)."""
 
 from __future__ import annotations
 
-from planner.report.render import key_values, si
+from planner.report.render import key_values, si, span
 
 
 def limits_text(s: dict) -> str:
@@ -18,7 +18,7 @@ def limits_text(s: dict) -> str:
          (f"{ttt['nodes']:.0f} nodes (of 1..{ttt['nodes_max']}), " if ttt["nodes_chosen"]
           else "") + f"global batch {ttt['global_batch']:.4g} (local "
          f"{ttt['local_batch']:.3g}; B_noise {ttt['critical_batch']:g}; "
-         f"{si(ttt['time_per_min_step_s'], 's')} per S_min step; {ttt['reason']})")]
+         f"{span(ttt['time_per_min_step_s'])} per S_min step; {ttt['reason']})")]
     return key_values([
         ("optimal nodes", f"{s['optimal_nodes']:.4g}  ({s['optimal_nodes_reason']})"),
         ("max speed-up", f"{s['max_speedup']:.4g} x over one device"),
@@ -33,7 +33,40 @@ def limits_text(s: dict) -> str:
          "unreachable at any bandwidth" if bw is None
          else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
         *extra,
+        *_solve_pairs(s),
     ])
+
+
+def _solve_pairs(s: dict) -> list[tuple[str, str]]:
+    """What `solve` picks on the same case, and why it differs from the limits above."""
+    sv = s.get("solve")
+    if sv is None:
+        return []
+
+    def where(p: dict | None) -> str:
+        if p is None:
+            return "no plan fits"
+        return (f"{p['nodes']} nodes (local batch {p['local_batch']}, {p['collective']}, "
+                f"{span(p['iteration_time_s'])} per iteration)")
+
+    same, free, bounded = sv["same_collective"], sv["any_collective"], sv["with_local_batch_min"]
+    agree = same is not None and abs(same["nodes"] - s["optimal_nodes"]) < 0.5
+    rows = [("solve, same collective", where(same) + (
+        "" if same is None else ": agrees with the optimal nodes" if agree else
+        f": whole nodes over whose devices the global batch {s['global_batch']} splits "
+        f"evenly (a whole local batch); the optimal nodes above are continuous "
+        f"({s['optimal_nodes']:.4g})"))]
+    if free is not None and same is not None and (
+            free["collective"] != same["collective"] or free["nodes"] != same["nodes"]):
+        rows.append(("solve, any collective", where(free) + ": solve chooses the collective "
+                     f"(limits holds --collective {s['collective']})"))
+    if sv["local_batch_min"] <= 1:  # one sample per device: the same as the first solve
+        return rows
+    useful = bounded is not None and bounded["nodes"] == s["max_useful_nodes"]
+    rows.append((f"solve, local batch >= {sv['local_batch_min']}", where(bounded) + (
+        ": the max useful nodes" if useful else "") + "; solve bounds the local batch only "
+        f"when asked (--local-batch-min {sv['local_batch_min']})"))
+    return rows
 
 
 def transformer_limits_text(s: dict) -> str:
@@ -50,14 +83,14 @@ def transformer_limits_text(s: dict) -> str:
     rows = [
         ("at the plan", f"tp {p['tp']} x pp {p['pp']} x dp {p['dp']} = {p['devices']} devices, "
                         f"micro-batch {p['micro_batch']}, {p['recompute']} recompute, ZeRO "
-                        f"{p['zero']}: {si(s['iteration_time_s'], 's')} per iteration, "
+                        f"{p['zero']}: {span(s['iteration_time_s'])} per iteration, "
                         f"{si(s['memory_bytes_per_device'], 'B')} of "
                         f"{si(s['memory_capacity_bytes'], 'B')}"),
         ("memory floor (smallest tp x pp)", floors[0]),
         *(("", f) for f in floors[1:]),
         ("optimal devices", f"{opt['devices']:.4g} (dp {opt['dp']:.4g}: {opt['reason']}); "
                             f"whole plan dp {whole['dp']} = {whole['devices']} devices, "
-                            f"{si(whole['iteration_time_s'], 's')} per iteration"),
+                            f"{span(whole['iteration_time_s'])} per iteration"),
         ("max speed-up", f"{opt['max_speedup']:.4g} x over one data-parallel replica"),
         ("comm-bound from", "never within the batch limit" if cb is None else
          f"{cb['devices']:.4g} devices (dp {cb['dp']:.4g}; first whole plan exposed: dp "
@@ -89,7 +122,9 @@ def derive_text(formulas, fmt: str) -> str:
     from planner import formulas as der
 
     if fmt == "latex":
-        return der.latex_block(formulas)
+        from planner.latex import paper_block
+
+        return paper_block(formulas)
     if fmt == "python":
         return der.python_module(formulas).rstrip("\n")
     return "\n\n".join(der.text_block(f) for f in formulas)

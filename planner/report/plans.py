@@ -3,7 +3,7 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 
 from __future__ import annotations
 
-from planner.report.render import duration, key_values, si, table
+from planner.report.render import duration, key_values, si, span, table, usd
 
 
 def evaluation_doc(plan, pred) -> dict:
@@ -40,10 +40,15 @@ def config_text(plan) -> str:
     return plan_text(plan)
 
 
-def evaluation_text(plan, pred) -> str:
+def precision_pair(precision: dict) -> tuple[str, str]:
+    """The training precision and where it came from (flag, device default, or assumed)."""
+    return ("precision", f"{precision['name']} ({precision['source']})")
+
+
+def evaluation_text(plan, pred, precision: dict | None = None) -> str:
     mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred.memory_breakdown.items())
     # the parts only some plans have (cp, ep, offload) are left out of the text where 0
-    times = ", ".join(f"{k} {si(v, 's')}" for k, v in pred.time_breakdown.items()
+    times = ", ".join(f"{k} {span(v)}" for k, v in pred.time_breakdown.items()
                       if v or k not in ("cp_comm", "ep_comm", "offload"))
     pairs = [("plan" if plan.collective is None else "config", plan_text(plan))]
     if plan.collective is None:
@@ -65,14 +70,16 @@ def evaluation_text(plan, pred) -> str:
                                     else "")
                                  + (", ep overlap on" if plan.ep_overlap else "")
                                  + (", eager kernels" if plan.kernels == "eager" else "")))
-    pairs.append(("iteration time", f"{si(pred.iteration_time_s, 's')} ({times})"))
+    if precision is not None:
+        pairs.append(precision_pair(precision))
+    pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
     if pred.tokens_per_s is not None:
         rate = f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s"
     pairs.append(("throughput", rate))
     if pred.communication_time_s is not None:
-        pairs.append(("communication", f"{si(pred.communication_time_s, 's')} "
-                                       f"({si(pred.exposed_communication_time_s, 's')} exposed)"))
+        pairs.append(("communication", f"{span(pred.communication_time_s)} "
+                                       f"({span(pred.exposed_communication_time_s)} exposed)"))
     if pred.mfu is not None:
         pairs.append(("per device", f"{pred.tflops_per_device_model:.1f} TFLOP/s model, "
                                     f"{pred.tflops_per_device_hardware:.1f} hardware; MFU "
@@ -119,27 +126,48 @@ def knee_pair(knee: dict) -> tuple[str, str]:
                 f"{knee['best_devices']} devices) speeds up {last:.2f} x"
                 + (" (above 2 x: the fewer devices' memory held them to a slower plan)"
                    if last > 2 + 1e-9 else ""))
-    return ("knee", f"{knee['devices']} devices reach {si(knee['time_s'], 's')} "
+    return ("knee", f"{knee['devices']} devices reach {span(knee['time_s'])} "
                     f"{knee['measure']}, within {knee['tolerance']:.0%} of the best "
-                    f"({si(knee['best_time_s'], 's')} on {knee['best_devices']} devices)"
+                    f"({span(knee['best_time_s'])} on {knee['best_devices']} devices)"
                     f"{doubling}")
 
 
-def time_to_train_pair(training: dict) -> tuple[str, str]:
-    cost = f", {training['cost_usd']:,.2f} USD" if "cost_usd" in training else ""
+def time_to_train_pair(training: dict, price: dict | None = None) -> tuple[str, str]:
+    """The McCandlish time to train of a plan, its cost and (given `price`) the price used."""
+    cost = ""
+    if "cost_usd" in training:
+        cost = f", {usd(training['cost_usd'])}"
+        if price is not None:
+            cost += f" at {usd(price['usd'])} per GPU-hour ({price['source']})"
     return ("time to train", f"{duration(training['time_to_train_s'])} "
                              f"({training['steps']:,.0f} steps{cost})")
 
 
-def _training_text(training: dict | None, pareto: list[dict] | None) -> list[str]:
+def token_budget_pairs(tb: dict) -> list[tuple[str, str]]:
+    """The token budget's time (days or hours, never SI seconds) and cost, the price shown."""
+    tokens = f"{tb['tokens']:.4g}".replace("e+", "e")
+    pairs = [("token budget", f"{tokens} tokens in {tb['steps']:,.0f} steps: "
+                              f"{duration(tb['time_to_train_s'])} to train")]
+    if tb["cost_usd"] is None:
+        pairs.append(("cost", f"{tb['device_hours']:,.0f} GPU-hours; no price (give "
+                              "--price-per-device-hour)"))
+    else:
+        pairs.append(("cost", f"{usd(tb['cost_usd'])} = {tb['device_hours']:,.0f} GPU-hours x "
+                              f"{usd(tb['price_per_device_hour_usd'])} per GPU-hour "
+                              f"({tb['price_source']})"))
+    return pairs
+
+
+def _training_text(training: dict | None, pareto: list[dict] | None,
+                   price: dict | None = None) -> list[str]:
     """Time to train of the chosen plan and the Pareto front, as text blocks."""
-    out = [key_values([time_to_train_pair(training)])] if training else []
+    out = [key_values([time_to_train_pair(training, price)])] if training else []
     if pareto:
         rows = [[p["config"]["nodes"], p["config"]["devices"],
                  f"{p['config']['tp']}x{p['config']['pp']}x{p['config']['dp']}",
                  p["config"]["global_batch"], duration(p["time_to_train_s"]),
-                 f"{p['cost_usd']:,.2f}"] for p in pareto]
-        head = ["nodes", "devices", "tp x pp x dp", "batch", "time to train", "cost USD"]
+                 usd(p["cost_usd"])] for p in pareto]
+        head = ["nodes", "devices", "tp x pp x dp", "batch", "time to train", "cost"]
         shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * len(head)] + rows[-5:]
         out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(head, shown))
     return out
@@ -154,19 +182,24 @@ def _use(pred) -> str:
     return f"MFU {pred.mfu:.1%}" if pred.mfu is not None else f"eff. {pred.efficiency:.1%}"
 
 
-def solution_text(sol) -> str:
+def solution_text(sol, precision: dict | None = None, token_budget: dict | None = None,
+                  price: dict | None = None) -> str:
+    """`solve`'s text; `precision` ({"name", "source"}), `token_budget` (`token_budget_doc`)
+    and `price` ({"usd", "source"}) add what the command knows beyond the solution."""
     from planner.search.strategy import SplitSolution
 
     if isinstance(sol, SplitSolution):
-        return split_text(sol)
+        return split_text(sol, precision, price)
     out = [f"status: {sol.status} (CP-SAT: the minimum of {sol.rows:,} priced plans, "
-           f"{si(sol.solve_time_s, 's')})", evaluation_text(sol.plan, sol.prediction)]
+           f"{span(sol.solve_time_s)})", evaluation_text(sol.plan, sol.prediction, precision)]
+    if token_budget is not None:
+        out.append(key_values(token_budget_pairs(token_budget)))
     if sol.knee is not None:
         out.append(key_values([knee_pair(sol.knee)]))
-    out += _training_text(sol.training, sol.pareto)
+    out += _training_text(sol.training, sol.pareto, price)
     if sol.alternatives:
         rows = [[p.nodes, p.devices_per_node, _split(p), p.global_batch, p.micro_batch,
-                 p.collective.value if p.collective else "-", si(pr.iteration_time_s, "s"),
+                 p.collective.value if p.collective else "-", span(pr.iteration_time_s),
                  _rate(pr), _use(pr)] for p, pr in sol.alternatives]
         out.append("runners-up:\n" + table(
             ["nodes", "dev/node", "tp x pp x dp", "batch", "micro", "collective", "iteration",
@@ -182,7 +215,7 @@ def split_doc(sol) -> dict:
             "search": sol.search}
 
 
-def split_text(sol) -> str:
+def split_text(sol, precision: dict | None = None, price: dict | None = None) -> str:
     c, p = sol.config, sol.prediction
     head = (f"status: {sol.status} ({sol.strategy}; {sol.search['candidates']:,} points, "
             f"{sol.search['inner_solves']} solved by CP-SAT, the rest pruned by bound)")
@@ -190,34 +223,35 @@ def split_text(sol) -> str:
              f"global batch {c['global_batch']}, {c['collective']}")
     if "layers" in sol.plan:
         where += f", local batch {c['local_batch']}"
-        rows = [[l["name"], l["mode"], l["degree"], si(l["compute_time_s"], "s"),
-                 si(l["communication_time_s"], "s")]
+        rows = [[l["name"], l["mode"], l["degree"], span(l["compute_time_s"]),
+                 span(l["communication_time_s"])]
                 for l in sol.plan["layers"] if l["compute_time_s"] or l["communication_time_s"]]
         plan = "layers:\n" + table(["layer", "mode", "degree", "compute", "communication"], rows)
     else:
         where += (f", {c['stages']} stages x {c['replicas']} replicas, {c['micro_batches']} "
                   f"micro-batches of {c['micro_batch']}")
         rows = [[j, f"{s['layers'][0]} .. {s['layers'][-1]}", len(s["layers"]), s["devices"],
-                 si(s["time_s"], "s"), si(s["memory_bytes"], "B")]
+                 span(s["time_s"]), si(s["memory_bytes"], "B")]
                 for j, s in enumerate(sol.plan["stages"])]
         plan = "stages:\n" + table(["stage", "layers", "count", "devices", "time/micro-batch",
                                       "memory"], rows)
-    pairs = [("config", where), ("iteration time", si(p.iteration_time_s, "s")),
+    pairs = [("config", where), *([precision_pair(precision)] if precision else []),
+             ("iteration time", span(p.iteration_time_s)),
              ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
-             ("compute", si(p.compute_time_s, "s")),
-             ("communication", f"{si(p.communication_time_s, 's')} "
-                               f"({si(p.exposed_communication_time_s, 's')} exposed)"),
+             ("compute", span(p.compute_time_s)),
+             ("communication", f"{span(p.communication_time_s)} "
+                               f"({span(p.exposed_communication_time_s)} exposed)"),
              ("memory/device", f"{si(p.memory_bytes_per_device, 'B')} of "
                                f"{si(p.memory_capacity_bytes, 'B')}"),
              ("speed-up", f"{p.speedup:.2f} x (efficiency {p.efficiency:.1%})")]
     if p.bubble_fraction is not None:
         pairs.insert(2, ("pipeline bubble", f"{p.bubble_fraction:.1%}"))
     if sol.training:
-        pairs.append(time_to_train_pair(sol.training))
+        pairs.append(time_to_train_pair(sol.training, price))
     base = sol.data_parallel
     if base is not None:
         bc = base["config"]
-        pairs.append(("best data parallel", f"{si(base['iteration_time_s'], 's')} on "
+        pairs.append(("best data parallel", f"{span(base['iteration_time_s'])} on "
                                             f"{bc['devices']} devices (objective "
                                             f"{sol.objective['value'] / base['objective_value']:.3f}"
                                             " x of it here)"))
@@ -262,8 +296,8 @@ def sweep_text(sw) -> str:
         row = [plan.nodes, plan.devices, plan.global_batch]
         row += [f"{p.bandwidth_GBps:g}"] if show_bw else []
         row += [_split(plan), plan.micro_batch] if show_split else [plan.local_batch]
-        row += [si(pred.iteration_time_s, "s"), si(pred.compute_time_s, "s"),
-                si(pred.exposed_communication_time_s, "s"), _rate(pred)]
+        row += [span(pred.iteration_time_s), span(pred.compute_time_s),
+                span(pred.exposed_communication_time_s), _rate(pred)]
         row += ([f"{pred.mfu:.1%}", f"{eff:.1%}"] if pred.mfu is not None
                 else [f"{pred.speedup:.2f}", f"{pred.efficiency:.1%}"])
         if show_train:

@@ -57,11 +57,35 @@ def si(value: float, unit: str = "") -> str:
 
 
 def duration(seconds: float) -> str:
-    """A wall-clock span in the unit people plan in: 42.1 s, 17.8 min, 5.2 h, 7.86 days."""
+    """A wall-clock span in the unit people plan in: 42.1 s, 17.8 min, 5.2 h, 7.86 days,
+    1,234 days (never an SI prefix on seconds: no "11.5 Ms")."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
     for limit, factor, unit in ((120, 1, "s"), (7200, 60, "min"), (172800, 3600, "h")):
         if abs(seconds) < limit:
             return f"{seconds / factor:.3g} {unit}"
-    return f"{seconds / 86400:.3g} days"
+    days = seconds / 86400
+    return f"{days:.3g} days" if abs(days) < 1000 else f"{days:,.0f} days"
+
+
+def span(seconds: float) -> str:
+    """A time as people read it: SI below two minutes (6.84 s, 393 ms, 932 us), minutes,
+    hours or days above (`duration`)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    return si(seconds, "s") if abs(seconds) < 120 else duration(seconds)
+
+
+def usd(amount: float) -> str:
+    """Dollars with the precision a figure of that size carries: $12.29 below $1,000, whole
+    dollars up to a million ($123,456), then millions ($40.2 M): no cents on $40 M."""
+    if amount is None or not math.isfinite(amount):
+        return "n/a"
+    if abs(amount) < 1000:
+        return f"${amount:,.2f}"
+    if abs(amount) < 1e6:
+        return f"${amount:,.0f}"
+    return f"${amount / 1e6:,.3g} M" if abs(amount) < 1e9 else f"${amount / 1e6:,.0f} M"
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
