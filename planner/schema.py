@@ -108,11 +108,6 @@ KNEE = obj({"devices": INT, "time_s": NUM, "tolerance": NUM, "measure": STR,
             "scaling_efficiency": NUM, "base_devices": INT})
 
 
-def _evaluate() -> dict:
-    spec = {"model": STR, "hardware": STR, "line": INT, "precision": PRECISION}
-    plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
-                     ["config", "prediction"])
-    error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
 # the precision a plan is priced at and where it came from (--precision, the device's
 # default_precision, or fp32 assumed for a device spec naming none)
 PRECISION = obj({"name": STR, "source": STR})
@@ -125,6 +120,11 @@ TOKEN_BUDGET = obj({"tokens": NUM, "steps": NUM, "time_to_train_s": NUM,
                     "cost_usd": {"type": ["number", "null"]}})
 
 
+def _evaluate() -> dict:
+    spec = {"model": STR, "hardware": STR, "line": INT, "precision": PRECISION}
+    plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
+                     ["config", "prediction"])
+    error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
     return {"oneOf": [plan, error]}
 
 
@@ -151,15 +151,15 @@ def _solve() -> dict:
     return {"oneOf": [plan, split]}
 
 
+SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_batch": INT,
+                                            "collective": STR, "iteration_time_s": NUM})]}
+
+
 def _limits() -> dict:
     nullable = {"type": ["number", "null"]}
     cnn = _envelope("limits", {
         "model": STR, "hardware": STR, "optimal_nodes": NUM, "optimal_nodes_reason": STR,
         "max_speedup": NUM, "comm_bound_from_nodes": nullable, "local_batch_min": NUM,
-SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_batch": INT,
-                                            "collective": STR, "iteration_time_s": NUM})]}
-
-
         "max_useful_nodes": INT, "efficiency_at_nodes": obj({"nodes": NUM, "efficiency": NUM}),
         "required_bandwidth_GBps": nullable, "available_bandwidth_GBps": NUM,
         "target_efficiency": NUM, "local_efficiency": NUM, "single_device_time_s": NUM,
@@ -168,15 +168,15 @@ SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_
         "time_to_train": obj({"critical_batch": NUM, "nodes": NUM, "global_batch": NUM,
                               "local_batch": NUM, "time_per_min_step_s": NUM,
                               "nodes_chosen": BOOL, "nodes_max": INT, "reason": STR}),
+        # what `solve` picks on this case: on the same collective, on any, and with the
+        # smallest efficient local batch as --local-batch-min (null: no plan fits)
+        "solve": obj({"same_collective": SOLVED, "any_collective": SOLVED,
+                      "local_batch_min": INT, "with_local_batch_min": SOLVED}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
         "required_bandwidth_GBps", "efficiency_at_nodes"])
     return {"oneOf": [cnn, _transformer_limits()]}
 
 
-        # what `solve` picks on this case: on the same collective, on any, and with the
-        # smallest efficient local batch as --local-batch-min (null: no plan fits)
-        "solve": obj({"same_collective": SOLVED, "any_collective": SOLVED,
-                      "local_batch_min": INT, "with_local_batch_min": SOLVED}),
 def _transformer_limits() -> dict:
     """`limits` for a transformer: the plan the limits hold at, the memory floor per ZeRO stage
     and recompute, and each limit with the whole plan that realises it."""
