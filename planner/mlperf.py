@@ -78,7 +78,11 @@ def read(path: Path = CSV) -> list[Run]:
 def plan_of(run: Run) -> Plan:
     """The plan as the submission's config sets it. Unset switches take NeMo / Megatron-LM's
     defaults for these recipes: sequence parallel with tp > 1, the distributed optimizer
-    (ZeRO 1) with its gradient reduce overlapped, no recomputation, flash attention."""
+    (ZeRO 1) with its gradient reduce overlapped, no recomputation, flash attention, and the
+    gradients reduced in bf16, as the reference implementations set it (training_results_v4.0
+    NVIDIA/benchmarks/gpt3/implementations/nemo/conf/optim/distributed_fused_adam.yaml:
+    grad_sync_dtype bf16; v5.0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:
+    grad_reduce_in_fp32=False)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
@@ -87,7 +91,8 @@ def plan_of(run: Run) -> Plan:
                       sequence_parallel=tp > 1 and _flag(r["sequence_parallel"], True),
                       zero=1 if _flag(r["dist_optimizer"], True) else 0,
                       overlap=_flag(r["overlap_grad_reduce"], True),
-                      tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False))
+                      tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False),
+                      grad_reduce_bf16=True)
 
 
 def predicted(run: Run) -> tuple[float | None, str | None]:

@@ -102,6 +102,11 @@ class Plan:
     fp8_weight_gather: bool = False
     # with fp8 training: the fp8 GEMMs' inputs saved for the backward in fp8 (Transformer Engine)
     fp8_activations: bool = False
+    # interleaved: the pipeline sends overlap the chunks' compute (Megatron-LM's default
+    # overlap_p2p_comm; --no-overlap-p2p-communication turns it off)
+    pp_overlap: bool = True
+    # bf16 training: gradients accumulated and reduced in bf16, not fp32 (--grad-reduce-in-bf16)
+    grad_reduce_bf16: bool = False
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -237,7 +242,8 @@ class Plan:
                "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
                "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
                "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
-               "fp8_activations": self.fp8_activations}
+               "fp8_activations": self.fp8_activations, "pp_overlap": self.pp_overlap,
+               "grad_reduce_bf16": self.grad_reduce_bf16}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

@@ -57,7 +57,7 @@ def solve_run(run: dict, matmul_efficiency: float | None = None, system=None):
         system = dataclasses.replace(system, device=dev.model_copy(update={"efficiency": eff}))
     q = Search(global_batch=run["global_batch"], devices=run["gpus"], tp=run["tp"],
                pp=run["pp"], recompute="full", sequence_parallel=False, zero=0,
-               schedule="1f1b", overlap=False, flash_attention=False)
+               schedule="1f1b", overlap=False, flash_attention=False, pp_overlap=False)
     return HybridSolver(load_model(run["model"]), system, Precision.fp16, q).solve()
 
 

@@ -35,7 +35,8 @@ CONFIG = obj({
     "flash_attention": BOOL, "etp": INT, "tp_overlap": BOOL, "capacity_factor": NUM,
     "first_stage_layers": {"type": ["integer", "null"]},
     "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
-    "ep_overlap": BOOL, "kernels": {"enum": ["fused", "eager"]},
+    "ep_overlap": BOOL, "pp_overlap": BOOL, "grad_reduce_bf16": BOOL,
+    "kernels": {"enum": ["fused", "eager"]},
     "recompute_layers": {"type": ["integer", "null"]},
     "dp_shard": {"type": ["integer", "null"]}, "fp8_weight_gather": BOOL,
     "fp8_activations": BOOL},
@@ -67,6 +68,10 @@ PREDICTION = obj({
     # CNN splits
     "activation_communication_time_s": NUM, "bubble_fraction": NUM, "stage_time_s": NUM,
     "p2p_time_s": NUM,
+    # transformers: the likely range of the measured time (planner.bands)
+    "time_band": obj({"runs": INT, "group": {"type": ["string", "null"]}, "note": STR,
+                      "low_s": NUM, "high_s": NUM, "low_ratio": NUM, "high_ratio": NUM},
+                     required=["runs", "group", "note"]),
     # with --critical-batch (time to train)
     **TRAINING_KEYS,
 }, required=["iteration_time_s", "samples_per_s", "throughput_samples_per_s", "compute_time_s",

@@ -60,7 +60,8 @@ def test_exposed_kv_ring_is_its_formula():
                      _cfg(t=t, cp=cp, acc=1))
     kv_bytes = 2 * (m.seq_len / cp) * m.kv_dim / t * 2
     ring = (cp - 1) * (slow.intra_lat + kv_bytes / slow.intra_bw)
-    assert float(free["cp_comm"]) == 0.0  # a free link hides the ring behind attention
+    # a free link hides the ring behind attention (but for the sigma share of its ~0 time)
+    assert float(free["cp_comm"]) == pytest.approx(0.0, abs=1e-9)
     from planner.expr import symbols as S
     from planner.expr.transformer import Choices, TransformerExpressions
 

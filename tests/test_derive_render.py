@@ -57,7 +57,9 @@ def _all(derived):
     return [(case, d) for case, ds in derived.items() for d in ds]
 
 
-def _close(x: complex, value: float, rel: float = 1e-12) -> bool:
+# 1e-10: the data-parallel roots are a quadratic's, (b + sqrt(b^2 + c)) / 4 alpha with alpha
+# ~6e-7 s against b ~0.2 s, and lose about four digits to cancellation in any written order
+def _close(x: complex, value: float, rel: float = 1e-10) -> bool:
     return abs(x.imag) <= rel * abs(value) and math.isclose(x.real, value, rel_tol=rel)
 
 
@@ -201,7 +203,7 @@ def test_python_module_of_every_case_runs_and_gives_the_values(derived):
         printed = _run_python(python_module(ds))
         assert list(printed) == [d.name for d in ds], case
         for d in ds:
-            assert math.isclose(printed[d.name], d.value, rel_tol=1e-12), (case, d.name)
+            assert math.isclose(printed[d.name], d.value, rel_tol=1e-10), (case, d.name)
 
 
 @pytest.mark.parametrize("extra", [(), ("--collective", "tree", "--critical-batch", "4096",
@@ -215,7 +217,7 @@ def test_python_output_runs_and_prints_the_values(run, run_json, extra):
     values = {f["name"]: f["value"] for f in doc["formulas"]}
     assert set(printed) == set(values)
     for name, value in values.items():
-        assert math.isclose(printed[name], value, rel_tol=1e-12), name
+        assert math.isclose(printed[name], value, rel_tol=1e-10), name
 
 
 def test_text_value_equals_json_value_equals_limits(run, run_json):

@@ -180,6 +180,7 @@ def test_search_recomputes_the_fewest_layers_that_fit():
     def run(**over):
         return api.evaluate("llama3-70b", "dgx-h100", precision="bf16", devices=16, tp=8,
                             pp=2, micro_batch=1, global_batch=64, zero=plan.zero,
+                            interleave=plan.interleave,
                             sequence_parallel=plan.sequence_parallel, **over).prediction
     assert run(recompute_layers=n).fits_memory and not run(recompute_layers=n - 1).fits_memory
     assert not run(recompute="none").fits_memory

@@ -91,17 +91,19 @@ def test_search_with_pinned_stages_equals_brute_force():
 
 def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
     """Llama-3-70B at tp 4 on DGX H100: every block's GEMMs outlast its collective, so of each
-    collective only the first of t chunks shows: with one flat GEMM rate and no launch floor
-    (cutting a compute-bound GEMM into row chunks then costs nothing) tp_comm falls to exactly
-    1 / t; with the shape-dependent rate and the launch floor the thinner chunks add their
-    own time."""
+    collective only the first of t chunks shows, and the rest costs the share sigma / (1 +
+    sigma) the compute beside it loses: with one flat GEMM rate and no launch floor (cutting
+    a compute-bound GEMM into row chunks then costs nothing) tp_comm falls to exactly 1 / t +
+    share (t - 1) / t; with the shape-dependent rate and the launch floor the thinner chunks
+    add their own time."""
     m = load_model("llama3-70b")
     cfg = {**_cfg(t=4, sp=1, d=1, acc=1), "overlap": True}
     flat = dataclasses.replace(H100, launch_s=0.0, gemm_half_dim=0.0)
     plain = float(iteration(m, flat, cfg)["tp_comm"])
     hidden = float(iteration(m, flat, {**cfg, "tp_overlap": True})["tp_comm"])
     assert plain > 0
-    assert hidden == pytest.approx(plain / 4, rel=1e-9)
+    share = H100.overlap_slowdown / (1 + H100.overlap_slowdown)
+    assert hidden == pytest.approx(plain / 4 + share * plain * 3 / 4, rel=1e-9)
     plain = float(iteration(m, H100, cfg)["tp_comm"])
     hidden = float(iteration(m, H100, {**cfg, "tp_overlap": True})["tp_comm"])
     assert plain / 4 < hidden < plain
@@ -208,13 +210,20 @@ def test_zero3_shows_the_first_layers_gather_of_each_pass():
     and backward) per micro-batch show, m sync / L, sync being the allreduce that the same
     plan without overlap exposes whole (ZeRO 2: one reduce-scatter of the gradients and one
     all-gather of the weights per iteration: the two gathers' bytes in fp16, where both have
-    one width)."""
+    one width). Every collective overlapped also costs the share sigma / (1 + sigma) of its
+    time that the compute beside it loses: the gradients' reduce-scatter (what ZeRO-3 without
+    overlap shows beyond its m gathers) and both gathers of every micro-batch (sync)."""
     m = 4
     cfg = _cfg(d=8, acc=m, zero=3)
     fp16 = Hardware.of(load_system("dgx-h100"), Precision.fp16)
     sync = float(iteration(LLAMA, fp16, {**cfg, "zero": 2, "overlap": False})["dp_comm_exposed"])
     got = float(iteration(LLAMA, fp16, {**cfg, "overlap": True})["dp_comm_exposed"])
-    assert got == pytest.approx(m * sync / LLAMA.layers, rel=1e-9)
+    share = fp16.overlap_slowdown / (1 + fp16.overlap_slowdown)
+    alone = float(iteration(LLAMA, fp16, {**cfg, "overlap": False})["dp_comm_exposed"])
+    scatter = alone - m * sync
+    assert scatter == pytest.approx(sync / 2, rel=0.01)  # half the bytes, the same steps
+    want = share * scatter + m * (share * sync + sync / LLAMA.layers)
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_interleaved_last_stage_holds_its_warm_up_and_the_logits():

@@ -76,7 +76,8 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
                     "offload_activations", "ep_overlap", "kernels", "recompute_layers",
-                    "dp_shard", "fp8_weight_gather", "fp8_activations", "seq_len")
+                    "dp_shard", "fp8_weight_gather", "fp8_activations", "pp_overlap",
+                    "grad_reduce_bf16", "seq_len")
 
 
 def transformer_options(f):
@@ -141,6 +142,13 @@ def transformer_options(f):
         click.option("--last-stage-layers", "last_stage_layers", type=DecimalInt(1, 100_000),
                      help="Layers on the last pipeline stage (--decoder-last-pipeline-num-"
                           "layers)."),
+        click.option("--pp-overlap/--no-pp-overlap", "pp_overlap", default=None,
+                     help="Interleaved pipelines: overlap the sends with the chunks' compute "
+                          "(Megatron-LM's default; --no-overlap-p2p-communication) "
+                          "[default: on]."),
+        click.option("--grad-reduce-bf16/--grad-reduce-fp32", "grad_reduce_bf16", default=None,
+                     help="bf16 training: accumulate and reduce gradients in bf16 (Megatron-LM "
+                          "--grad-reduce-in-bf16, NVIDIA's MLPerf recipes) [default: fp32]."),
         click.option("--ep-overlap/--no-ep-overlap", "ep_overlap", default=None,
                      help="MoE: run each micro-batch's all-to-alls behind another's compute "
                           "(Megatron-LM --overlap-moe-expert-parallel-comm) [default: off]."),

@@ -101,7 +101,7 @@ class Hardware:
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
            "eager": False, "dp_shard": 0, "fp8_gather": False,
-           "fp8_acts": False}
+           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -115,7 +115,8 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    partial,
                    int(shared["dp_shard"]) if int(zero) else 0,
                    bool(shared["fp8_gather"]) and bool(int(zero)),
-                   bool(shared["fp8_acts"]))
+                   bool(shared["fp8_acts"]), bool(shared["pp_overlap"]),
+                   bool(shared["grad_bf16"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -130,7 +131,9 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     overlap (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers,
     last_layers, offload (bool), ep_overlap (bool), eager (bool), dp_shard (data-parallel replicas per
     ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
-    fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8)."""
+    fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8),
+    pp_overlap (interleaved pipeline sends behind the chunks' compute; default on), grad_bf16
+    (gradients accumulated and reduced in bf16)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

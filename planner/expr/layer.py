@@ -70,6 +70,14 @@ class Choices:
     # (Transformer Engine's Linear saves the fp8 cast it ran the GEMM on; torchao's float8
     # keeps the 16-bit input)
     fp8_acts: bool = False
+    # interleaved (v > 1): the pipeline sends overlap the chunks' compute (Megatron-LM's
+    # overlap_p2p_comm, on by default and off without interleaving; SC21's 2021 schedule
+    # sent them in line)
+    pp_overlap: bool = True
+    # 16-bit training: gradients accumulated and reduced in bf16, not fp32 (Megatron-LM
+    # --grad-reduce-in-bf16, NeMo's grad_reduce_in_fp32=False as NVIDIA's MLPerf recipes set
+    # it, torchtitan mixed_precision_reduce "bfloat16")
+    grad_bf16: bool = False
 
     @property
     def uneven(self) -> bool:

@@ -133,7 +133,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     z: Meaning("ranks of one ZeRO / FSDP shard group under hybrid sharding (HSDP): the d / z "
                "groups each hold a whole copy of the sharded state", "replicas"),
     sigma: Meaning("how much slower compute runs while an overlapped collective shares the "
-                   "device (its kernels hold SMs and HBM bandwidth; Lee et al. 2025)", "1"),
+                   "device (its kernels hold SMs and HBM bandwidth; Lee et al. 2025)",
+                   "fraction of the compute time"),
     a_inv: Meaning("coefficient of 1/x of the cost along the plan variable x (its smooth "
                    "branch at the optimum)", "s x"),
     a_0: Meaning("part of the cost along the plan variable x independent of x", "s"),

@@ -105,7 +105,8 @@ class TransformerExpressions(LayerCosts):
         # g: devices sharing a node's NICs; u: devices on one scale-up (NVLink) domain, where
         # tp, cp, ep and the first tier of the gradient allreduce stay (u = g but on NVL72)
         h, g, u, vb, L = md.hidden, hw.g, hw.scale_up, hw.value_bytes, md.layers
-        gb = hw.grad_bytes  # gradients as accumulated and reduced (fp32 with bf16 weights)
+        # gradients as accumulated and reduced: fp32 with bf16 weights, unless kept in bf16
+        gb = 2 if c.grad_bf16 and vb == 2 else hw.grad_bytes
         tok = self.tokens
         full, selective = c.recompute == "full", c.recompute == "selective"
 
@@ -221,6 +222,11 @@ class TransformerExpressions(LayerCosts):
                             (p > 1) & (t * self.cp * p > u)),
                            (2 * v * (hw.intra_lat + send / hw.intra_bw + regather), p > 1),
                            (0, True))
+        # interleaved, the sends overlap the chunks' compute (Megatron-LM's default
+        # overlap_p2p_comm, which it turns off without interleaving: arguments.py at d98e8a6):
+        # per chunk, its two sends behind its forward and backward, v of them a slot
+        if c.pp_overlap:
+            p2p = _if(v > 1, overlapped(p2p, stage, slow), p2p)
         slots = m + (p - 1) / chunks
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
@@ -393,17 +399,32 @@ def allreduce_form(size: sp.Expr = S.M, ranks: sp.Expr = d, per_node: sp.Expr = 
         1 / S.beta_i, _if(ranks > per_node, 1 / (per_node * S.beta), 0), evaluate=False)
 
 
+def sync_window() -> sp.Expr:
+    """The backward the overlapped gradient sync runs behind. A stage's gradients are ready
+    at the end of its last micro-batch's backward, whose bucketed reduce hides the sync (H);
+    with v interleaved chunks, Megatron-LM's schedule runs the last min(m, p) micro-batches'
+    backward chunk by chunk (pipeline_parallel/schedules.py enables each chunk's grad sync at
+    its last micro-batch, one bucket group per chunk), so the last chunk's gradients are ready
+    (v - 1) min(m, p) H / v before the end and each chunk's reduce runs behind the chunks
+    still in backward: W = H (1 + (v - 1) min(m, p)) / v (H at v = 1)."""
+    return S.H * (1 + (v - 1) * sp.Min(m, p, evaluate=False)) / v
+
+
 def exposed_form(c: Choices) -> sp.Expr:
-    """Data-parallel communication left exposed: the allreduce beyond one micro-batch's
-    backward when overlapped. ZeRO-3 gathers the weights again in every micro-batch's forward
-    and backward (an all-gather is half a ring allreduce, two of them), hidden behind that
-    micro-batch's forward and backward, 3/2 H, when overlapped (Rajbhandari et al. 2020,
-    sec. 7.2.3); each layer's gather is prefetched behind the layer before it, so the first
-    layer's, in the forward and in the backward (two all-gathers of one of the stage's ell
-    layers: sync / ell), shows in every micro-batch (PyTorch FSDP's forward / backward
-    prefetch). The gathers move the weights at their own width, inside the shard group."""
+    """Data-parallel communication left exposed: overlapped, the sync beyond the backward of
+    `sync_window` (and never less than the sigma / (1 + sigma) share the slowed compute
+    beside it pays, nor than the last chunk's own 1 / v beyond its backward). ZeRO-3 gathers
+    the weights again in every micro-batch's forward and backward (an all-gather is half a
+    ring allreduce, two of them), hidden behind that micro-batch's forward and backward, 3/2
+    H, when overlapped (Rajbhandari et al. 2020, sec. 7.2.3); each layer's gather is
+    prefetched behind the layer before it, so the first layer's, in the forward and in the
+    backward (two all-gathers of one of the stage's ell layers: sync / ell), shows in every
+    micro-batch (PyTorch FSDP's forward / backward prefetch). The gathers move the weights at
+    their own width, inside the shard group."""
     sync = sync_form(c)
-    exposed = overlapped(sync, S.H, S.sigma) if c.overlap else sync
+    exposed = sync
+    if c.overlap:  # behind the backward; the last chunk's share behind its own at least
+        exposed = _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))

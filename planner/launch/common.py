@@ -40,6 +40,8 @@ def normalise(config: dict) -> dict:
                 "last_stage_layers": config.get("last_stage_layers"),
                 "offload_activations": config.get("offload_activations", False),
                 "ep_overlap": config.get("ep_overlap", False),
+                "pp_overlap": config.get("pp_overlap", True),
+                "grad_reduce_bf16": config.get("grad_reduce_bf16", False),
                 "kernels": config.get("kernels", "fused"),
                 "recompute_layers": config.get("recompute_layers"),
                 "dp_shard": config.get("dp_shard"),

@@ -93,9 +93,10 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
         cfg["zero_optimization"]["mics_shard_size"] = plan["dp_shard"]
     if plan["zero"] >= 1:
         cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])
-        if "bf16" in cfg:  # the fp32 gradients the plan was priced with (DeepSpeed's default
-            # for bf16 is bf16 gradients and bf16 communication; engine.py); at ZeRO 0 its
-            # bf16 DDP has no fp32 accumulation ("unsupported mix"), so the defaults stay
+        # the fp32 gradients the plan was priced with (DeepSpeed's default for bf16 is bf16
+        # gradients and bf16 communication, engine.py: what --grad-reduce-bf16 prices); at
+        # ZeRO 0 its bf16 DDP has no fp32 accumulation ("unsupported mix"), so the defaults stay
+        if "bf16" in cfg and not plan.get("grad_reduce_bf16"):
             cfg["communication_data_type"] = "fp32"
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     return json.dumps(cfg, indent=2)

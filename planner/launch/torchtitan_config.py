@@ -166,6 +166,9 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     if plan.get("ep_overlap"):
         raise SpecError("format: torchtitan does not overlap the MoE all-to-alls across "
                         "micro-batches; use --format megatron")
+    if plan.get("grad_reduce_bf16"):  # job_config.py: mixed_precision_reduce Literal["float32"]
+        raise SpecError("format: torchtitan reduces gradients in float32 only; use --format "
+                        "megatron for --grad-reduce-bf16")
     if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
         raise SpecError("format: torchtitan has no activation offload; use --format megatron")
     eager = plan.get("kernels") == "eager"

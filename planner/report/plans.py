@@ -69,10 +69,15 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
                                  + (", activation offload on" if plan.offload_activations
                                     else "")
                                  + (", ep overlap on" if plan.ep_overlap else "")
+                                 + (", pipeline sends in line"
+                                    if plan.interleave > 1 and not plan.pp_overlap else "")
+                                 + (", bf16 gradient reduce" if plan.grad_reduce_bf16 else "")
                                  + (", eager kernels" if plan.kernels == "eager" else "")))
     if precision is not None:
         pairs.append(precision_pair(precision))
     pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))
+    if pred.time_band is not None:
+        pairs.append(band_pair(pred.time_band))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
     if pred.tokens_per_s is not None:
         rate = f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s"
@@ -90,6 +95,15 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
     if pred.speedup is not None:
         pairs.append(("speed-up", f"{pred.speedup:.2f} x (efficiency {pred.efficiency:.1%})"))
     return key_values(pairs)
+
+
+def band_pair(band: dict) -> tuple[str, str]:
+    """Where the measured time likely lies (`planner.bands`), or that nothing checks it."""
+    if "low_s" not in band:
+        return ("likely", band["note"])
+    return ("likely", f"{span(band['low_s'])} to {span(band['high_s'])} (measured / predicted "
+                      f"{band['low_ratio']:.2f}-{band['high_ratio']:.2f} in 80 % of "
+                      f"{band['runs']:,} comparable runs: {band['group']})")
 
 
 # --- solve ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from planner import bands
 from planner.cost.transformer import (
     PARTIAL,
     RECOMPUTE,
@@ -86,7 +87,8 @@ def _shared(x) -> dict:
             "ep_overlap": x.ep_overlap,
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
             "dp_shard": x.dp_shard or 0,
-            "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations}
+            "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations,
+            "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -152,6 +154,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
+        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero))
+        .to_json(t_iter),
     )
 
 
@@ -446,4 +450,5 @@ class HybridSolver:
                           ep_overlap=q.ep_overlap, kernels=q.kernels,
                           recompute_layers=rl if rec == PARTIAL else None,
                           dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
-                          fp8_activations=q.fp8_activations)
+                          fp8_activations=q.fp8_activations, pp_overlap=q.pp_overlap,
+                          grad_reduce_bf16=q.grad_reduce_bf16)

@@ -56,6 +56,8 @@ class Search:
     dp_shard: int | None = None  # HSDP: replicas per ZeRO shard group (None: all dp)
     fp8_weight_gather: bool = False  # with ZeRO: weights held and all-gathered in fp8
     fp8_activations: bool = False  # fp8 GEMM inputs saved for the backward in fp8
+    pp_overlap: bool = True  # interleaved pipeline sends behind the chunks' compute
+    grad_reduce_bf16: bool = False  # gradients accumulated and reduced in bf16
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None

@@ -1,0 +1,157 @@
+"""Error bands: how far a prediction may be from what such a run achieves, read from the
+residuals of comparable calibration runs.
+
+Every calibration run the planner can price leaves a residual (`planner/calibration/
+residuals.csv`): leave-one-group-out where constants were fitted to its group (vTrain, SC21:
+predicted with constants refitted without the group), held out otherwise (BERT-Large, MLPerf
+Training: nothing fitted to them). A prediction's band is the 10th-90th percentile of the
+measured / predicted ratio over the most specific group of comparable runs with at least
+`MIN_RUNS` of them: system family x precision x model size, then family x precision, then
+family. Mixture-of-experts plans only borrow from mixture-of-experts runs (a dense model's
+residuals say nothing of routing, permutation or dispatch), and plans that shard the weights
+(ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs: with none in the data
+their band says "not covered" rather than something it does not know.
+
+    python -m planner.bands        # rewrite residuals.csv (about two minutes)
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from planner.spec.hardware import Precision
+
+CSV = Path(__file__).parent / "calibration" / "residuals.csv"
+MIN_RUNS = 4
+QUANTILES = (0.10, 0.90)
+FIELDS = ("source", "group", "family", "precision", "size", "moe", "sharding",
+          "measured_over_predicted")
+# features a band never generalises over: a plan of another kind borrows nothing
+STRICT = ("moe", "sharding")
+
+
+def family(device_name: str) -> str:
+    """The system family a device belongs to (runs of one family share kernels and fabric)."""
+    name = device_name.lower()
+    for key, fam in (("a100", "A100"), ("h100", "H100 / H200"), ("h200", "H100 / H200"),
+                     ("b200", "Blackwell"), ("b300", "Blackwell"), ("gb200", "Blackwell"),
+                     ("gb300", "Blackwell"), ("mi3", "AMD CDNA")):
+        if key in name:
+            return fam
+    return "other"
+
+
+def precision_class(p: Precision) -> str:
+    return {"fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "fp4": "fp4"}.get(p.value, "16-bit+")
+
+
+def size_class(params: int) -> str:
+    return "under 20B" if params < 20e9 else "20B and over"
+
+
+def features(model, device_name: str, precision: Precision, zero: int = 0) -> dict:
+    """The features a band is looked up by, for a transformer `model` on a device with a plan
+    of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch)."""
+    return {"family": family(device_name), "precision": precision_class(precision),
+            "size": size_class(model.params()), "moe": "moe" if model.experts > 1 else "dense",
+            "sharding": "weights sharded" if zero == 3 else "weights whole"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """The measured time is likely (10th-90th percentile of comparable runs) between `low` and
+    `high` times the predicted one; `runs` comparable runs in `group` (None: not covered)."""
+
+    low: float | None
+    high: float | None
+    runs: int
+    group: str | None
+    note: str
+
+    def to_json(self, predicted_s: float) -> dict:
+        out = {"runs": self.runs, "group": self.group, "note": self.note}
+        if self.low is not None:
+            out |= {"low_s": predicted_s * self.low, "high_s": predicted_s * self.high,
+                    "low_ratio": self.low, "high_ratio": self.high}
+        return out
+
+
+@functools.lru_cache(maxsize=1)
+def residuals(path: Path = CSV) -> tuple[dict, ...]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return tuple(csv.DictReader(fh))
+
+
+def band(feat: dict, rows=None) -> Band:
+    """The band of the most specific group of comparable runs (`feat` from `features`)."""
+    rows = residuals() if rows is None else rows
+    levels = (("family", "precision", "size"), ("family", "precision"), ("family",))
+    for keys in levels:
+        match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
+        if len(match) >= MIN_RUNS:
+            ratio = np.array([float(r["measured_over_predicted"]) for r in match])
+            low, high = np.quantile(ratio, QUANTILES)
+            group = ", ".join(feat[k] for k in (*keys, *STRICT))
+            sources = sorted({r["source"] for r in match})
+            return Band(float(low), float(high), len(match), group,
+                        f"10th-90th percentile of measured / predicted over {len(match)} "
+                        f"runs ({group}; {', '.join(sources)})")
+    what = ("a mixture-of-experts model" if feat["moe"] == "moe"
+            else "a plan with sharded weights (ZeRO-3 / FSDP)"
+            if feat["sharding"] == "weights sharded" else f"{feat['family']} systems")
+    return Band(None, None, 0, None,
+                f"not covered: no calibration run of {what}; the prediction rests on terms "
+                f"no measurement checks")
+
+
+# --- writing the residuals ------------------------------------------------------------------
+
+
+def _rows() -> list[dict]:
+    """Every priced calibration run with its out-of-sample prediction."""
+    from planner import fit_transformer as ft
+    from planner import mlperf
+    from planner.catalog import load_model, load_system
+
+    out = []
+    c, gs = ft.Constants.shipped(), ft.groups()
+    a100 = {"family": "A100", "precision": "16-bit+", "moe": "dense",
+            "sharding": "weights whole"}
+    for g in gs:
+        system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
+            else c.system()
+        # errors are log(predicted / measured) per run, in the group's own order
+        for e in np.asarray(g.errors(system), dtype=float):
+            # SC21 without a pipeline is its 1.7B-18.4B models, with one 39B-1T
+            size = "20B and over" if g.name.startswith("SC21 pp>1") else "under 20B"
+            out.append({"source": g.name.split(" (")[0].split(" ")[0], "group": g.name,
+                        **a100, "size": size, "measured_over_predicted": float(np.exp(-e))})
+    for r in mlperf.rows():
+        if r["error"] is None:
+            continue
+        run = r["run"]
+        model = load_model(run.model)
+        feat = features(model, load_system(run.system).device.name, run.precision,
+                        mlperf.plan_of(run).zero)
+        out.append({"source": "MLPerf", "group": run.group, **feat,
+                    "measured_over_predicted": run.measured_s / r["predicted_s"]})
+    return out
+
+
+def main() -> None:
+    rows = _rows()
+    with open(CSV, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r[k] for k in FIELDS})
+    print(f"wrote {CSV} ({len(rows)} runs)")
+
+
+if __name__ == "__main__":
+    main()
