@@ -271,13 +271,7 @@ def latex_block(formulas: list[Derived]) -> str:
                 continue
             seen.add(row[:2])
             rows.append(row)
-    if symbols:
-        comments.append("% where")
-    for k, v in sorted(symbols.items()):
-        uses = v["uses"]
-        shown = "; ".join(f"{x:.6g} {v['unit']}" + (f" ({', '.join(names)})" if len(uses) > 1
-                                                      else "") for x, names in uses.items())
-        comments.append(f"%   ${v['latex']}$ ({k}) = {shown}: {v['description']}")
+    comments += tex.where_comments(symbols)
     return "\n".join(comments) + "\n" + tex.environment(rows)
 
 

@@ -406,12 +406,18 @@ def paper_block(formulas, budget: int = COLUMN_CHARS) -> str:
             users += [s.name for s, e in named if sym in e.free_symbols]
             comments.append(f"%   ${symbol_latex(sym.name)}$ ({sym.name}): a part of "
                             f"{', '.join(users) or 'the formulas'}")
-    if symbols:
-        comments.append("% where")
+    comments += where_comments(symbols)
+    parts = [(symbol_latex(s.name), e, None) for s, e in named]
+    return "\n".join(comments) + "\n" + paper_environment(parts + rows, budget)
+
+
+def where_comments(symbols: dict) -> list[str]:
+    """The LaTeX comment lines naming each symbol's value(s), unit and meaning (`symbols`:
+    name -> {latex, unit, description, uses: value -> formulas using it})."""
+    out = ["% where"] if symbols else []
     for k, v in sorted(symbols.items()):
         uses = v["uses"]
         shown = "; ".join(f"{x:.6g} {v['unit']}" + (f" ({', '.join(names)})" if len(uses) > 1
                                                       else "") for x, names in uses.items())
-        comments.append(f"%   ${v['latex']}$ ({k}) = {shown}: {v['description']}")
-    parts = [(symbol_latex(s.name), e, None) for s, e in named]
-    return "\n".join(comments) + "\n" + paper_environment(parts + rows, budget)
+        out.append(f"%   ${v['latex']}$ ({k}) = {shown}: {v['description']}")
+    return out
