@@ -1,7 +1,8 @@
 """The `planner` command. One function per command; the docstring is the help.
 
 Exit codes: 0 success; 1 a well-formed problem with no feasible answer; 2 bad input (unknown
-name, malformed or invalid spec, bad flag); 3 an internal error (a bug: please report it).
+name, malformed or invalid spec, bad flag); 3 an internal error (a bug: please report it);
+4 batch / sweep: the Dask cluster was lost (finished lines kept; docs/batch.md).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def cli():
     split, how fast, and where scaling stops.
 
     Exit codes: 0 ok, 1 infeasible (the message names the conflicting constraints),
-    2 bad input, 3 internal error.
+    2 bad input, 3 internal error, 4 batch / sweep lost their cluster (finished lines kept).
     """
 
 
