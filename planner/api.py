@@ -106,7 +106,8 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              kernels: str | None = None, recompute_layers: int | None = None,
              dp_shard: int | None = None, fp8_weight_gather: bool | None = None,
              fp8_activations: bool | None = None, pp_overlap: bool | None = None,
-             grad_reduce_bf16: bool | None = None, seq_len: int | None = None,
+             grad_reduce_bf16: bool | None = None, lora_rank: int | None = None,
+             seq_len: int | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
@@ -144,6 +145,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      ep_overlap=bool(ep_overlap),
                                      pp_overlap=pp_overlap is not False,
                                      grad_reduce_bf16=bool(grad_reduce_bf16),
+                                     lora_rank=lora_rank,
                                      kernels=kernels or "fused",
                                      seq_len=seq_len, memory_headroom=memory_headroom)
     only_for("cnn", given, TRANSFORMER_ONLY)
@@ -301,7 +303,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         last_stage_layers=None, offload_activations=None, ep_overlap=None,
                         kernels=None, recompute_layers=None, dp_shard=None,
                         fp8_weight_gather=None, fp8_activations=None, pp_overlap=None,
-                        grad_reduce_bf16=None):
+                        grad_reduce_bf16=None, lora_rank=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -318,7 +320,8 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                        ("kernels", None if kernels in (None, "fused") else kernels),
                        ("recompute_layers", recompute_layers), ("dp_shard", dp_shard),
                        ("fp8_weight_gather", fp8_weight_gather or None),
-                       ("fp8_activations", fp8_activations or None)):
+                       ("fp8_activations", fp8_activations or None),
+                       ("lora_rank", lora_rank)):
         if value is not None:
             raise SpecError(f"{key}: the transformer limits are derived without "
                             f"--{key.replace('_', '-')} (an even pipeline split, no expert "

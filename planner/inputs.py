@@ -23,7 +23,8 @@ TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "token_budget", "target_tokens", "tp_overlap", "capacity_factor",
                     "first_stage_layers", "last_stage_layers", "offload_activations",
                     "ep_overlap", "kernels", "recompute_layers", "dp_shard",
-                    "fp8_weight_gather", "fp8_activations", "pp_overlap", "grad_reduce_bf16")
+                    "fp8_weight_gather", "fp8_activations", "pp_overlap", "grad_reduce_bf16",
+                    "lora_rank")
 
 
 def enum_value(cls, value, key: str):

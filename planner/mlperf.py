@@ -25,7 +25,12 @@ from planner.spec.transformer import with_seq_len
 CSV = Path(__file__).parent / "calibration" / "mlperf_training.csv"
 
 # the benchmark's model as the catalog writes it (the MLPerf reference's architecture)
-MODELS = {"gpt3": "gpt3-175b", "llama31_405b": "llama3.1-405b", "llama31_8b": "llama3-8b"}
+MODELS = {"gpt3": "gpt3-175b", "llama31_405b": "llama3.1-405b", "llama31_8b": "llama3-8b",
+          "llama2_70b_lora": "llama2-70b"}
+# the Llama 2 70B LoRA reference: rank 16 on linear_qkv and linear_proj, packed sequences of
+# 8,192 tokens (training_results_v5.0 NVIDIA/benchmarks/llama2_70b_lora/implementations/
+# */train.py: lora_rank 16, target_modules; the logs do not give the sequence length)
+LORA = {"llama2_70b_lora": (16, 8192)}
 # the accelerator column's words -> the built-in system of that node (8 GPUs, NDR / RoCE;
 # NVL72 racks as trays of 4)
 SYSTEMS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"),
@@ -65,11 +70,13 @@ def read(path: Path = CSV) -> list[Run]:
             precision = Precision(r["precision"]) if r["precision"] else None
             why = None
             if r["benchmark"] not in MODELS:
-                why = "fine-tuning with frozen base weights (LoRA) is not expressible yet"
+                why = f"no built-in model for {r['benchmark']}"
             elif system is None:
                 why = f"no built-in system for {r['accelerator']}"
             elif precision is None:
                 why = "precision not given by the submission's files"
+            elif not all(r[k] for k in ("tp", "pp", "cp", "dp", "micro_batch", "global_batch")):
+                why = "parallel sizes or batch not all given by the submission's files"
             out.append(Run(r, MODELS.get(r["benchmark"], r["benchmark"]), system, precision,
                            float(r["step_time_s"]), why))
     return out
@@ -92,7 +99,8 @@ def plan_of(run: Run) -> Plan:
                       zero=1 if _flag(r["dist_optimizer"], True) else 0,
                       overlap=_flag(r["overlap_grad_reduce"], True),
                       tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False),
-                      grad_reduce_bf16=True)
+                      grad_reduce_bf16=True,
+                      lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None)
 
 
 def predicted(run: Run) -> tuple[float | None, str | None]:
@@ -100,8 +108,9 @@ def predicted(run: Run) -> tuple[float | None, str | None]:
     if run.why_not:
         return None, run.why_not
     model = load_model(run.model)
-    if run.row["seq_len"]:
-        model = with_seq_len(model, int(run.row["seq_len"]))
+    seq = run.row["seq_len"] or LORA.get(run.row["benchmark"], (0, None))[1]
+    if seq:
+        model = with_seq_len(model, int(seq))
     try:
         pred = predict(model, load_system(run.system), run.precision, plan_of(run))
     except SpecError as err:

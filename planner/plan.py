@@ -107,6 +107,9 @@ class Plan:
     pp_overlap: bool = True
     # bf16 training: gradients accumulated and reduced in bf16, not fp32 (--grad-reduce-in-bf16)
     grad_reduce_bf16: bool = False
+    # fine-tuning: the base weights frozen, LoRA adapters of this rank on the attention
+    # projections train (None: every weight trains)
+    lora_rank: int | None = None
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -116,7 +119,7 @@ class Plan:
         if self.etp is None:  # Megatron-LM: --expert-tensor-parallel-size defaults to tp
             set_(self, "etp", self.tp)
         _positive("etp", self.etp)
-        for key in ("first_stage_layers", "last_stage_layers"):
+        for key in ("first_stage_layers", "last_stage_layers", "lora_rank"):
             if getattr(self, key) is not None:
                 _positive(key, getattr(self, key))
         if (isinstance(self.capacity_factor, bool)
@@ -243,7 +246,7 @@ class Plan:
                "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
                "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
                "fp8_activations": self.fp8_activations, "pp_overlap": self.pp_overlap,
-               "grad_reduce_bf16": self.grad_reduce_bf16}
+               "grad_reduce_bf16": self.grad_reduce_bf16, "lora_rank": self.lora_rank}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out
@@ -300,6 +303,21 @@ def check_dp_shard(n: int, dp: int | None, zero: int) -> None:
         raise SpecError(f"dp_shard: {n} replicas per shard group do not divide dp({dp})")
 
 
+def check_lora(model, rank: int) -> None:
+    """LoRA as priced here: adapters of rank r <= hidden on the fused QKV and output
+    projections of standard attention, in a dense model (a MoE model's frozen experts and
+    MLA's low-rank projections are not priced apart)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= model.hidden:
+        raise SpecError(f"lora_rank: must be an integer in [1, {model.hidden}] (the hidden "
+                        f"size), got {rank!r}")
+    why = ("a mixture-of-experts model" if model.experts > 1 else
+           "multi-latent attention" if model.mla else
+           "no attention layers" if not model.lora_params(rank) else None)
+    if why:
+        raise SpecError(f"lora_rank: LoRA is priced on the attention projections of dense "
+                        f"models; '{model.name}' has {why}")
+
+
 def check_for_model(model, plan: Plan) -> None:
     """The checks that need the model: a pin that fails here can never be valid for it (bad
     input, exit 2), whatever the hardware."""
@@ -326,6 +344,8 @@ def check_for_model(model, plan: Plan) -> None:
         raise SpecError(f"ep_overlap: overlapping the all-to-alls needs ep > 1 (got "
                         f"{plan.ep}), 2 or more micro-batches (got {plan.accumulation}), no "
                         f"full recompute and, with a pipeline, virtual stages (Megatron-LM)")
+    if plan.lora_rank is not None:
+        check_lora(model, plan.lora_rank)
     # Megatron-LM: Transformer Engine's tp communication overlap needs sequence parallelism
     if plan.tp_overlap and plan.tp > 1 and not plan.sequence_parallel:
         raise SpecError("tp_overlap: tensor-parallel communication overlap needs sequence "

@@ -36,6 +36,7 @@ CONFIG = obj({
     "first_stage_layers": {"type": ["integer", "null"]},
     "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
     "ep_overlap": BOOL, "pp_overlap": BOOL, "grad_reduce_bf16": BOOL,
+    "lora_rank": {"type": ["integer", "null"]},
     "kernels": {"enum": ["fused", "eager"]},
     "recompute_layers": {"type": ["integer", "null"]},
     "dp_shard": {"type": ["integer", "null"]}, "fp8_weight_gather": BOOL,

@@ -101,7 +101,7 @@ class Hardware:
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
            "eager": False, "dp_shard": 0, "fp8_gather": False,
-           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False}
+           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False, "lora": 0}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -116,7 +116,7 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    int(shared["dp_shard"]) if int(zero) else 0,
                    bool(shared["fp8_gather"]) and bool(int(zero)),
                    bool(shared["fp8_acts"]), bool(shared["pp_overlap"]),
-                   bool(shared["grad_bf16"]))
+                   bool(shared["grad_bf16"]), int(shared["lora"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -133,7 +133,8 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
     fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8),
     pp_overlap (interleaved pipeline sends behind the chunks' compute; default on), grad_bf16
-    (gradients accumulated and reduced in bf16)."""
+    (gradients accumulated and reduced in bf16), lora (the rank of LoRA adapters on frozen
+    base weights; 0: every weight trains)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
@@ -187,7 +188,7 @@ def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, re
 
 def hardware_flops_per_sequence(m: Transformer, recompute: str,
                                 recomputed_layers: int | None = None,
-                                count_masked: bool = False) -> int:
+                                count_masked: bool = False, lora_rank: int = 0) -> int:
     """FLOPs executed per sequence including recomputation (SC21 eq. 3 for full recompute, of
     `recomputed_layers` of the model's layers when partial); `count_masked`: a causal mask's
     skipped products counted, as SC21 does (`Transformer.model_flops`)."""
@@ -195,4 +196,6 @@ def hardware_flops_per_sequence(m: Transformer, recompute: str,
     skipped = 0 if count_masked else m.masked_attention_flops()  # per layer, the mean
     extra = {"none": 0, "selective": m.layers * (m.attention_core_flops() - skipped),
              "full": full * (m.layer_matmul_flops() - skipped)}[recompute]
-    return m.model_flops(count_masked) + extra
+    base = (m.lora_model_flops(lora_rank, count_masked) if lora_rank
+            else m.model_flops(count_masked))
+    return base + extra

@@ -78,6 +78,10 @@ class Choices:
     # --grad-reduce-in-bf16, NeMo's grad_reduce_in_fp32=False as NVIDIA's MLPerf recipes set
     # it, torchtitan mixed_precision_reduce "bfloat16")
     grad_bf16: bool = False
+    # fine-tuning: the base weights frozen, LoRA adapters of this rank on the attention
+    # projections train (Hu et al. 2021; NeMo PEFT, the MLPerf Llama 2 70B LoRA benchmark);
+    # 0: every weight trains
+    lora_rank: int = 0
 
     @property
     def uneven(self) -> bool:
@@ -339,7 +343,8 @@ class LayerCosts:
         casts = 4 if self.hw.gemm_only else 0
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.eager else 0
-        moe = sum(n for n, _ in self._moe_ops(kind))  # routing and token permutation
+        # routing and token permutation; LoRA adapters
+        moe = sum(n for n, _ in [*self._moe_ops(kind), *self._lora_ops(kind)])
         return 5 + (1 if self.choices.flash_attention else 3) + casts + rope + eager + moe
 
     def _eager_ops(self, kind=None):
@@ -411,6 +416,23 @@ class LayerCosts:
                 (2 * sorted_, sorted_ * 4 * k * h * vb / t),
                 (1, (k + 1) * h * vb / t)]
 
+    def _lora_ops(self, kind=None):
+        """LoRA adapters on a layer's attention projections, per forward: (kernels, bytes per
+        token). A rank-r adapter is two GEMMs of inner or outer width r, about 2 r FLOPs a
+        byte, far below any GPU's ridge point: memory-bound, so priced by their HBM traffic
+        (the base GEMM's input read again, r values written and read, the output of width
+        out written and added to the base output: read + write) with three kernels (A, B, the
+        add) per adapted projection: the fused QKV (input h, output (q + 2 kv) / t) and the
+        output projection (input q / t, output h). Their backward is the elementwise factor
+        of it."""
+        md, vb, r = self.model, self.hw.value_bytes, self.choices.lora_rank
+        kind = kind or md.layer_kinds()[0][0]
+        if not r or kind.mixer not in ("attention", "sliding"):
+            return []
+        qkv, proj = sp.Integer(md.q_dim + 2 * md.kv_dim) / t, md.hidden
+        return [(3, (md.hidden + 2 * r + 3 * qkv) * vb),
+                (3, (sp.Integer(md.q_dim) / t + 2 * r + 3 * proj) * vb)]
+
     def elementwise_bytes_per_token(self, kind=None):
         """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
         them: two norms (read + write h), bias-GeLU (read + write f; SwiGLU reads 2 f), two
@@ -438,7 +460,8 @@ class LayerCosts:
         cast_inside = casts * (h + f)
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.eager
                  else sp.Integer(0))
-        moe = sum((bytes_ for _, bytes_ in self._moe_ops(kind)), sp.Integer(0))
+        moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),
+                  sp.Integer(0))
         return (outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t
                 + eager + moe)
 

@@ -55,6 +55,7 @@ H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
 ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
 Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
+Psi_t = sp.Symbol("Psi_t", positive=True)  # of those, the ones that train (LoRA: adapters)
 delta = sp.Symbol("delta", positive=True)  # bytes per weight value
 gamma_g = sp.Symbol("gamma_g", positive=True)  # bytes per gradient value (accumulated and reduced)
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
@@ -124,6 +125,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
     Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
+    Psi_t: Meaning("parameters per device that train, before ZeRO sharding (Psi; with frozen "
+                   "base weights, the LoRA adapters)", "parameters"),
     delta: Meaning("bytes per weight value", "B/parameter"),
     gamma_g: Meaning("bytes per gradient value, as accumulated and reduced (fp32 in bf16 "
                    "training)", "B/parameter"),

@@ -114,10 +114,12 @@ class TransformerExpressions(LayerCosts):
         proj, core, elem, elem_bwd, tp_layer, ep_layer, core_bwd = self.parts()
         fwd = proj + core + elem
         extra = fwd if full else core if selective else 0
-        # forward, backward (matmuls 2x: input and weight gradients; a fused attention
-        # kernel's own backward), recomputation
-        layer = 3 * proj + core + core_bwd + elem + elem_bwd + extra
-        logit = 3 * self._matmul(tok, h, sp.Integer(md.vocab) / t)
+        # forward, backward (matmuls 2x: input and weight gradients, only the input's when
+        # the weights are frozen (LoRA); a fused attention kernel's own backward),
+        # recomputation
+        grads = 1 if c.lora_rank else 2
+        layer = (1 + grads) * proj + core + core_bwd + elem + elem_bwd + extra
+        logit = (1 + grads) * self._matmul(tok, h, sp.Integer(md.vocab) / t)
 
         size = tok * h * vb
         # --- context parallel: K and V of this rank's s / c_p tokens go round a ring of c_p
@@ -240,6 +242,15 @@ class TransformerExpressions(LayerCosts):
         head_copy = head + (md.vocab * h if md.tied_embeddings else 0)
         outer = _if(p > 1, max(emb, head_copy), emb + head) / t
         local_params = here * (md.layer_params() - experts_per_layer) / t + outer + expert_params
+        # the parameters that train: all, or with frozen base weights the LoRA adapters (of
+        # each adapted projection, A of QKV and B of the output projection whole on every tp
+        # rank, the other split: NeMo's LoRA on column- / row-parallel linears)
+        train = local_params
+        if c.lora_rank:
+            r = c.lora_rank
+            attn = sum(n for k, n in md.layer_kinds() if k.mixer in ("attention", "sliding"))
+            per_layer = r * 2 * h + sp.Integer(r * (2 * md.q_dim + 2 * md.kv_dim)) / t
+            train = here * sp.Rational(attn, L) * per_layer
         adam = ADAM_STATE_BYTES[vb < 4]
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
@@ -292,17 +303,18 @@ class TransformerExpressions(LayerCosts):
             # a ring each (Rajbhandari et al. 2020, sec. 7); ZeRO-3 only reduce-scatters (the
             # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
-            S.M: local_params * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
-                                 else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
+            S.M: train * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
+                          else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
             S.alpha: hw.inter_lat,
-            S.H: (2 * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
+            S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
-            S.T_opt: local_params * (2 * adam + 2 * gb + wb) / hw.mem_bw,
-            S.Psi: local_params, S.delta: wb, S.gamma_g: gb, S.kappa: adam, S.A_act: acts,
+            S.T_opt: train * (2 * adam + 2 * gb + wb) / hw.mem_bw,
+            S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: adam,
+            S.A_act: acts,
             S.sigma: hw.overlap_slowdown,
         }
         if c.dp_shard:  # HSDP: the shard group is dp_shard replicas' c_p ranks each
@@ -340,8 +352,9 @@ class TransformerExpressions(LayerCosts):
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": whole(self.forms["memory"]) + sum(state_extra.values()),
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
-            "gradients": whole(S.Psi * S.gamma_g / shard[2]) + state_extra["gradients"],
-            "optimizer_state": whole(S.Psi * S.kappa / shard[1]) + state_extra["optimizer_state"],
+            "gradients": whole(S.Psi_t * S.gamma_g / shard[2]) + state_extra["gradients"],
+            "optimizer_state": (whole(S.Psi_t * S.kappa / shard[1])
+                                + state_extra["optimizer_state"]),
             "activations": acts,
         }
 
@@ -377,7 +390,7 @@ def sync_form(c: Choices) -> sp.Expr:
     PyTorch HSDP), max(1, r / z) of them on a node."""
     if not c.dp_shard:
         return allreduce_form()
-    across = allreduce_form(S.Psi * S.gamma_g / S.z, d / S.z,
+    across = allreduce_form(S.Psi_t * S.gamma_g / S.z, d / S.z,
                             _max(sp.floor(S.r / S.z), 1))
     return allreduce_form(S.M, *_shard_group(c)) + across
 
@@ -447,7 +460,8 @@ def memory_form(c: Choices) -> sp.Expr:
     parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
     activations of the first stage."""
     shard = _shards(c)
-    return S.Psi * (S.delta / shard[3] + S.gamma_g / shard[2] + S.kappa / shard[1]) + S.A_act
+    return (S.Psi * S.delta / shard[3] + S.Psi_t * (S.gamma_g / shard[2] + S.kappa / shard[1])
+            + S.A_act)
 
 
 @functools.lru_cache(maxsize=128)

@@ -72,6 +72,8 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
                                  + (", pipeline sends in line"
                                     if plan.interleave > 1 and not plan.pp_overlap else "")
                                  + (", bf16 gradient reduce" if plan.grad_reduce_bf16 else "")
+                                 + (f", LoRA rank {plan.lora_rank} (base weights frozen)"
+                                    if plan.lora_rank else "")
                                  + (", eager kernels" if plan.kernels == "eager" else "")))
     if precision is not None:
         pairs.append(precision_pair(precision))

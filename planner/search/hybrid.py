@@ -42,6 +42,7 @@ from planner.plan import (
     check_for_model,
     check_fp8_activations,
     check_fp8_weight_gather,
+    check_lora,
     check_pins,
     check_recompute_layers,
     choice,
@@ -88,7 +89,8 @@ def _shared(x) -> dict:
             "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
             "dp_shard": x.dp_shard or 0,
             "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations,
-            "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16}
+            "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16,
+            "lora": x.lora_rank or 0}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -124,12 +126,14 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
          for k, v in iteration(m, hw, _cfg(plan)).items()}
     t_iter = r["time"]
     peak = system.device.peak_flops(precision)
-    model_flops = m.model_flops() * plan.global_batch
+    rank = plan.lora_rank or 0
+    model_flops = (m.lora_model_flops(rank) if rank else m.model_flops()) * plan.global_batch
     partial = None  # layers recomputed: N of each stage's v chunks (as the cost model prices)
     if plan.recompute_layers is not None:
         partial = sum(min(plan.recompute_layers * plan.interleave, n) for n in stage_layers(
             m.layers, plan.pp, plan.interleave, plan.first_stage_layers, plan.last_stage_layers))
-    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial) * plan.global_batch
+    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial,
+                                           lora_rank=rank) * plan.global_batch
     per_dev = plan.devices * t_iter
     return Prediction(
         iteration_time_s=t_iter,
@@ -183,6 +187,8 @@ class HybridSolver:
         # pins no plan of this model can meet are bad input, not infeasibility
         check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep,
                    first=q.first_stage_layers, last=q.last_stage_layers)
+        if q.lora_rank is not None:
+            check_lora(m, q.lora_rank)
         _check_system(system, precision, q)
         if m.experts <= 1 and (q.etp is not None or q.capacity_factor != 1):
             raise SpecError(f"{'etp' if q.etp is not None else 'capacity_factor'}: "
@@ -451,4 +457,4 @@ class HybridSolver:
                           recompute_layers=rl if rec == PARTIAL else None,
                           dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
                           fp8_activations=q.fp8_activations, pp_overlap=q.pp_overlap,
-                          grad_reduce_bf16=q.grad_reduce_bf16)
+                          grad_reduce_bf16=q.grad_reduce_bf16, lora_rank=q.lora_rank)

@@ -58,6 +58,7 @@ class Search:
     fp8_activations: bool = False  # fp8 GEMM inputs saved for the backward in fp8
     pp_overlap: bool = True  # interleaved pipeline sends behind the chunks' compute
     grad_reduce_bf16: bool = False  # gradients accumulated and reduced in bf16
+    lora_rank: int | None = None  # base weights frozen, LoRA adapters of this rank train
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None

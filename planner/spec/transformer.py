@@ -408,6 +408,21 @@ class Transformer:
         total = sum(n * self.kind_attention_core_flops(k) for k, n in self.layer_kinds())
         return _mean(total, self.layers)
 
+    def kind_lora_params(self, kind: LayerKind, rank: int) -> int:
+        """LoRA adapters of rank r on one layer's attention projections, the fused QKV and the
+        output projection (Hu et al. 2021, eq. 3: W + B A, A r x in, B out x r; NeMo's
+        target_modules linear_qkv and linear_proj, what the MLPerf Llama 2 70B LoRA reference
+        adapts): r (h + q + 2 kv) + r (q + h); 0 for layers without attention."""
+        if not rank or kind.mixer not in ("attention", "sliding"):
+            return 0
+        return rank * (self.hidden + self.q_dim + 2 * self.kv_dim) + rank * (self.q_dim
+                                                                          + self.hidden)
+
+    def lora_params(self, rank: int) -> int:
+        """All layers' LoRA adapter parameters: what trains when the base weights are frozen
+        (Llama 2 70B at rank 16: 44,564,480)."""
+        return sum(n * self.kind_lora_params(k, rank) for k, n in self.layer_kinds())
+
     def masked_attention_flops(self) -> int:
         """`kind_masked_attention_flops` of one layer (the mean layer, rounded, when layers
         differ)."""
@@ -419,6 +434,21 @@ class Transformer:
 
     def forward_flops(self) -> int:
         return self.layers_matmul_flops() + self.logit_flops()
+
+    def lora_model_flops(self, rank: int, count_masked: bool = False) -> int:
+        """`model_flops` when only LoRA adapters train (base weights frozen): every matmul
+        with a weight runs forward and its input gradient (2x forward: no weight gradient),
+        the attention core and the SSD scan forward and backward (3x), the adapters' GEMMs 3x
+        (2 r (in + out) per token each)."""
+        kinds = self.layer_kinds()
+        skipped = 0 if count_masked else sum(
+            n * self.kind_masked_attention_flops(k) for k, n in kinds)
+        core = sum(n * (self.kind_attention_core_flops(k) + self.kind_ssm_scan_flops(k))
+                   for k, n in kinds)
+        weights = self.forward_flops() - core
+        core -= skipped
+        adapters = 2 * self.seq_len * self.lora_params(rank)
+        return 3 * core + 2 * weights + 3 * adapters
 
     def model_flops(self, count_masked: bool = False) -> int:
         """Forward + backward (2x forward) per sequence, no recompute: the MFU numerator
