@@ -107,7 +107,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
              dp_shard: int | None = None, fp8_weight_gather: bool | None = None,
              fp8_activations: bool | None = None, pp_overlap: bool | None = None,
              grad_reduce_bf16: bool | None = None, lora_rank: int | None = None,
-             seq_len: int | None = None,
+             cuda_graphs: bool | None = None, seq_len: int | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
@@ -145,7 +145,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      ep_overlap=bool(ep_overlap),
                                      pp_overlap=pp_overlap is not False,
                                      grad_reduce_bf16=bool(grad_reduce_bf16),
-                                     lora_rank=lora_rank,
+                                     lora_rank=lora_rank, cuda_graphs=bool(cuda_graphs),
                                      kernels=kernels or "fused",
                                      seq_len=seq_len, memory_headroom=memory_headroom)
     only_for("cnn", given, TRANSFORMER_ONLY)
@@ -303,7 +303,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         last_stage_layers=None, offload_activations=None, ep_overlap=None,
                         kernels=None, recompute_layers=None, dp_shard=None,
                         fp8_weight_gather=None, fp8_activations=None, pp_overlap=None,
-                        grad_reduce_bf16=None, lora_rank=None):
+                        grad_reduce_bf16=None, lora_rank=None, cuda_graphs=None):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -341,7 +341,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                       base.sequence_parallel if sequence_parallel is None else sequence_parallel,
                       base.zero if zero is None else zero, schedule or base.schedule, overlap,
                       flash_attention, pp_overlap=pp_overlap is not False,
-                      grad_bf16=bool(grad_reduce_bf16))
+                      grad_bf16=bool(grad_reduce_bf16), cuda_graphs=bool(cuda_graphs))
     return tl.TransformerLimits(
         m, system, prec, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch or 1,
         interleave=interleave or 1, choices=choices,

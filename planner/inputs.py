@@ -24,7 +24,7 @@ TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "first_stage_layers", "last_stage_layers", "offload_activations",
                     "ep_overlap", "kernels", "recompute_layers", "dp_shard",
                     "fp8_weight_gather", "fp8_activations", "pp_overlap", "grad_reduce_bf16",
-                    "lora_rank")
+                    "lora_rank", "cuda_graphs")
 
 
 def enum_value(cls, value, key: str):

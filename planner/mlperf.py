@@ -100,7 +100,8 @@ def plan_of(run: Run) -> Plan:
                       overlap=_flag(r["overlap_grad_reduce"], True),
                       tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False),
                       grad_reduce_bf16=True,
-                      lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None)
+                      lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
+                      cuda_graphs=r["cuda_graph"] not in ("", "0"))
 
 
 def predicted(run: Run) -> tuple[float | None, str | None]:

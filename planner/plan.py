@@ -110,6 +110,8 @@ class Plan:
     # fine-tuning: the base weights frozen, LoRA adapters of this rank on the attention
     # projections train (None: every weight trains)
     lora_rank: int | None = None
+    # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl local)
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -246,7 +248,8 @@ class Plan:
                "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
                "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
                "fp8_activations": self.fp8_activations, "pp_overlap": self.pp_overlap,
-               "grad_reduce_bf16": self.grad_reduce_bf16, "lora_rank": self.lora_rank}
+               "grad_reduce_bf16": self.grad_reduce_bf16, "lora_rank": self.lora_rank,
+               "cuda_graphs": self.cuda_graphs}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

@@ -77,7 +77,7 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
                     "offload_activations", "ep_overlap", "kernels", "recompute_layers",
                     "dp_shard", "fp8_weight_gather", "fp8_activations", "pp_overlap",
-                    "grad_reduce_bf16", "lora_rank", "seq_len")
+                    "grad_reduce_bf16", "lora_rank", "cuda_graphs", "seq_len")
 
 
 def transformer_options(f):
@@ -146,6 +146,10 @@ def transformer_options(f):
                      help="Interleaved pipelines: overlap the sends with the chunks' compute "
                           "(Megatron-LM's default; --no-overlap-p2p-communication) "
                           "[default: on]."),
+        click.option("--cuda-graphs/--no-cuda-graphs", "cuda_graphs", default=None,
+                     help="Issue the layers' kernels by CUDA graphs (Megatron-LM "
+                          "--cuda-graph-impl local): no host issue time per kernel "
+                          "[default: off]."),
         click.option("--lora-rank", "lora_rank", type=DecimalInt(1, 1_000_000),
                      help="Fine-tune: freeze the base weights and train LoRA adapters of this "
                           "rank on the attention projections (QKV and output; NeMo PEFT)."),

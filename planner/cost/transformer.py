@@ -52,6 +52,7 @@ class Hardware:
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
     overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
+    graph_floor_s: float = 0.0  # every kernel's floor under CUDA graphs (0: none known)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
@@ -86,6 +87,7 @@ class Hardware:
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
+            graph_floor_s=(kernels.graph_floor_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
@@ -101,7 +103,8 @@ class Hardware:
 _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
            "eager": False, "dp_shard": 0, "fp8_gather": False,
-           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False, "lora": 0}
+           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False, "lora": 0,
+           "graphs": False}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -116,7 +119,7 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    int(shared["dp_shard"]) if int(zero) else 0,
                    bool(shared["fp8_gather"]) and bool(int(zero)),
                    bool(shared["fp8_acts"]), bool(shared["pp_overlap"]),
-                   bool(shared["grad_bf16"]), int(shared["lora"]))
+                   bool(shared["grad_bf16"]), int(shared["lora"]), bool(shared["graphs"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -134,7 +137,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8),
     pp_overlap (interleaved pipeline sends behind the chunks' compute; default on), grad_bf16
     (gradients accumulated and reduced in bf16), lora (the rank of LoRA adapters on frozen
-    base weights; 0: every weight trains)."""
+    base weights; 0: every weight trains), graphs (kernels issued by CUDA graphs)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

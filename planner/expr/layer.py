@@ -6,6 +6,7 @@ is in its docstring and in that module's."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import sympy as sp
@@ -82,6 +83,9 @@ class Choices:
     # projections train (Hu et al. 2021; NeMo PEFT, the MLPerf Llama 2 70B LoRA benchmark);
     # 0: every weight trains
     lora_rank: int = 0
+    # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl, NeMo's MLPerf
+    # recipes): each kernel's floor is the GPU's own shortest kernel, not the host's issue time
+    cuda_graphs: bool = False
 
     @property
     def uneven(self) -> bool:
@@ -121,6 +125,8 @@ class LayerCosts:
                  etp: sp.Expr = e_t):
         """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
         symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
+        if choices.cuda_graphs and hw.graph_floor_s:  # no host in the loop
+            hw = dataclasses.replace(hw, launch_s=min(hw.launch_s, hw.graph_floor_s))
         self.model, self.hw, self.choices = model, hw, choices
         self.cp, self.ep, self.etp = (sp.Integer(x) if isinstance(x, int) else x
                                       for x in (cp, ep, etp))

@@ -43,6 +43,7 @@ def normalise(config: dict) -> dict:
                 "pp_overlap": config.get("pp_overlap", True),
                 "grad_reduce_bf16": config.get("grad_reduce_bf16", False),
                 "lora_rank": config.get("lora_rank"),
+                "cuda_graphs": config.get("cuda_graphs", False),
                 "kernels": config.get("kernels", "fused"),
                 "recompute_layers": config.get("recompute_layers"),
                 "dp_shard": config.get("dp_shard"),

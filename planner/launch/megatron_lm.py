@@ -244,6 +244,8 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
               "--no-bias-swiglu-fusion" if m.gated_ffn else "--no-bias-gelu-fusion"]
         a += ["--no-rope-fusion"] if m.position_embedding == "rotary" else []
+    if plan.get("cuda_graphs"):  # TransformerConfig.cuda_graph_impl: per-layer graphs
+        a += ["--cuda-graph-impl", "local"]
     if plan.get("grad_reduce_bf16"):  # DDP grad_reduce_in_fp32 off
         a += ["--grad-reduce-in-bf16"]
     if plan["interleave"] > 1 and not plan.get("pp_overlap", True):  # overlap_p2p_comm

@@ -74,6 +74,7 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
                                  + (", bf16 gradient reduce" if plan.grad_reduce_bf16 else "")
                                  + (f", LoRA rank {plan.lora_rank} (base weights frozen)"
                                     if plan.lora_rank else "")
+                                 + (", CUDA graphs" if plan.cuda_graphs else "")
                                  + (", eager kernels" if plan.kernels == "eager" else "")))
     if precision is not None:
         pairs.append(precision_pair(precision))

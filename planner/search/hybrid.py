@@ -90,7 +90,7 @@ def _shared(x) -> dict:
             "dp_shard": x.dp_shard or 0,
             "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations,
             "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16,
-            "lora": x.lora_rank or 0}
+            "lora": x.lora_rank or 0, "graphs": x.cuda_graphs}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -457,4 +457,5 @@ class HybridSolver:
                           recompute_layers=rl if rec == PARTIAL else None,
                           dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
                           fp8_activations=q.fp8_activations, pp_overlap=q.pp_overlap,
-                          grad_reduce_bf16=q.grad_reduce_bf16, lora_rank=q.lora_rank)
+                          grad_reduce_bf16=q.grad_reduce_bf16, lora_rank=q.lora_rank,
+                          cuda_graphs=q.cuda_graphs)
