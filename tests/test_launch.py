@@ -1,5 +1,6 @@
-"""Launcher outputs: each is parsed by the real parser (the shell, json, tomllib, shlex) and
-agrees with the JSON plan; Megatron-LM flags and torchtitan keys exist at the commits named."""
+"""Launcher outputs: each is parsed by the real parser (the shell, json, shlex, torchtitan's
+config classes as data) and agrees with the JSON plan; Megatron-LM flags and torchtitan fields
+exist at the commits named."""
 
 import argparse
 import ast
@@ -12,10 +13,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from planner.errors import SpecError
 from planner.launch import slurm_time, uneven_stages
+from tests.test_launch_torchtitan import torchtitan_config
 
 GPT3 = ("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "4096",
         "--global-batch", "1536")
@@ -145,25 +146,8 @@ MEGATRON_CHOICES = {  # the choices= / Literal values of the flags that take one
 MEGATRON_OFFLOAD_MODULES = {"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                             "expert_fc1", "moe_act", "fused_group_mlp", "gdp_qkv"}
 
-# torchtitan/config/job_config.py at the last commit whose launcher reads a TOML job config
-# (`--job.config_file`; the next commit, 9810191, moved to Python config functions):
-TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"  # pytorch/torchtitan, 2026-02
-TORCHTITAN_KEYS = {
-    "model": {"name", "flavor", "converters"},
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
-                    "tensor_parallel_degree", "pipeline_parallel_degree",
-                    "context_parallel_degree", "expert_parallel_degree",
-                    "expert_tensor_parallel_degree", "enable_async_tensor_parallel",
-                    "fsdp_reshard_after_forward",
-                    "pipeline_parallel_microbatch_size",
-                    "pipeline_parallel_first_stage_less_layers",
-                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_schedule",
-                    "pipeline_parallel_layers_per_stage"},
-    "activation_checkpoint": {"mode", "selective_ac_option"},
-    "quantize": {"linear"},
-    "compile": {"enable", "components"},
-}
+# torchtitan: tests/test_launch_torchtitan.py runs the config module against stand-ins built from
+# torchtitan's config classes at the commit the form names (tests/data/launch_torchtitan_config.json)
 
 # DeepSpeed deepspeed/runtime/constants.py and zero/config.py at this commit:
 DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
@@ -362,37 +346,14 @@ def test_deepspeed_refuses_zero_2_with_a_pipeline(run):
     assert code == 2 and "ZeRO" in err and len(err.strip().splitlines()) == 1
 
 
-def test_torchtitan_toml_parses_and_agrees_with_json(run, run_json):
-    for args in (LLAMA,):
-        doc = run_json(*args)
-        cfg = doc["config"]
-        toml = tomllib.loads(_out(run, *args, "--format", "torchtitan"))
-        for section, keys in toml.items():
-            assert set(keys) <= TORCHTITAN_KEYS[section], (section, keys)
-        par, tr = toml["parallelism"], toml["training"]
-        assert par["tensor_parallel_degree"] == cfg["tp"]
-        assert par["pipeline_parallel_degree"] == cfg["pp"]
-        assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == \
-            cfg["dp"]
-        assert (par["data_parallel_shard_degree"] > 1) == (cfg["zero"] > 0 and cfg["dp"] > 1)
-        assert tr["global_batch_size"] == cfg["global_batch"]
-        assert tr["global_batch_size"] % (tr["local_batch_size"] * cfg["dp"]) == 0
-        assert toml["activation_checkpoint"]["mode"] == cfg["recompute"]
-        if cfg["pp"] > 1:
-            assert par["pipeline_parallel_microbatch_size"] == cfg["micro_batch"]
-            assert tr["local_batch_size"] == cfg["micro_batch"] * cfg["gradient_accumulation"]
-    toml = tomllib.loads(_out(run, *LLAMA, "--format", "torchtitan"))
-    assert toml["model"] == {"name": "llama3", "flavor": "70B"}
-    assert toml["training"]["seq_len"] == 8192
-
-
 def test_torchtitan_float8_where_chosen(run):
     args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "8",
             "--global-batch", "64", "--precision", "fp8", "--format", "torchtitan")
-    toml = tomllib.loads(_out(run, *args))
-    assert toml["model"]["converters"] == ["quantize.linear.float8"]
-    assert toml["model"]["flavor"] == "8B"
-    assert "float8" in toml["quantize"]["linear"]
+    cfg = torchtitan_config(_out(run, *args), devices=8)
+    assert cfg.model_spec.flavor == "8B"
+    (conv,) = cfg.model_spec.converters
+    assert type(conv).__name__ == "Float8LinearConverter.Config"
+    assert conv.filter_fqns == ["lm_head"]  # the output projection stays bf16
 
 
 def test_slurm_is_a_complete_script(run, run_json, tmp_path):
@@ -612,29 +573,12 @@ def test_uneven_chunks_get_a_megatron_layout_and_torchtitan_stage_weights(run):
     assert "--num-virtual-stages-per-pipeline-rank" not in flags  # exclusive with the layout
     layout = flags["--pipeline-model-parallel-layout"][0].split("|")
     assert len(layout) == 16 * 8 and sum(c.count("t") for c in layout) == 126
-    par = tomllib.loads(_out(run, *args, "--format", "torchtitan"))["parallelism"]
+    par = torchtitan_config(_out(run, *args, "--format", "torchtitan"),
+                            devices=16384).parallelism
     # torchtitan: ceil((126 + 1 + 1) / 1) = 128 virtual stages, the first and last empty
-    assert par["pipeline_parallel_layers_per_stage"] == 1
-    assert (par["pipeline_parallel_first_stage_less_layers"],
-            par["pipeline_parallel_last_stage_less_layers"]) == (1, 1)
-
-
-QWEN3_MOE = ("evaluate", "-m", "qwen3-30b-a3b", "-H", "dgx-h100", "--devices", "64", "--tp", "2",
-             "--ep", "8", "--etp", "1", "--pp", "4", "--global-batch", "256", "--seq-len",
-             "4096", "--recompute", "full", "--zero", "1")
-
-
-def test_torchtitan_moe_keys(run):
-    toml = tomllib.loads(_out(run, *QWEN3_MOE, "--tp-overlap", "--sequence-parallel",
-                              "--format", "torchtitan"))
-    assert toml["model"] == {"name": "qwen3", "flavor": "30B-A3B"}
-    for section, keys in toml.items():
-        assert set(keys) <= TORCHTITAN_KEYS[section], (section, keys)
-    par = toml["parallelism"]
-    assert (par["expert_parallel_degree"], par["expert_tensor_parallel_degree"]) == (8, 1)
-    assert par["enable_async_tensor_parallel"] is True and toml["compile"]["enable"] is True
-    code, _, err = run(*QWEN3_MOE, "--capacity-factor", "1.5", "--format", "torchtitan")
-    assert code == 2 and "dropless" in err
+    assert par.pipeline_parallel_layers_per_stage == 1
+    assert (par.pipeline_parallel_first_stage_less_layers,
+            par.pipeline_parallel_last_stage_less_layers) == (1, 1)
 
 
 def test_eager_kernels_turn_megatron_fusions_off_and_torchtitan_compile_off(run):
@@ -649,8 +593,8 @@ def test_eager_kernels_turn_megatron_fusions_off_and_torchtitan_compile_off(run)
                                        "--no-bias-swiglu-fusion", "--no-rope-fusion"}
     gpt = _megatron_flags(_out(run, *GPT3, "--kernels", "eager", "--format", "megatron"))
     assert "--no-bias-gelu-fusion" in gpt and "--no-rope-fusion" not in gpt
-    assert tomllib.loads(_out(run, *args, "--format", "torchtitan"))["compile"]["enable"]
-    assert "compile" not in tomllib.loads(_out(run, *args, "--kernels", "eager", "--format",
-                                               "torchtitan"))
+    assert torchtitan_config(_out(run, *args, "--format", "torchtitan")).compile.enable
+    assert not torchtitan_config(_out(run, *args, "--kernels", "eager", "--format",
+                                      "torchtitan")).compile.enable
     code, _, err = run(*args, "--kernels", "eager", "--tp-overlap", "--format", "torchtitan")
     assert code == 2 and "torch.compile" in err

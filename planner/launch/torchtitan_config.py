@@ -1,23 +1,34 @@
-"""torchtitan's TOML job config (`--job.config_file`) for the plan: the model flavor, the batch,
-the parallelism degrees (FSDP2 resharding for ZeRO, first / last stage "less layers" for uneven or
-pinned stages), activation checkpointing, the float8 / MX converters.
+"""torchtitan's config module for the plan: a Python function returning the `Trainer.Config`
+that torchtitan's dataclass config registry runs (`torchrun -m torchtitan.train --module M
+--config F`): the model flavor from torchtitan's registry with its float8 / MXFP8 converters,
+the batch in tokens, the parallelism degrees (FSDP2 for every data-parallel flavour: replicate
+for ZeRO 0, resharding after forward or not for ZeRO 3 / 1-2, HSDP; first / last stage "less
+layers" for uneven or pinned stages), activation checkpointing, torch.compile and AsyncTP, and
+marked placeholders for the tokenizer, data, learning rate and steps.
 
-The keys were checked against torchtitan TORCHTITAN_COMMIT (238fa99, the last commit whose
-launcher reads a TOML job config, `--job.config_file`; 9810191 moved to Python config
-functions): torchtitan/config/job_config.py; tests/test_launch.py keeps the key list with this
-commit. The model is one of torchtitan's own flavors at that commit (`TORCHTITAN_FLAVORS`);
-a model it has none of (Llama 2, GPT-3, Mixtral, ...) is refused, exit 2.
+Every name, keyword and value was checked against torchtitan TORCHTITAN_COMMIT (its config
+refactor 9810191, "TOML to Python dataclass registry", and later): torchtitan/trainer.py
+Trainer.Config, torchtitan/config/configs.py, torchtitan/distributed/activation_checkpoint.py,
+torchtitan/components/quantization, the models' model_registry. tests/data/
+launch_torchtitan_config.json keeps those classes' fields as data at this commit
+(tests/data/make_launch_torchtitan_config.py), and tests/test_launch_torchtitan.py runs the
+module against stand-ins built from it. The model is one of torchtitan's own flavors at that
+commit (`TORCHTITAN_FLAVORS`); a model it has none of (Llama 2, GPT-3, Mixtral, ...) is
+refused, exit 2, as is any part of the plan torchtitan cannot run as priced.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from planner.errors import SpecError
 from planner.launch.common import Target, summary
 from planner.plan import stage_layers
 
-TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"  # pytorch/torchtitan, 2026-02
+TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"  # pytorch/torchtitan, 2026-08-21
+MODULE_NAME = "planner_torchtitan"  # the file name the header asks for (--module)
+CONFIG_NAME = "planner_plan"  # the function (--config)
 
 # torchtitan's built-in flavors at TORCHTITAN_COMMIT (torchtitan/models/*/__init__.py), keyed by
 # the architecture they build: (layers, hidden, heads, kv_heads, dense FFN, expert FFN, experts,
@@ -54,25 +65,24 @@ def _flavor(m) -> tuple[str, str, list[str]]:
     return name, flavor, notes
 
 
-def _every_kth_layer(layers: int, plan: dict) -> int | None:
-    """torchtitan's layer selective checkpointing for the plan's partial recomputation: option
-    k checkpoints every k-th block it wraps (activation_checkpoint.py, _apply_layer_sac), so
-    N of each chunk's n layers when the chunks are even and k = n / N is whole; None when N
-    covers every chunk (full checkpointing)."""
-    n_rec = plan["recompute_layers"]
-    chunks = plan["pp"] * plan["interleave"]
-    per = layers // chunks
-    stages = stage_layers(layers, plan["pp"], plan["interleave"],
-                          plan.get("first_stage_layers"), plan.get("last_stage_layers"))
-    if n_rec * plan["interleave"] >= max(stages):  # every layer of every chunk: full
+def _recompute(layers: int, plan: dict) -> str | None:
+    """torchtitan's activation checkpointing policy for the plan: "full" (FullAC, every block),
+    "selective" (SelectiveAC: per op, keeps the matmul outputs but every second one, recomputes
+    the rest) or None. Partial recomputation (N layers of each chunk) has no policy at this
+    commit (its layer-selective option is gone): refused, unless N covers every layer."""
+    if plan["recompute"] == "none":
         return None
-    if (layers % chunks or plan.get("first_stage_layers") or plan.get("last_stage_layers")
-            or per % n_rec):
-        raise SpecError(f"format: torchtitan checkpoints every k-th layer; recomputing "
-                        f"{n_rec} layers of each chunk needs even chunks of a multiple of "
-                        f"{n_rec} layers ({layers} layers in pp({plan['pp']}) x "
-                        f"interleave({plan['interleave']})); use --format megatron")
-    return per // n_rec
+    if plan["recompute"] == "selective":
+        return "selective"
+    n_rec = plan.get("recompute_layers")
+    if n_rec:
+        stages = stage_layers(layers, plan["pp"], plan["interleave"],
+                              plan.get("first_stage_layers"), plan.get("last_stage_layers"))
+        if n_rec * plan["interleave"] < max(stages):
+            raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) checkpoints every "
+                            f"layer (FullAC) or per op (SelectiveAC); recomputing {n_rec} "
+                            "layers of each chunk needs --format megatron")
+    return "full"
 
 
 def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
@@ -107,117 +117,292 @@ def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
     return less
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))  # a TOML basic string: JSON's escapes are valid TOML escapes
+
+
+class _Call:
+    """A call in the config module, `func(key=value, ...)`, one keyword a line."""
+
+    def __init__(self, func: str, comments: dict | None = None, **kwargs):
+        self.func, self.kwargs, self.comments = func, kwargs, comments or {}
+
+    def render(self, indent: int) -> str:
+        if not self.kwargs:
+            return f"{self.func}()"
+        pad = " " * (indent + 4)
+        lines = [f"{self.func}("]
+        for key, value in self.kwargs.items():
+            note = f"  # {self.comments[key]}" if key in self.comments else ""
+            first, *rest = f"{pad}{key}={_py(value, indent + 4)},".split("\n")
+            lines += [first + note, *rest]  # the comment on the keyword's own line
+        return "\n".join([*lines, " " * indent + ")"])
+
+
+class _Code(str):
+    """Python source written as it is (a variable, an expression)."""
+
+
+def _py(value, indent: int = 0) -> str:
+    if isinstance(value, _Call):
+        return value.render(indent)
+    if isinstance(value, _Code):
+        return str(value)
+    if isinstance(value, list) and any(isinstance(v, _Call) for v in value):
+        pad = " " * (indent + 4)
+        return "\n".join(["[", *(f"{pad}{_py(v, indent + 4)}," for v in value),
+                          " " * indent + "]"])
+    if isinstance(value, list):
+        return "[" + ", ".join(_py(v, indent) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)  # a Python string literal for printable text
+    return repr(value)  # bool, int, float, None: Python literals
+
+
+def _steps(doc: dict, plan: dict) -> str:
+    steps = doc.get("prediction", {}).get("steps")
+    if steps:
+        return (f'    steps = int(os.environ.get("TRAIN_STEPS") or {math.ceil(steps)})  # the '
+                f"steps priced for the training target at global batch {plan['global_batch']}")
+    return ('    steps = int(_placeholder("TRAIN_STEPS", "the number of steps (no training '
+            'target was given to the planner)"))')
 
 
 def torchtitan(doc: dict, plan: dict, target: Target) -> str:
-    """torchtitan's job-config TOML (`--job.config_file`). torchtitan shards with FSDP2:
-    ZeRO 0 is plain data parallel (replicate), ZeRO 3 FSDP resharding after forward, ZeRO 1-2
-    FSDP keeping the weights gathered between forward and backward (reshard "never": weights
-    whole, gradients and optimizer state sharded: ZeRO-2, which also covers ZeRO-1's memory)."""
+    """torchtitan's config module (`--module planner_torchtitan --config planner_plan`).
+    torchtitan runs every data-parallel flavour with FSDP2 over a (replicate, shard) mesh: ZeRO
+    0 is replicate only (shard degree 1), ZeRO 3 FSDP resharding after forward, ZeRO 1-2 FSDP
+    keeping the weights gathered between forward and backward (reshard "never": weights whole,
+    gradients and optimizer state sharded: ZeRO-2, which also covers ZeRO-1's memory), HSDP
+    replicate x shard. The shard group spans the context-parallel ranks too (dp_shard x cp, as
+    the planner's ZeRO prices it); ZeRO 0 with cp > 1 would be sharded there, so it is
+    refused."""
     m = target.model
     if m is None:
         raise SpecError("format: torchtitan needs a transformer model (CNN plans have no "
                         "torchtitan form)")
     name, flavor, notes = _flavor(m)
-    head = [f"# torchtitan {TORCHTITAN_COMMIT} job config (--job.config_file): the last",
-            "# commit whose launcher reads a TOML job config",
-            *(f"# {line}" for line in summary(doc, plan)), f"# precision {target.precision}",
-            *notes]
-    dp, zero = plan["dp"], plan["zero"]
-    # with a pipeline, every micro-batch of an iteration goes through it in one step
-    local = plan["micro_batch"] * (plan["gradient_accumulation"] if plan["pp"] > 1 else 1)
-    if target.precision in ("fp64", "nvfp4", "fp4"):
-        raise SpecError(f"format: torchtitan has no {target.precision} training; use "
-                        "--precision bf16, fp16, fp8, mxfp8, tf32 or fp32")
-    low = target.precision in ("bf16", "fp16", "fp8", "mxfp8")
-    if target.precision == "fp16":
-        head.append("# precision: torchtitan trains in bf16 (same cost as the plan's fp16)")
-    model = {"name": name, "flavor": flavor}
-    if target.precision in ("fp8", "mxfp8"):
-        model["converters"] = ["quantize.linear.float8" if target.precision == "fp8"
-                               else "quantize.linear.mx"]
-    training = {"local_batch_size": local, "global_batch_size": plan["global_batch"],
-                "seq_len": m.seq_len, "mixed_precision_param": "bfloat16" if low else "float32"}
+    tt = TORCHTITAN_COMMIT[:7]
+    precision = target.precision
+    if precision in ("fp64", "nvfp4", "fp4"):
+        raise SpecError(f"format: torchtitan has no {precision} training as the plan prices "
+                        "it; use --precision bf16, fp16, fp8, mxfp8, tf32 or fp32")
+    dp, zero, tp, pp = plan["dp"], plan["zero"], plan["tp"], plan["pp"]
+    cp, ep = plan.get("cp", 1), plan.get("ep", 1)
+    eager = plan.get("kernels") == "eager"
+    if zero == 0 and cp > 1:  # torchtitan/distributed/fsdp.py resolve_fsdp_mesh: dp_shard x cp
+        raise SpecError(f"format: torchtitan ({tt}) shards the weights, gradients and optimizer "
+                        f"state over the context-parallel ranks (FSDP over dp_shard x cp); this "
+                        f"plan has cp {cp} with ZeRO 0, priced without that traffic: plan with "
+                        "--zero 1, 2 or 3, or use --format megatron")
     shard = plan.get("dp_shard") or dp  # HSDP: FSDP inside groups of dp_shard, replicated
-    parallelism = {"data_parallel_replicate_degree": dp if zero == 0 else dp // shard,
-                   "data_parallel_shard_degree": 1 if zero == 0 else shard,
-                   "tensor_parallel_degree": plan["tp"],
-                   "pipeline_parallel_degree": plan["pp"],
-                   "context_parallel_degree": plan.get("cp", 1),
-                   "expert_parallel_degree": plan.get("ep", 1)}
+    replicate, shard = (dp, 1) if zero == 0 else (dp // shard, shard)
     if m.experts > 1:
-        # torchtitan runs the experts at etp = 1 or etp = tp only (job_config.py), 1 by default
-        etp = plan.get("etp", plan["tp"])
-        if etp not in (1, plan["tp"]):
-            raise SpecError(f"format: torchtitan runs experts at etp 1 or etp = tp; this plan "
-                            f"has etp {etp} with tp {plan['tp']}: use --format megatron")
-        parallelism["expert_tensor_parallel_degree"] = etp
+        # moe_sharding.py: with ep the routed experts are Shard(0) over ep and not tensor-
+        # parallel (ep borrows the tp ranks); without ep they are sharded over tp
+        etp = plan.get("etp", tp)
+        if etp != (1 if ep > 1 else tp):
+            raise SpecError(f"format: torchtitan ({tt}) runs the experts at etp 1 with expert "
+                            f"parallelism and at etp = tp without; this plan has etp {etp} "
+                            f"with tp {tp}, ep {ep}: use --format megatron")
+        if (shard * cp * tp) % ep:  # parallel_dims.py: ep divides dp_shard x cp x tp
+            raise SpecError(f"format: torchtitan ({tt}) takes the expert-parallel ranks from "
+                            f"dp_shard x cp x tp = {shard * cp * tp} (ZeRO {zero}), which ep "
+                            f"{ep} does not divide"
+                            + ("; plan with --zero 1, 2 or 3" if zero == 0 else "")
+                            + ", or use --format megatron")
         if plan.get("capacity_factor", 1.0) > 1:
             raise SpecError("format: torchtitan's MoE is dropless (no capacity factor); use "
                             "--format megatron")
     if plan.get("ep_overlap"):
         raise SpecError("format: torchtitan does not overlap the MoE all-to-alls across "
                         "micro-batches; use --format megatron")
-    if plan.get("grad_reduce_bf16"):  # job_config.py: mixed_precision_reduce Literal["float32"]
+    if plan.get("grad_reduce_bf16"):  # configs.py: mixed_precision_reduce Literal["float32"]
         raise SpecError("format: torchtitan reduces gradients in float32 only; use --format "
                         "megatron for --grad-reduce-bf16")
     if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
         raise SpecError("format: torchtitan has no activation offload; use --format megatron")
-    eager = plan.get("kernels") == "eager"
-    if plan.get("tp_overlap") and plan["tp"] > 1:  # AsyncTP works under torch.compile only
-        if eager:
-            raise SpecError("format: torchtitan's AsyncTP (tp overlap) runs under torch.compile "
-                            "only, not with eager kernels")
-        parallelism["enable_async_tensor_parallel"] = True
-    if zero in (1, 2):
-        parallelism["fsdp_reshard_after_forward"] = "never"
-    elif zero == 3:
-        parallelism["fsdp_reshard_after_forward"] = "always"
-    if plan["pp"] > 1:
-        parallelism["pipeline_parallel_microbatch_size"] = plan["micro_batch"]
-        less = _torchtitan_less_layers(m.layers, plan)
-        parallelism["pipeline_parallel_first_stage_less_layers"] = less[0]
-        parallelism["pipeline_parallel_last_stage_less_layers"] = less[1]
-        if plan["interleave"] > 1:
-            parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B"
-            parallelism["pipeline_parallel_layers_per_stage"] = \
-                -(-m.layers // (plan["pp"] * plan["interleave"]))
-        else:
-            parallelism["pipeline_parallel_schedule"] = (
-                "GPipe" if plan["schedule"] == "gpipe" else "1F1B")
-    ac = {"mode": plan["recompute"]}
-    if plan["recompute"] == "selective":
-        ac["selective_ac_option"] = "op"  # per-op: keeps matmul outputs, recomputes the rest
-    elif plan["recompute"] == "full" and plan.get("recompute_layers"):
-        k = _every_kth_layer(m.layers, plan)
-        if k is not None:
-            ac = {"mode": "selective", "selective_ac_option": str(k)}
-    sections = [("model", model), ("training", training), ("parallelism", parallelism),
-                ("activation_checkpoint", ac)]
-    if target.precision == "fp8":
-        float8 = {"filter_fqns": ["output"]}
-        if plan.get("fp8_weight_gather"):  # FSDP2 gathers the fp8 weights (tensorwise scaling)
-            float8 |= {"enable_fsdp_float8_all_gather": True,
-                       "precompute_float8_dynamic_scale_for_fsdp": True}
-        sections.append(("quantize.linear.float8", float8))
-    elif plan.get("fp8_weight_gather"):
-        raise SpecError("format: torchtitan gathers fp8 weights with its float8 (tensorwise) "
-                        "recipe only, not with mxfp8")
+    if plan.get("tp_overlap") and tp > 1 and eager:
+        raise SpecError("format: torchtitan's AsyncTP (tp overlap) runs under torch.compile "
+                        "only, not with eager kernels")
+    if precision == "mxfp8" and tp > 1 and not eager:
+        raise SpecError(f"format: torchtitan ({tt}) runs MXFP8 linears with tp > 1 only "
+                        "without torch.compile (torchao's compiled MXFP8 matmul fails on "
+                        "tensor-parallel shards, pytorch/ao#4624); plan with --kernels eager, "
+                        "or use --format megatron")
+    if plan.get("fp8_weight_gather"):
+        raise SpecError(f"format: torchtitan ({tt}) gathers weights in bf16 (its Float8Linear "
+                        "recipes are rowwise, with no fp8 all-gather); use --format megatron "
+                        "for --fp8-weight-gather")
     if plan.get("fp8_activations"):  # torchao's float8 linear saves the 16-bit input
         raise SpecError("format: torchtitan's float8 linears (torchao) save their inputs at "
                         "16 bits; the plan saves them in fp8 (Transformer Engine): use "
                         "--format megatron, or plan without --fp8-activations")
-    if not eager:  # the fused non-matmul kernels the plan was priced with (default: off)
-        sections.append(("compile", {"enable": True, "components": ["model", "loss"]}))
-    out = head
-    for title, body in sections:
-        out += ["", f"[{title}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]
-    return "\n".join(out)
+    ac = _recompute(m.layers, plan)
+    seq = m.seq_len
+    micro_tokens = plan["micro_batch"] * seq
+    sp = tp > 1 and bool(plan.get("sequence_parallel", True))
+    divisor = (tp if sp else 1) * (2 * cp if cp > 1 else 1)  # trainer.py: tokens per micro-batch
+    if micro_tokens % divisor:
+        raise SpecError(f"format: torchtitan needs the tokens of a micro-batch ({micro_tokens}) "
+                        f"divisible by {divisor} (sequence and context parallelism)")
+
+    imports = {"torchtitan.components.checkpointer": ["CheckpointManager"],
+               "torchtitan.components.data": ["ConcatThenSplitPackingConfig",
+                                              "GrainDataLoader"],
+               "torchtitan.components.loss": ["ChunkedLossWrapper", "CrossEntropyLoss"],
+               "torchtitan.components.optimizer": ["LRSchedulersContainer", "default_adamw"],
+               "torchtitan.config": ["CompileConfig", "ParallelismConfig", "TrainingConfig"],
+               "torchtitan.hf_datasets.text_datasets": ["DATASETS"],
+               "torchtitan.models.common.config_utils": ["decoder_vocab_size"],
+               f"torchtitan.models.{name}": ["model_registry"],
+               "torchtitan.trainer": ["Trainer"]}
+    head = [f"# torchtitan {TORCHTITAN_COMMIT} (pytorch/torchtitan): a config module",
+            "# for its Python dataclass config registry (torchtitan 9810191 and later read no "
+            "TOML).",
+            f"# Save it as {MODULE_NAME}.py in the torchtitan checkout and run on every node:",
+            f"#   torchrun --nnodes={plan['nodes']} --nproc-per-node={plan['devices_per_node']} "
+            "--rdzv-backend=c10d --rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\",
+            f"#       -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_NAME}",
+            "# or with the planner's --format slurm script:",
+            f"#   PYTHONPATH=. TRAIN_SCRIPT=torchtitan/train.py sbatch job.sh --module "
+            f"{MODULE_NAME} --config {CONFIG_NAME}",
+            "# PLACEHOLDER marks what the planner does not choose (tokenizer, data, learning "
+            "rate,",
+            "# steps, schedule, checkpoints); the run stops until the required ones are set:",
+            "#   HF_ASSETS_PATH, DATASET, LR (and TRAIN_STEPS without a training target).",
+            *(f"# {line}" for line in summary(doc, plan)), f"# precision {precision}", *notes]
+    if precision == "fp16":
+        head.append("# precision: torchtitan trains in bf16 (same cost as the plan's fp16)")
+    low = precision in ("bf16", "fp16", "fp8", "mxfp8")
+    compiled = not eager  # the fused non-matmul kernels the plan was priced with
+    converters = []
+    if precision == "fp8":
+        imports["torchtitan.components.quantization"] = ["Float8LinearConverter"]
+        head.append("# fp8: torchao float8 with rowwise scaling (the Float8Linear recipes at "
+                    "this commit)")
+        converters.append(_Call("Float8LinearConverter.Config", filter_fqns=(
+            ["lm_head", "router.gate"] if m.experts > 1 else ["lm_head"]),
+            model_compile_enabled=compiled))
+        if m.experts > 1:
+            imports["torchtitan.components.quantization"].append(
+                "Float8GroupedExpertsConverter")
+            converters.append(_Call("Float8GroupedExpertsConverter.Config",
+                                    model_compile_enabled=compiled))
+    elif precision == "mxfp8":
+        imports["torchtitan.components.quantization"] = ["MXFP8LinearConverter"]
+        converters.append(_Call("MXFP8LinearConverter.Config", model_compile_enabled=compiled))
+        if m.experts > 1:
+            imports["torchtitan.components.quantization"].append(
+                "MXFP8GroupedExpertsConverter")
+            converters.append(_Call("MXFP8GroupedExpertsConverter.Config",
+                                    model_compile_enabled=compiled))
+    registry = (_Call("model_registry", flavor=flavor, converters=converters) if converters
+                else _Code(f"model_registry({flavor!r})"))
+
+    cuda_graphs_off = pp > 1 or ep > 1  # Trainer.Config._validate_cuda_graphs refuses both
+    training = _Call(
+        "TrainingConfig",
+        comments={"num_tokens_per_microbatch_per_dp_rank":
+                  f"micro-batch {plan['micro_batch']} x seq_len {seq}",
+                  "num_tokens_per_train_step": f"global batch {plan['global_batch']} x seq_len "
+                  f"{seq}" + ("" if pp > 1 else f": {plan['gradient_accumulation']} "
+                              "accumulation steps"),
+                  "disable_cuda_graphs": "torchtitan captures none with pp or ep"},
+        num_tokens_per_microbatch_per_dp_rank=micro_tokens,
+        num_tokens_per_train_step=plan["global_batch"] * seq,
+        max_context_length=seq, steps=_Code("steps"),
+        mixed_precision_param="bfloat16" if low else "float32",
+        **({"disable_cuda_graphs": True} if cuda_graphs_off else {}))
+    par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+           "tensor_parallel_degree": tp}
+    if tp > 1:
+        par["enable_sequence_parallel"] = sp
+    par |= {"context_parallel_degree": cp, "pipeline_parallel_degree": pp,
+            "expert_parallel_degree": ep}
+    if zero in (1, 2):
+        par["fsdp_reshard_after_forward"] = "never"
+    elif zero == 3:
+        par["fsdp_reshard_after_forward"] = "always"
+    comments = {}
+    if pp > 1:
+        # every micro-batch of an iteration goes through the pipeline in one step
+        par["num_pp_microbatches"] = plan["gradient_accumulation"]
+        less = _torchtitan_less_layers(m.layers, plan)
+        par["pipeline_parallel_first_stage_less_layers"] = less[0]
+        par["pipeline_parallel_last_stage_less_layers"] = less[1]
+        if plan["interleave"] > 1:
+            par["pipeline_parallel_schedule"] = "Interleaved1F1B"
+            par["pipeline_parallel_layers_per_stage"] = -(-m.layers // (pp * plan["interleave"]))
+            comments["pipeline_parallel_layers_per_stage"] = \
+                f"{plan['interleave']} chunks per stage"
+        else:
+            par["pipeline_parallel_schedule"] = "GPipe" if plan["schedule"] == "gpipe" else "1F1B"
+    parallelism = _Call("ParallelismConfig", comments=comments, **par)
+    if ac == "full":
+        imports["torchtitan.distributed.activation_checkpoint"] = ["FullAC"]
+        checkpointing = _Code("FullAC.Config()")
+    elif ac == "selective":
+        imports["torchtitan.distributed.activation_checkpoint"] = ["SelectiveAC"]
+        checkpointing = _Code("SelectiveAC.Config()")
+    else:
+        checkpointing = _Code("None")
+    if compiled:
+        compile_ = _Call("CompileConfig", enable=True, components=["model", "loss"],
+                         **({"enable_async_tensor_parallel": True}
+                            if plan.get("tp_overlap") and tp > 1 else {}))
+    else:
+        compile_ = _Call("CompileConfig", enable=False)
+
+    trainer = _Call(
+        "Trainer.Config",
+        comments={"hf_assets_path": "PLACEHOLDER tokenizer",
+                  "dataloader": "PLACEHOLDER data",
+                  "lr_scheduler": "PLACEHOLDER schedule: cosine to LR / 10 after 1 % warm-up",
+                  "checkpoint": "PLACEHOLDER checkpoints: off unless CHECKPOINT_DIR is set",
+                  "compile": "the fused kernels the plan was priced with" if compiled
+                  else "eager kernels, as priced"},
+        model_spec=_Code("model_spec"), hf_assets_path=_Code("hf_assets_path"),
+        loss=_Call("ChunkedLossWrapper.Config", loss_fn=_Call(
+            "CrossEntropyLoss.Config",
+            global_vocab_size=_Code("decoder_vocab_size(model_spec)"))),
+        optimizer=_Code("default_adamw(lr=lr)"),
+        lr_scheduler=_Call("LRSchedulersContainer.Config",
+                           warmup_steps=_Code("max(1, (steps + 99) // 100)"),
+                           decay_type="cosine", min_lr_factor=0.1),
+        dataloader=_Call("GrainDataLoader.Config", dataset=_Call(
+            "ConcatThenSplitPackingConfig", dataset=_Code("DATASETS[dataset]"))),
+        checkpoint=_Call("CheckpointManager.Config", enable=_Code("bool(checkpoint_dir)"),
+                         folder=_Code('checkpoint_dir or "checkpoint"'),
+                         interval=_Code('int(os.environ.get("SAVE_INTERVAL") or 500)')),
+        training=training, parallelism=parallelism, activation_checkpoint=checkpointing,
+        compile=compile_)
+
+    lines = [*head, "", "import os", ""]
+    for module in sorted(imports):
+        lines.append(f"from {module} import {', '.join(sorted(imports[module]))}")
+    lines += [
+        "", "",
+        "def _placeholder(name: str, what: str) -> str:",
+        '    value = os.environ.get(name, "")',
+        "    if not value:",
+        '        raise SystemExit(f"PLACEHOLDER: set {name}, {what}")',
+        "    return value",
+        "", "",
+        f"def {CONFIG_NAME}() -> Trainer.Config:",
+        "    # --- PLACEHOLDERS (environment, or write the values here) ---",
+        '    hf_assets_path = _placeholder("HF_ASSETS_PATH", "a folder with the model\'s '
+        'Hugging Face tokenizer files (python scripts/download_hf_assets.py --repo_id ... '
+        '--assets tokenizer)")',
+        '    dataset = _placeholder("DATASET", "a key of torchtitan.hf_datasets.text_datasets.'
+        'DATASETS, e.g. c4 (or put your own SingleDatasetConfig here)")',
+        "    if dataset not in DATASETS:",
+        '        raise SystemExit(f"PLACEHOLDER: DATASET {dataset!r} is none of {sorted('
+        'DATASETS)}")',
+        '    lr = float(_placeholder("LR", "the peak learning rate"))',
+        _steps(doc, plan),
+        '    checkpoint_dir = os.environ.get("CHECKPOINT_DIR", "")  # under ./outputs; '
+        "saves and resumes",
+        "    # --- the plan ---",
+        f"    model_spec = {_py(registry, 4)}",
+        f"    return {trainer.render(4)}",
+    ]
+    return "\n".join(lines) + "\n"
