@@ -5,7 +5,6 @@ with ZeRO the layers' weights are held and gathered at 1 byte; the embedding and
 import json
 
 import pytest
-import tomllib
 
 from planner import api
 from planner.catalog import load_model, load_system
@@ -75,12 +74,8 @@ def test_launchers_write_the_fp8_gather(run):
     code, out, _ = run(*args, "--format", "megatron")
     flags = set(megatron_flags(out))  # pretrain_gpt.py's arguments, not torchrun's
     assert "--fp8-param-gather" in flags and flags <= MEGATRON_FLAGS
-    code, out, _ = run(*args, "--format", "torchtitan")
-    float8 = tomllib.loads(out)["quantize"]["linear"]["float8"]
-    # torchtitan/config/job_config.py Float8Linear at the commit tests/test_launch.py names
-    assert set(float8) <= {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
-                           "recipe_name", "filter_fqns", "emulate"}
-    assert float8["enable_fsdp_float8_all_gather"] is True
-    assert float8["precompute_float8_dynamic_scale_for_fsdp"] is True
+    # today's torchtitan (b5bcd76) has no fp8 weight all-gather: refused, naming megatron
+    code, _, err = run(*args, "--format", "torchtitan")
+    assert code == 2 and "--format megatron" in err
     code, _, err = run(*args, "--format", "deepspeed")
     assert code == 2 and "fp8 weight all-gather" in err

@@ -9,7 +9,6 @@ import json
 import math
 
 import pytest
-import tomllib
 
 from planner import api
 from planner.catalog import load_model, load_system
@@ -105,8 +104,10 @@ def test_launchers_write_instances_replicate_degrees_and_mics(run):
     assert set(megatron_flags(out)) <= MEGATRON_FLAGS  # pretrain_gpt.py's, not torchrun's
     assert flags[flags.index("--num-distributed-optimizer-instances") + 1] == "4"
     assert flags[flags.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
-    par = tomllib.loads(_ok(run, *args, "--zero", "3", "--format", "torchtitan"))["parallelism"]
-    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (4, 8)
+    from tests.test_launch_torchtitan import torchtitan_config
+
+    par = torchtitan_config(_ok(run, *args, "--zero", "3", "--format", "torchtitan")).parallelism
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (4, 8)
     ds = json.loads(_ok(run, *args, "--zero", "3", "--format", "deepspeed"))
     assert ds["zero_optimization"] == {"stage": 3, "overlap_comm": True,
                                        "mics_shard_size": 8}

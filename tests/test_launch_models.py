@@ -6,7 +6,6 @@ flavors (exit 2 for a model it has no flavor of)."""
 import subprocess
 
 import pytest
-import tomllib
 
 from tests.test_launch import MEGATRON_COMMIT, _megatron_flags, _out, megatron_argv
 
@@ -135,8 +134,10 @@ def test_torchtitan_refuses_models_it_has_no_flavor_of(run, model):
 
 
 def test_torchtitan_deepseek_v3_flavor_and_commit(run):
+    from tests.test_launch_torchtitan import torchtitan_config
+
     text = _out(run, *DEEPSEEK, "--format", "torchtitan")
-    assert "238fa9953e4aec2a62582121564273d7cbb1e9f1" in text.splitlines()[0]
-    toml = tomllib.loads(text)
-    assert toml["model"] == {"name": "deepseek_v3", "flavor": "671B"}
-    assert toml["parallelism"]["expert_parallel_degree"] == 64
+    assert "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a" in text.splitlines()[0]
+    cfg = torchtitan_config(text)
+    assert cfg.model_spec.flavor == "671B"
+    assert cfg.parallelism.expert_parallel_degree == 64

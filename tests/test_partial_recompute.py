@@ -8,7 +8,6 @@ import json
 import math
 
 import pytest
-import tomllib
 
 from planner import api
 from planner.catalog import load_model, load_system
@@ -141,15 +140,15 @@ def test_launchers_write_the_block_method_and_every_kth_layer(run):
     assert flags[i + 1] == "block"
     assert flags[flags.index("--recompute-num-layers") + 1] == "5"
     assert flags[flags.index("--recompute-granularity") + 1] == "full"
-    code, out, _ = run(*args, "--format", "torchtitan")
-    assert code == 0
-    ac = tomllib.loads(out)["activation_checkpoint"]
-    assert ac == {"mode": "selective", "selective_ac_option": "4"}  # 20 layers a stage / 5
-    code, _, err = run(*args[:-1], "3", "--format", "torchtitan")
-    assert code == 2 and "every k-th layer" in err
-    # N at least a whole chunk (20 layers a stage) recomputes every layer: full checkpointing
+    from tests.test_launch_torchtitan import torchtitan_config
+
+    # today's torchtitan (b5bcd76) has no every-k-th-layer checkpointing: N short of a
+    # stage is refused; N at least a whole chunk (20 layers a stage) recomputes every layer
+    code, _, err = run(*args, "--format", "torchtitan")
+    assert code == 2
     code, out, _ = run(*args[:-1], "20", "--format", "torchtitan")
-    assert code == 0 and tomllib.loads(out)["activation_checkpoint"] == {"mode": "full"}
+    assert code == 0
+    assert type(torchtitan_config(out).activation_checkpoint).__name__ == "FullAC.Config"
 
 
 def test_search_with_pinned_partial_recompute_equals_brute_force():

@@ -10,7 +10,7 @@ tests keep the flag and key lists with these commits):
 - `shell`: env (shell variables), slurm (an sbatch script), torchrun;
 - `megatron_lm`: a per-node Megatron-LM script (Megatron-LM d98e8a6);
 - `deepspeed_config`: a DeepSpeed ds_config (DeepSpeed edaa722);
-- `torchtitan_config`: a torchtitan TOML job config (torchtitan 238fa99);
+- `torchtitan_config`: a torchtitan Python config module (torchtitan b5bcd76);
 - `common`: `Target`, `normalise` and the summary lines the forms share.
 This module re-exports their public names and dispatches on the format (`FORMS`,
 `render_launch`).

@@ -1,7 +1,7 @@
 """What every launcher form is written from: `normalise` turns a plan's `config` JSON object (a
 `planner.plan.Plan`, or a CNN split's) into the launcher-facing fields, `Target` carries what a
 form needs beyond the plan (the transformer spec and the precision), and `summary` gives the
-comment lines about the plan that the sbatch script and the torchtitan TOML start with. No
+comment lines about the plan that the sbatch script and the torchtitan config module start with. No
 upstream names here: each form's module says which commit its flags / keys were checked against.
 """
 
