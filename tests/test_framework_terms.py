@@ -253,3 +253,25 @@ def test_cuda_graphs_lower_every_kernel_floor_to_the_gpus_own():
     free = dataclasses.replace(hw, launch_s=0.0)
     assert (float(np.ravel(iteration(m, free, {**cfg, "graphs": True})["compute"])[0])
             == float(np.ravel(iteration(m, free, cfg)["compute"])[0]))
+
+
+def test_solve_says_when_no_run_supports_its_pick_and_can_prefer_one(run):
+    """Llama-3-70B on 1,024 H100: the fastest plan shards the weights (ZeRO-3), which no
+    calibration run does: solve says so and names the fastest plan with the weights whole;
+    --prefer-supported takes that plan when it is within the given fraction."""
+    args = ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "1024",
+            "--global-batch", "1024", "--seq-len", "8192", "--format", "json")
+    code, out, err = run(*args)
+    fastest = json.loads(out)
+    assert code == 0 and fastest["config"]["zero"] == 3
+    assert "not covered" in fastest["prediction"]["time_band"]["note"]
+    assert "warning" in err and "weights whole" in err and "--zero" in err
+    code, out, err = run(*args, "--prefer-supported", "0.05")
+    taken = json.loads(out)
+    assert code == 0 and taken["config"]["zero"] < 3 and "note: took" in err
+    t0, t1 = (d["prediction"]["iteration_time_s"] for d in (fastest, taken))
+    assert t0 <= t1 <= 1.05 * t0
+    assert taken["prediction"]["time_band"]["runs"] > 0
+    # a pinned ZeRO stage is the user's choice: nothing is searched again
+    code, _, err = run(*args, "--zero", "3")
+    assert code == 0 and "weights whole" not in err

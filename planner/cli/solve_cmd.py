@@ -15,8 +15,9 @@ from planner.cli.options import (
 )
 from planner.cli.output import emit, launch_target, precision_used, price_used
 from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt, FiniteFloat, batch_range
-from planner.errors import SpecError
+from planner.errors import InfeasibleError, SpecError
 from planner.report import render
+from planner.report.render import span
 from planner.search.objective import Objective
 
 
@@ -69,6 +70,10 @@ from planner.search.objective import Objective
 @click.option("--knee-tolerance", type=FiniteFloat(0, 10), default=0.10, show_default=True,
               help="The knee reported with the plan: the fewest devices whose time is within "
                    "this fraction of the best plan's (0.10 = 10%).")
+@click.option("--prefer-supported", type=FiniteFloat(0, 1), default=0.0, show_default=True,
+              help="Transformers: when no calibration run resembles the fastest plan "
+                   "(ZeRO-3), take the fastest plan with the weights whole if it is within "
+                   "this fraction of its time (0: report it, keep the fastest).")
 @click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
               help="Also return this many runners-up, each a different split, device count or "
                    "batch (not the same plan with another collective or micro-batch).")
@@ -86,7 +91,7 @@ from planner.search.objective import Objective
 def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
-          strategy, stages, **problem):
+          strategy, stages, prefer_supported, **problem):
     """The proven-optimal plan: nodes, devices per node, batch and collective for CNNs
     (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
     transformers.
@@ -150,6 +155,16 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                   "strategy": strategy or "data", "stages": stages}
     sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
+    support = None
+    if transformer and family.get("zero") is None:
+        support = _supported(sol, lambda zero: api.solve(
+            model, hardware, precision=precision, objective=objective, overlap=overlap,
+            pareto=pareto, **training, global_batch_range=rng, **problem,
+            **{**family, "zero": zero}))
+        if support and support[1] and support[1].prediction.iteration_time_s <= (
+                1 + prefer_supported) * sol.prediction.iteration_time_s:
+            support = (support[0], support[1], sol)
+            sol = support[1]
     used = precision_used(hardware, precision)
     price = price_used(hardware, price_per_device_hour)
     tokens = None
@@ -168,6 +183,46 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
          launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)
+    if support:
+        click.echo(_support_line(*support), err=True)
+
+
+def _supported(sol, solve_at):
+    """(why, the fastest plan with the weights whole or None) when no calibration run
+    resembles the chosen plan (its `likely` band is "not covered": a mixture-of-experts model,
+    or weights sharded with ZeRO-3 / FSDP, which no measured run in planner/calibration
+    uses); None when one does. For a ZeRO-3 pick the alternative is the fastest ZeRO 0-2 plan
+    (what the calibration runs do), so a user can take the plan the data supports."""
+    band = getattr(sol.prediction, "time_band", None)
+    if not band or "low_s" in band:
+        return None
+    covered = []
+    for zero in (0, 1, 2) if sol.plan.zero == 3 else ():
+        try:
+            covered.append(solve_at(zero))
+        except (SpecError, InfeasibleError):
+            continue
+    alt = min(covered, key=lambda s: s.prediction.iteration_time_s) if covered else None
+    return band["note"], alt
+
+
+def _support_line(why: str, alt, fastest=None) -> str:
+    """The stderr line of `_supported`: the plan taken by --prefer-supported (`fastest`, the
+    plan it was preferred to), or the alternative a user may pin."""
+    if fastest is not None:
+        p, f = alt.plan, fastest.prediction.iteration_time_s
+        return (f"planner: note: took the fastest plan with the weights whole (ZeRO {p.zero}, "
+                f"{alt.prediction.iteration_time_s / f - 1:+.1%} time) over a ZeRO-3 plan that "
+                f"is {why.removeprefix('not covered: ')} (--prefer-supported)")
+    line = f"planner: warning: the chosen plan is {why}"
+    if alt is not None:
+        p, t = alt.plan, alt.prediction.iteration_time_s
+        b = alt.prediction.time_band or {}
+        likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
+        line += (f"; with the weights whole the fastest plan is tp {p.tp} x cp {p.cp} x pp "
+                 f"{p.pp} x dp {p.dp}, ZeRO {p.zero}: {span(t)}{likely} (--zero {p.zero} pins "
+                 f"it; --prefer-supported F takes it when within F of the fastest)")
+    return line
 
 
 LOW_EFFICIENCY = 0.5  # below this scaling efficiency `solve` warns on stderr
