@@ -10,11 +10,19 @@ typed results read as attributes.
 `evaluate`, `solve` and `sweep` dispatch on the model's family (CNN or transformer); every
 answer is a `planner.plan.Plan` with a `planner.prediction.Prediction`. Specs are given by
 built-in name or YAML path, exactly as on the command line.
+
+Every verb takes the command line's option names, underscored (`tokens=`, `deadline=`,
+`budget=`, `within=`, `time_limit=`, `bandwidth=`, `formula=`, ...: `planner.inputs.CLI_NAMES`)
+as well as its own (`token_budget=`, `deadline_s=`, ...); a name it does not take is a
+one-line `planner.errors.SpecError` naming the closest one ("did you mean"), never a
+TypeError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from dataclasses import dataclass
 
 from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
@@ -25,6 +33,7 @@ from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,
     build,
+    cli_names,
     enum_value,
     is_transformer,
     only_for,
@@ -49,6 +58,64 @@ __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", 
            "evaluate", "evaluate_transformer", "is_transformer", "limits", "placement", "solve",
            "solve_transformer", "sweep", "sweep_transformer", "training_of",
            "with_inter_node_bandwidth"]
+
+
+def _keywords(f) -> set[str]:
+    """The keyword arguments `f` names (not its positional ones, nor **kwargs)."""
+    return {p.name for p in inspect.signature(f).parameters.values()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"model", "hardware"}
+
+
+def _fields(cls, *fixed: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)} - set(fixed)
+
+
+def _search_fields() -> set[str]:
+    from planner.search.hybrid_space import Search
+
+    return _fields(Search, "objective", "training")
+
+
+@functools.cache
+def _accepted(verb: str) -> frozenset[str]:
+    """Every keyword argument a verb takes (its own names; `CLI_NAMES` adds the command
+    line's): its signature's and those it passes on."""
+    if verb == "evaluate":
+        names = _keywords(evaluate.__wrapped__)
+    elif verb == "solve":
+        names = (_keywords(solve.__wrapped__) | _fields(Problem, "collectives", "objective",
+                                                        "training") | _search_fields())
+    elif verb == "limits":
+        names = _keywords(limits.__wrapped__) | _keywords(_transformer_limits)
+    elif verb == "derive":
+        names = _accepted("limits") | _keywords(derive.__wrapped__)
+    else:  # sweep: its own, the sweep's, a transformer point's search pins, in parallel
+        from planner.sweeping import sweep_in_parallel
+
+        names = (_keywords(sweep.__wrapped__) | _keywords(_sweep) | _search_fields()
+                 | _keywords(sweep_in_parallel))
+    return frozenset(names)
+
+
+def _cli_names(verb: str):
+    """The verb taking the command line's names (`planner.inputs.CLI_NAMES`) too, a wrong or
+    missing keyword a one-line `SpecError` instead of a TypeError."""
+
+    def wrap(f):
+        required = [p.name for p in inspect.signature(f).parameters.values()
+                    if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+
+        @functools.wraps(f)
+        def call(model, hardware, **kwargs):
+            kwargs = cli_names(verb, kwargs, _accepted(verb))
+            for name in required:
+                if name not in kwargs:
+                    raise SpecError(f"{verb}: missing argument '{name}'")
+            return f(model, hardware, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def placement(dp: DataParallelModel, nodes: int | None, devices: int | None,
@@ -89,6 +156,7 @@ class Evaluation:
         return self.plan.devices_per_node
 
 
+@_cli_names("evaluate")
 def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: int | None = None,
              global_batch: int | None = None, overlap: bool = True,
              precision: str | None = None, devices_per_node: int | None = None,
@@ -207,8 +275,9 @@ def evaluate_transformer(model: str, hardware: str, **kwargs) -> Evaluation:
 # --- solve --------------------------------------------------------------------------------------
 
 
+@_cli_names("solve")
 def solve(model: str, hardware: str, *, precision: str | None = None,
-          objective: str = "throughput", critical_batch: float | None = None,
+          objective: str | None = None, critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           target_tokens: float | None = None, price_per_device_hour: float | None = None,
           deadline_s: float | None = None, budget_usd: float | None = None,
@@ -226,7 +295,10 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     With `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples`
     (E_min) / `target_tokens` (transformers: E_min in tokens), the solution carries steps and
     time to train (McCandlish et al. 2018); the price per device-hour defaults to the device
-    spec's."""
+    spec's. The objective defaults, as on the command line, to token-budget with a token
+    budget (`tokens`), else throughput."""
+    if objective is None:
+        objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
@@ -264,6 +336,7 @@ def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:
     return solve(model, hardware, **kwargs)
 
 
+@_cli_names("limits")
 def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",
            overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
            servers: int = 1, local_efficiency: float | None = None,
@@ -350,19 +423,38 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
         critical_batch=critical_batch)
 
 
-def derive(model: str, hardware: str, *, names: tuple[str, ...] = (), **kwargs):
-    """The formulas behind `limits` (a list of `planner.formulas.Derived`), only `names` when
-    given."""
+@_cli_names("derive")
+def derive(model: str, hardware: str, *, names: tuple[str, ...] = (),
+           substitute: str | tuple[str, ...] | None = None, **kwargs):
+    """The formulas behind `limits` (a list of `planner.formulas.Derived`), only `names`
+    (`formula`) when given; `substitute` replaces these symbols (a comma-separated string or
+    a tuple, or 'all') by their values, as `planner derive --substitute` does."""
     lim = limits(model, hardware, **kwargs)
     if is_transformer(model):
         from planner.analysis import transformer_formulas as tf
 
-        return tf.derive(lim, tuple(names))
-    from planner import formulas as der
+        formulas = tf.derive(lim, tuple(names))
+    else:
+        from planner import formulas as der
 
-    return der.select(der.derive(lim), names)
+        formulas = der.select(der.derive(lim), names)
+    if not substitute:
+        return formulas
+    wanted = None
+    if substitute != "all":
+        from planner.expr.symbols import GLOSSARY
+
+        parts = substitute.split(",") if isinstance(substitute, str) else substitute
+        wanted = {x.strip() for x in parts}
+        known = {s.name for s in GLOSSARY}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise SpecError(f"substitute: unknown symbol '{unknown[0]}' (known: "
+                            f"{', '.join(sorted(known))})")
+    return [f.substituted(wanted) for f in formulas]
 
 
+@_cli_names("sweep")
 def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
           jobs: int = 1, scheduler=None, **kwargs) -> Sweep:
     """`planner.sweeping.sweep`, each point's memory fit checked against (1 - memory_headroom)
@@ -373,6 +465,9 @@ def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_
     `connect_timeout_s` and `on_progress`), with the same result. Many solves:
     `planner.batch.batch` (docs/batch.md)."""
     check_headroom(memory_headroom)
+    if jobs == 1 and scheduler is None:  # the cluster's settings, as the command line: unused
+        for key in ("stall_timeout_s", "connect_timeout_s", "on_progress"):
+            kwargs.pop(key, None)
     if jobs != 1 or scheduler is not None:
         from planner.sweeping import sweep_in_parallel
 

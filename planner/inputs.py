@@ -5,6 +5,7 @@ request; each bad value a one-line `SpecError`."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 
 from planner.catalog import load_model, load_system
@@ -27,6 +28,82 @@ TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "lora_rank", "cuda_graphs")
 
 
+# The command line's option names (underscored) that the Python API spells otherwise: each
+# verb of `planner.api` takes both, the command line's name mapped to the argument here (with
+# the value turned as the command line turns it). One table for every verb: a name applies to
+# a verb that takes its argument.
+CLI_NAMES = {
+    "tokens": "token_budget",  # solve --tokens
+    "deadline": "deadline_s",  # solve --deadline
+    "budget": "budget_usd",  # solve --budget
+    "within": "fewest_nodes_within",  # solve --within
+    "time_limit": "time_limit_s",  # solve / sweep --time-limit
+    "global_batch_max": "global_batch_range",  # solve --global-batch-max M: the range 1:M
+    "bandwidth": "bandwidths_GBps",  # sweep --bandwidth (one number or a list)
+    "stall_timeout": "stall_timeout_s",  # sweep --stall-timeout
+    "connect_timeout": "connect_timeout_s",  # sweep --connect-timeout
+    "formula": "names",  # derive --formula (one name or several)
+}
+_CLI_VALUES = {
+    "global_batch_max": lambda v: (1, v),
+    "bandwidth": lambda v: list(v) if isinstance(v, list | tuple) else [v],
+    "formula": lambda v: (v,) if isinstance(v, str) else tuple(v),
+}
+# Options of the command line that the Python API does not take (most shape its output, not
+# the answer): what to do instead.
+CLI_ONLY = {
+    "format": "the Python API returns objects (planner.report renders them as the command "
+              "line does)",
+    "fmt": "the Python API returns objects (planner.report renders them as the command line "
+           "does)",
+    "plot": "draw with planner.plot.plan_plot or sweep_plot",
+    "plot_path": "draw with planner.plot.plan_plot or sweep_plot",
+    "batch": "call evaluate once per line (or planner.batch.batch for many solves)",
+    "progress_every": "pass on_progress (with jobs or scheduler)",
+    "prefer_supported": "solve again with zero=0, 1 and 2 and take the fastest of those (the "
+                        "command line does so when it is within the fraction given)",
+}
+
+
+def unknown_argument(verb: str, name: str, accepted) -> SpecError:
+    """The one-line error for an argument `verb` does not take, with the closest accepted
+    name ("did you mean") or what to do instead of a command-line-only option."""
+    if name in CLI_ONLY:
+        return SpecError(f"{verb}: '{name}' is a command-line option; {CLI_ONLY[name]}")
+    close = difflib.get_close_matches(name, sorted(accepted), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return SpecError(f"{verb}: unknown argument '{name}'{hint}")
+
+
+def cli_names(verb: str, given: dict, accepted) -> dict:
+    """`given` keyword arguments with the command line's names (`CLI_NAMES`) turned into the
+    arguments `verb` takes (`accepted`); a name it takes in neither spelling, or one argument
+    given in both, is a one-line `SpecError`."""
+    out = {}
+    for name, value in given.items():
+        internal = CLI_NAMES.get(name)
+        if internal is not None and internal in accepted:
+            if internal in given:
+                raise SpecError(f"{verb}: give '{name}' or '{internal}', not both")
+            out[internal] = value if value is None else _CLI_VALUES.get(name, _same)(value)
+        elif name in accepted:
+            out[name] = value
+        else:
+            names = set(accepted) | {k for k, v in CLI_NAMES.items() if v in accepted}
+            raise unknown_argument(verb, name, names)
+    return out
+
+
+def _same(value):
+    return value
+
+
+def cli_flag(key: str) -> str:
+    """The command line's flag for an argument (`token_budget`: tokens), without dashes."""
+    flag = next((k for k, v in CLI_NAMES.items() if v == key and k != "global_batch_max"), key)
+    return flag.replace("_", "-")
+
+
 def enum_value(cls, value, key: str):
     """`plan.choice`, with None passed through (an option left unset)."""
     return None if value is None else choice(cls, value, key)
@@ -37,7 +114,7 @@ def only_for(family: str, given: dict, keys) -> None:
     for key in keys:
         if given.get(key) is not None:
             other = "CNN" if family == "transformer" else "transformer"
-            raise SpecError(f"{key}: --{key.replace('_', '-')} applies to {other} models only")
+            raise SpecError(f"{key}: --{cli_flag(key)} applies to {other} models only")
 
 
 @functools.cache
@@ -108,8 +185,8 @@ def request(cls, problem: dict, **fixed):
     """A search request of type `cls` from keyword arguments (None: not given), one-line errors
     for unknown ones."""
     given = {k: v for k, v in problem.items() if v is not None}
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cls)} - set(fixed)
     unknown = sorted(set(given) - known)
     if unknown:
-        raise SpecError(f"solve: unknown argument '{unknown[0]}'")
+        raise unknown_argument("solve", unknown[0], known)
     return cls(**given, **fixed)

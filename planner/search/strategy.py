@@ -46,6 +46,7 @@ from planner.prediction import Prediction
 from planner.search.data_parallel import DataParallelSolver, Problem, Solution
 from planner.search.layer_modes import Inner, solve_modes
 from planner.search.memory_fit import usable_bytes
+from planner.search.solution import ObjectiveValue, TrainingReport, record
 from planner.search.stages import solve_cut
 
 # The deterministic budget of one split search (see the module docstring), sized to end in a
@@ -80,6 +81,13 @@ class SplitSolution:
     # deterministic budget: the same on every run) or "time-limit" (the wall-clock guard: this
     # answer may differ between runs).
     stopped_by: str | None = None
+
+    def __post_init__(self):
+        """Every dict field reads as attributes (`planner.search.solution.Record`)."""
+        self.config, self.plan = record(self.config), record(self.plan)
+        self.objective = record(self.objective, ObjectiveValue)
+        self.data_parallel, self.search = record(self.data_parallel), record(self.search)
+        self.training = record(self.training, TrainingReport)
 
 
 def _divisors(x: int) -> list[int]:
