@@ -198,6 +198,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      recompute=recompute or ("full" if recompute_layers
                                                              else "none"),
                                      recompute_layers=recompute_layers,
+                                     optimizer=optimizer,
                                      dp_shard=dp_shard,
                                      fp8_weight_gather=bool(fp8_weight_gather),
                                      fp8_activations=bool(fp8_activations),
@@ -312,8 +313,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
-        q = request(Search, problem, objective=objective_for(objective, "transformer"),
-                    training=training)
+        q = request(Search, {**problem, "optimizer": optimizer or "adam"},
+                    objective=objective_for(objective, "transformer"), training=training)
         return HybridSolver(m, system, prec, q).solve()
     only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len, **problem},
              TRANSFORMER_ONLY)
@@ -338,7 +339,7 @@ def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:
 
 @_cli_names("limits")
 def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",
-           overlap: bool = True, precision: str | None = None, optimizer: str = "momentum",
+           overlap: bool = True, precision: str | None = None, optimizer: str | None = None,
            servers: int = 1, local_efficiency: float | None = None,
            target_efficiency: float | None = None, at_nodes: float | None = None,
            critical_batch: float | None = None, nodes_max: int | None = None, **hybrid):
@@ -352,12 +353,15 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
                                  "at_nodes": at_nodes, "nodes_max": nodes_max,
                                  "servers": None if servers == 1 else servers},
                  ("collective", "servers", "at_nodes", "nodes_max"))
+        if optimizer not in (None, "adam"):
+            raise SpecError(f"optimizer: the transformer limits are derived with Adam; use "
+                            f"evaluate, solve or sweep for --optimizer {optimizer}")
         return _transformer_limits(model, hardware, global_batch, overlap, precision,
                                    local_efficiency, target_efficiency, critical_batch, **hybrid)
     only_for("cnn", hybrid, TRANSFORMER_ONLY)
     from planner.analysis import cnn_limits as lim
 
-    dp = build(model, hardware, precision, optimizer, servers=servers)
+    dp = build(model, hardware, precision, optimizer or "momentum", servers=servers)
     return lim.Limits(
         dp, _enum(Collective, collective, "collective"), overlap, global_batch,
         local_efficiency=local_efficiency or lim.DEFAULT_LOCAL_EFFICIENCY,

@@ -17,8 +17,8 @@ from planner.search.training import Training
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
 
-CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "optimizer",
-            "servers", "strategy", "stages")
+CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "servers",
+            "strategy", "stages")
 TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
                     "token_budget", "target_tokens", "tp_overlap", "capacity_factor",

@@ -66,6 +66,10 @@ def _positive(key: str, value) -> None:
         raise SpecError(f"{key}: must be a positive integer, got {value!r}")
 
 
+# the optimizers a transformer plan prices (their state and step: planner.expr.transformer)
+TRANSFORMER_OPTIMIZERS = ("adam", "sgd", "momentum", "adafactor", "muon")
+
+
 @dataclass(frozen=True)
 class Plan:
     nodes: int
@@ -112,6 +116,10 @@ class Plan:
     lora_rank: int | None = None
     # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl local)
     cuda_graphs: bool = False
+    # the optimizer whose state is held and stepped (transformers: adam, sgd, momentum,
+    # adafactor, muon; planner.expr.transformer.OPTIMIZER_STATE); None: the family's default
+    # (transformers: adam)
+    optimizer: str | None = None
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -121,6 +129,9 @@ class Plan:
         if self.etp is None:  # Megatron-LM: --expert-tensor-parallel-size defaults to tp
             set_(self, "etp", self.tp)
         _positive("etp", self.etp)
+        if self.optimizer is not None and self.optimizer not in TRANSFORMER_OPTIMIZERS:
+            raise SpecError(f"optimizer: unknown value {self.optimizer!r} (allowed: "
+                            f"{', '.join(TRANSFORMER_OPTIMIZERS)})")
         for key in ("first_stage_layers", "last_stage_layers", "lora_rank"):
             if getattr(self, key) is not None:
                 _positive(key, getattr(self, key))
@@ -249,7 +260,7 @@ class Plan:
                "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
                "fp8_activations": self.fp8_activations, "pp_overlap": self.pp_overlap,
                "grad_reduce_bf16": self.grad_reduce_bf16, "lora_rank": self.lora_rank,
-               "cuda_graphs": self.cuda_graphs}
+               "cuda_graphs": self.cuda_graphs, "optimizer": self.optimizer}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

@@ -37,6 +37,7 @@ CONFIG = obj({
     "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
     "ep_overlap": BOOL, "pp_overlap": BOOL, "grad_reduce_bf16": BOOL,
     "lora_rank": {"type": ["integer", "null"]}, "cuda_graphs": BOOL,
+    "optimizer": {"enum": [None, "adam", "sgd", "momentum", "adafactor", "muon"]},
     "kernels": {"enum": ["fused", "eager"]},
     "recompute_layers": {"type": ["integer", "null"]},
     "dp_shard": {"type": ["integer", "null"]}, "fp8_weight_gather": BOOL,

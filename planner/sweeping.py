@@ -115,7 +115,8 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
             from planner.search.hybrid import HybridSolver, Search
 
             q = request(Search, {"global_batch": batch, "nodes": n_val, "overlap": overlap,
-                                 "time_limit_s": time_limit_s, **pins}, training=training)
+                                 "time_limit_s": time_limit_s, "optimizer": optimizer or "adam",
+                                 **pins}, training=training)
             sol = HybridSolver(m, system, prec, q).solve()
             return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
     else:

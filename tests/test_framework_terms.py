@@ -275,3 +275,64 @@ def test_solve_says_when_no_run_supports_its_pick_and_can_prefer_one(run):
     # a pinned ZeRO stage is the user's choice: nothing is searched again
     code, _, err = run(*args, "--zero", "3")
     assert code == 0 and "weights whole" not in err
+
+
+# --- optimizers beyond Adam -----------------------------------------------------------------
+
+
+def test_layer_matrices_are_the_layer_weights():
+    """Two counts of one model: the matrices Muon orthogonalises, entry by entry, are the
+    layers' parameters less their norms and biases."""
+    for name in ("llama3-8b", "mixtral-8x7b", "deepseek-v3", "nemotron-h-8b", "gpt-oss-120b"):
+        m = load_model(name)
+        entries = sum(n * sum(r * c * k for r, c, k in m.kind_matrices(kind))
+                      for kind, n in m.layer_kinds())
+        assert 0.999 * m.layers_params() < entries <= m.layers_params(), name
+
+
+def test_optimizer_state_and_step():
+    """Mixed precision keeps a 4-byte master copy beside each optimizer's fp32 state: SGD
+    4 bytes a parameter, momentum and Adafactor... 8 and 4, Adam 12; Muon 8 on the layers'
+    matrices and Adam's 12 on the embedding and output layer, and its step adds five
+    Newton-Schulz iterations per matrix at the GEMM rate."""
+    from planner.plan import Plan
+    from planner.search.hybrid import predict
+
+    m, system = load_model("llama3-8b"), load_system("dgx-h100")
+    psi = m.params()
+    outer = m.embedding_params() + m.head_params()
+
+    def pred(opt):
+        plan = Plan.split(1, 1, 8, 1, 64, node_size=8, zero=0, optimizer=opt)
+        return predict(m, system, Precision.bf16, plan)
+
+    got = {o: pred(o) for o in ("adam", "sgd", "momentum", "adafactor", "muon")}
+    for opt, per in (("adam", 12), ("sgd", 4), ("momentum", 8), ("adafactor", 4)):
+        assert got[opt].memory_breakdown["optimizer"] == pytest.approx(per * psi, rel=1e-12)
+    assert got["muon"].memory_breakdown["optimizer"] == pytest.approx(
+        8 * (psi - outer) + 12 * outer, rel=1e-12)
+    hw = Hardware.of(system, Precision.bf16)
+    ns = m.muon_step_flops() / hw.matmul_flops
+    traffic = got["momentum"].optimizer_time_s  # Muon's state traffic is momentum's ...
+    assert got["muon"].optimizer_time_s == pytest.approx(  # ... plus Adam's on the outer
+        traffic + ns + outer * 2 * 4 / hw.mem_bw, rel=1e-9)
+    assert got["sgd"].optimizer_time_s < got["adam"].optimizer_time_s
+
+
+def test_optimizers_reach_the_launchers(run):
+    args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8",
+            "--global-batch", "64", "--zero", "1", "--recompute", "full")
+    code, out, _ = run(*args, "--optimizer", "muon", "--format", "json")
+    assert code == 0 and json.loads(out)["config"]["optimizer"] == "muon"
+    code, out, _ = run(*args, "--optimizer", "muon", "--format", "megatron")
+    assert code == 0 and "--optimizer muon" in " ".join(out.split())
+    code, out, _ = run(*args, "--optimizer", "sgd", "--format", "megatron")
+    assert "--optimizer sgd --sgd-momentum 0" in " ".join(out.split())
+    for fmt in ("deepspeed", "torchtitan"):
+        code, _, err = run(*args, "--optimizer", "muon", "--format", fmt)
+        assert code == 2 and "AdamW" in err
+    code, _, err = run(*args, "--optimizer", "adafactor", "--format", "megatron")
+    assert code == 2 and "Adafactor" in err
+    code, _, err = run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "1",
+                       "--global-batch", "64", "--optimizer", "muon")
+    assert code == 2 and "transformers only" in err

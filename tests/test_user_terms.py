@@ -189,16 +189,18 @@ def test_the_docs_complete_system_yaml_loads_and_evaluates(tmp_path, run_json):
 
 # --- --optimizer -------------------------------------------------------------------------------
 
-def test_optimizer_is_refused_for_transformers_unless_adam(run):
-    for command in ("solve", "limits"):
-        code, _, err = run(command, *LLAMA[:6], *(LLAMA[6:] if command == "solve" else []),
-                           "--optimizer", "sgd")
-        assert code == 2, err
-        assert "--optimizer sgd is not modelled" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run("solve", *LLAMA, "--optimizer", "adam")
-    assert code == 0, err
+def test_optimizer_changes_a_transformer_or_is_refused_where_not_modelled(run, run_json):
+    """Transformers price sgd, momentum, adam, adafactor and muon (their state and step); the
+    transformer limits are derived with Adam only, and a CNN knows no adafactor / muon."""
+    sgd = run_json("solve", *LLAMA, "--optimizer", "sgd", "--format", "json")
+    adam = run_json("solve", *LLAMA, "--format", "json")
+    assert sgd["config"]["optimizer"] == "sgd" and adam["config"]["optimizer"] == "adam"
+    assert (sgd["prediction"]["memory_breakdown"]["optimizer"]
+            < adam["prediction"]["memory_breakdown"]["optimizer"])
+    code, _, err = run("limits", *LLAMA[:6], "--optimizer", "sgd")
+    assert code == 2 and "derived with Adam" in err and len(err.strip().splitlines()) == 1
     code, out, _ = run("solve", "--help")
-    assert "[default: momentum]" in out and "refused" in out
+    assert "momentum" in out and "transformers only" in " ".join(out.split())
 
 
 def test_optimizer_still_changes_a_cnn(run_json):

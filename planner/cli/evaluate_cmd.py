@@ -65,8 +65,8 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
     transformer = api.is_transformer(model)
     if not transformer:
         reject_transformer_flags(hybrid)
-    family = {} if transformer else {"collective": collective, "optimizer": optimizer,
-                                     "servers": servers}
+    family = ({"optimizer": optimizer} if transformer else
+              {"collective": collective, "optimizer": optimizer, "servers": servers})
     ev = api.evaluate(model, hardware, nodes=nodes, devices=devices,
                       devices_per_node=devices_per_node, global_batch=global_batch,
                       local_batch=local_batch, overlap=overlap, precision=precision,
@@ -145,7 +145,7 @@ def _evaluate_jsonl(path: str) -> None:
             model, hardware = req.pop("model"), req.pop("hardware")
             if api.is_transformer(model):
                 cnn_only = sorted(set(req) & {"devices_per_node", "local_batch", "collective",
-                                             "optimizer", "servers"})
+                                             "servers"})
                 if cnn_only:
                     raise SpecError(f"{path}:{k}: key '{cnn_only[0]}' applies to CNN models only")
                 if not isinstance(req.get("global_batch"), int):

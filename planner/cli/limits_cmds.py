@@ -36,7 +36,7 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     from planner.report import limits_text, transformer_limits_text
 
     require(model, hardware)
-    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer or "momentum",
+    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
                      servers=servers, overlap=overlap, **kw)
     summary = lim.summary()
     transformer = api.is_transformer(model)
@@ -110,8 +110,7 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
     from planner.report import derive_text
 
     require(model, hardware)
-    formulas = api.derive(model, hardware, precision=precision,
-                          optimizer=optimizer or "momentum",
+    formulas = api.derive(model, hardware, precision=precision, optimizer=optimizer,
                           servers=servers, overlap=overlap, names=names, **kw)
     if substitute:
         wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}

@@ -38,10 +38,9 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Compute precision [default: the device's default_precision]."),
         click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
-                     help="CNNs: the optimizer whose state is held and stepped [default: "
-                          "momentum]. Transformers are priced with mixed-precision Adam "
-                          "only (fp32 master weights and two moments): adam is accepted, any "
-                          "other value refused."),
+                     help="The optimizer whose state is held and stepped [default: momentum "
+                          "for CNNs, adam for transformers]. adafactor and muon: "
+                          "transformers only."),
         click.option("--servers", type=DecimalInt(1, 1_000_000), default=1, show_default=True,
                      help="Parameter servers (for --collective parameter-server)."),
         click.option("--overlap/--no-overlap", default=True, show_default=True,
@@ -53,20 +52,18 @@ def spec_options(f=None, *, formats=FORMATS):
 
 
 def _checks_optimizer(f):
-    """`f` refusing --optimizer other than adam for a transformer (its memory and step are
-    priced as mixed-precision Adam: another optimizer would be silently priced as Adam)."""
+    """`f` refusing --optimizer adafactor / muon for a CNN (its memory model knows SGD,
+    momentum and Adam only)."""
 
     @functools.wraps(f)
     def checked(*args, **kw):
         optimizer, model = kw.get("optimizer"), kw.get("model")
-        if optimizer not in (None, "adam") and model:
+        if optimizer in ("adafactor", "muon") and model:
             from planner import api
 
-            if api.is_transformer(model):
-                raise SpecError(f"optimizer: transformers are priced with mixed-precision Adam "
-                                f"only (fp32 master weights and two fp32 moments per "
-                                f"parameter); --optimizer {optimizer} is not modelled for them "
-                                "(omit it, or give adam)")
+            if not api.is_transformer(model):
+                raise SpecError(f"optimizer: {optimizer} is priced for transformers only; a "
+                                "CNN takes sgd, momentum or adam")
         return f(*args, **kw)
 
     return checked

@@ -142,7 +142,8 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         if problem.get("global_batch") is None and rng is None:
             raise SpecError("global_batch: give --global-batch or --global-batch-range for "
                             "transformer models")
-        family = {"target_tokens": target_tokens, "token_budget": token_budget, **hybrid}
+        family = {"target_tokens": target_tokens, "token_budget": token_budget,
+                  "optimizer": optimizer, **hybrid}
     else:
         reject_transformer_flags(hybrid)
         if token_budget is not None or objective == "token-budget":

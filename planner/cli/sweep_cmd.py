@@ -86,7 +86,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
                             "splits it into dp x micro-batch x accumulation)")
         if batches is None:
             raise SpecError("global_batch: give --global-batch for a transformer sweep")
-        family = {"target_tokens": target_tokens,
+        family = {"target_tokens": target_tokens, "optimizer": optimizer,
                   **{k: v for k, v in hybrid.items() if v is not None}}
     else:
         reject_transformer_flags(hybrid)

@@ -104,7 +104,7 @@ _SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
            "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
            "eager": False, "dp_shard": 0, "fp8_gather": False,
            "fp8_acts": False, "pp_overlap": True, "grad_bf16": False, "lora": 0,
-           "graphs": False}
+           "graphs": False, "optimizer": "adam"}
 
 
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
@@ -119,7 +119,8 @@ def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
                    int(shared["dp_shard"]) if int(zero) else 0,
                    bool(shared["fp8_gather"]) and bool(int(zero)),
                    bool(shared["fp8_acts"]), bool(shared["pp_overlap"]),
-                   bool(shared["grad_bf16"]), int(shared["lora"]), bool(shared["graphs"]))
+                   bool(shared["grad_bf16"]), int(shared["lora"]), bool(shared["graphs"]),
+                   str(shared["optimizer"]))
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -137,7 +138,8 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8),
     pp_overlap (interleaved pipeline sends behind the chunks' compute; default on), grad_bf16
     (gradients accumulated and reduced in bf16), lora (the rank of LoRA adapters on frozen
-    base weights; 0: every weight trains), graphs (kernels issued by CUDA graphs)."""
+    base weights; 0: every weight trains), graphs (kernels issued by CUDA graphs), optimizer
+    (adam, sgd, momentum, adafactor, muon)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))

@@ -86,6 +86,9 @@ class Choices:
     # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl, NeMo's MLPerf
     # recipes): each kernel's floor is the GPU's own shortest kernel, not the host's issue time
     cuda_graphs: bool = False
+    # the optimizer: adam (mixed-precision AdamW), sgd, momentum, adafactor, muon (its state
+    # and step in `planner.expr.transformer`)
+    optimizer: str = "adam"
 
     @property
     def uneven(self) -> bool:

@@ -82,8 +82,12 @@ from planner.numeric import Program
 __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "TransformerExpressions",
            "allreduce_form", "exposed_form", "memory_form", "program", "ring", "time_form"]
 
-# Adam state per parameter: fp32 master weights + two fp32 moments in mixed precision (ZeRO
-# paper, sec. 3.1); in fp32 training the weights are the master copy, leaving the moments
+# optimizer state per trained parameter, in fp32 values, beside the fp32 master copy that mixed
+# precision keeps (ZeRO paper, sec. 3.1; in fp32 training the weights are the master copy):
+# SGD none, momentum one, Adam two moments (Kingma & Ba 2015), Adafactor its factored second
+# moment, m + n values per m x n matrix and no first moment by default (Shazeer & Stern 2018,
+# sec. 4-5: next to nothing per parameter), Muon one momentum (Jordan et al. 2024)
+OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "adafactor": 0, "muon": 1}
 ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
 PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t, S.n_r)
 OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bubble", "pp_comm",
@@ -251,7 +255,18 @@ class TransformerExpressions(LayerCosts):
             attn = sum(n for k, n in md.layer_kinds() if k.mixer in ("attention", "sliding"))
             per_layer = r * 2 * h + sp.Integer(r * (2 * md.q_dim + 2 * md.kv_dim)) / t
             train = here * sp.Rational(attn, L) * per_layer
-        adam = ADAM_STATE_BYTES[vb < 4]
+        master = 4 if vb < 4 else 0
+        kappa = 4 * OPTIMIZER_STATE[c.optimizer] + master
+        if c.optimizer == "muon" and not c.lora_rank:
+            # Muon steps the layers' matrices; the embedding and output layer take AdamW
+            # (Liu et al. 2025, sec. 2.2): their share of the state at Adam's width
+            kappa = (kappa * (train - outer) + ADAM_STATE_BYTES[vb < 4] * outer) / train
+        # Muon's Newton-Schulz orthogonalisation of the stage's matrices, as GEMMs at the large-
+        # GEMM rate, the work split over the tp ranks (and by ZeRO over the replicas, as the
+        # optimizer step is: Liu et al. 2025's distributed Muon)
+        muon = sp.Integer(0)
+        if c.optimizer == "muon" and not c.lora_rank:
+            muon = here * sp.Rational(md.muon_step_flops(), L) / t / hw.matmul_flops
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
         # biases and router, under 0.1 %, counted with them), the embedding and output layer
@@ -312,8 +327,8 @@ class TransformerExpressions(LayerCosts):
             S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
-            S.T_opt: train * (2 * adam + 2 * gb + wb) / hw.mem_bw,
-            S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: adam,
+            S.T_opt: train * (2 * kappa + 2 * gb + wb) / hw.mem_bw + muon,
+            S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: kappa,
             S.A_act: acts,
             S.sigma: hw.overlap_slowdown,
         }
@@ -334,10 +349,10 @@ class TransformerExpressions(LayerCosts):
             return (expert_params * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 
-        opt_extra = experts_unsharded((2 * adam + 2 * gb + layer_wb) / hw.mem_bw, 1)
+        opt_extra = experts_unsharded((2 * kappa + 2 * gb + layer_wb) / hw.mem_bw, 1)
         state_extra = {"weights": experts_unsharded(layer_wb, 3),
                        "gradients": experts_unsharded(gb, 2),
-                       "optimizer_state": experts_unsharded(adam, 1)}
+                       "optimizer_state": experts_unsharded(kappa, 1)}
         return {
             "time": substitute(self.forms["time"], {**self.aggregates, d: d * self.cp,
                                                     v: chunks}) + opt_extra,

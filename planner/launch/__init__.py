@@ -64,6 +64,9 @@ def render_launch(fmt: str, doc: dict, target: Target | None = None) -> str:
     plan = normalise(doc["config"])
     # LoRA runs in NeMo's PEFT (or Hugging Face PEFT), none of the framework forms here:
     # Megatron-LM's pretrain_gpt.py, DeepSpeed's config and torchtitan have no adapters
+    if plan.get("optimizer", "adam") != "adam" and fmt in ("deepspeed", "torchtitan"):
+        raise SpecError(f"format: this {fmt} form writes AdamW only; the plan was priced with "
+                        f"{plan['optimizer']} (--format megatron writes sgd, momentum and muon)")
     if plan.get("lora_rank") and fmt in ("megatron", "deepspeed", "torchtitan"):
         raise SpecError(f"format: {fmt} has no LoRA fine-tuning (NeMo PEFT runs it); use "
                         f"--format env, slurm or torchrun to start your own script")

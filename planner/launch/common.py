@@ -44,6 +44,7 @@ def normalise(config: dict) -> dict:
                 "grad_reduce_bf16": config.get("grad_reduce_bf16", False),
                 "lora_rank": config.get("lora_rank"),
                 "cuda_graphs": config.get("cuda_graphs", False),
+                "optimizer": config.get("optimizer") or "adam",
                 "kernels": config.get("kernels", "fused"),
                 "recompute_layers": config.get("recompute_layers"),
                 "dp_shard": config.get("dp_shard"),

@@ -244,6 +244,13 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
               "--no-bias-swiglu-fusion" if m.gated_ffn else "--no-bias-gelu-fusion"]
         a += ["--no-rope-fusion"] if m.position_embedding == "rotary" else []
+    opt = plan.get("optimizer", "adam")  # arguments.py: --optimizer adam|sgd|muon|...
+    if opt == "adafactor":
+        raise SpecError("format: Megatron-LM has no Adafactor (--optimizer adam, sgd, muon, "
+                        "lion, soap); price another optimizer")
+    if opt != "adam":
+        a += ["--optimizer", "sgd" if opt in ("sgd", "momentum") else opt]
+        a += ["--sgd-momentum", "0"] if opt == "sgd" else []
     if plan.get("cuda_graphs"):  # TransformerConfig.cuda_graph_impl: per-layer graphs
         a += ["--cuda-graph-impl", "local"]
     if plan.get("grad_reduce_bf16"):  # DDP grad_reduce_in_fp32 off

@@ -90,7 +90,8 @@ def _shared(x) -> dict:
             "dp_shard": x.dp_shard or 0,
             "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations,
             "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16,
-            "lora": x.lora_rank or 0, "graphs": x.cuda_graphs}
+            "lora": x.lora_rank or 0, "graphs": x.cuda_graphs,
+            "optimizer": x.optimizer or "adam"}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -458,4 +459,4 @@ class HybridSolver:
                           dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
                           fp8_activations=q.fp8_activations, pp_overlap=q.pp_overlap,
                           grad_reduce_bf16=q.grad_reduce_bf16, lora_rank=q.lora_rank,
-                          cuda_graphs=q.cuda_graphs)
+                          cuda_graphs=q.cuda_graphs, optimizer=q.optimizer)

@@ -60,6 +60,7 @@ class Search:
     grad_reduce_bf16: bool = False  # gradients accumulated and reduced in bf16
     lora_rank: int | None = None  # base weights frozen, LoRA adapters of this rank train
     cuda_graphs: bool = False  # the layers' kernels issued by CUDA graphs
+    optimizer: str = "adam"  # adam, sgd, momentum, adafactor, muon
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None

@@ -408,6 +408,50 @@ class Transformer:
         total = sum(n * self.kind_attention_core_flops(k) for k, n in self.layer_kinds())
         return _mean(total, self.layers)
 
+    def kind_matrices(self, kind: LayerKind) -> list[tuple[int, int, int]]:
+        """The weight matrices of one layer of `kind` as (rows, cols, how many): Q, K, V, O (MLA:
+        its down- and up-projections and O; Mamba-2: in_proj and out_proj), the FFN's gate /
+        up / down of each dense FFN, routed and shared expert, the router."""
+        h, out = self.hidden, []
+        if kind.mixer in ("attention", "sliding"):
+            if self.mla:
+                a, heads = self.mla, self.heads
+                qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+                out += ([(h, a.q_lora_rank, 1), (a.q_lora_rank, heads * qk, 1)]
+                        if a.q_lora_rank else [(h, heads * qk, 1)])
+                out += [(h, a.kv_lora_rank + a.qk_rope_head_dim, 1),
+                        (a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), 1),
+                        (heads * a.v_head_dim, h, 1)]
+            else:
+                out += [(h, self.q_dim, 1), (h, self.kv_dim, 2), (self.q_dim, h, 1)]
+        elif kind.mixer == "mamba":
+            d_in = self.mamba_inner()
+            out += [(h, d_in + self.mamba_conv_dim() + self.mamba.heads, 1), (d_in, h, 1)]
+
+        def ffn(width, count):
+            return [(h, width, (self.ffn_matrices - 1) * count), (width, h, count)]
+
+        if kind.ffn == "dense":
+            out += ffn(self.dense_ffn_hidden or self.ffn_hidden, 1)
+        elif kind.ffn == "moe":
+            out += ffn(self.ffn_hidden, self.experts) + [(h, self.experts, 1)]
+            if self.shared_experts:
+                out += ffn(self.shared_expert_ffn_hidden or self.ffn_hidden, self.shared_experts)
+        return out
+
+    def muon_step_flops(self) -> int:
+        """FLOPs of Muon's orthogonalisation over every layer's matrices, once per step: five
+        Newton-Schulz iterations on each m x n matrix (m <= n), each X X^T (2 m^2 n), the
+        quintic's B = b A + c A^2 (2 m^3) and B X (2 m^2 n) (Jordan et al. 2024, "Muon: an
+        optimizer for hidden layers"; Liu et al. 2025, "Muon is scalable for LLM training",
+        arXiv 2502.16982, the optimizer Moonlight and Kimi K2 train with)."""
+        total = 0
+        for kind, n_layers in self.layer_kinds():
+            for rows, cols, count in self.kind_matrices(kind):
+                m, n = min(rows, cols), max(rows, cols)
+                total += n_layers * count * 5 * (4 * m * m * n + 2 * m ** 3)
+        return total
+
     def kind_lora_params(self, kind: LayerKind, rank: int) -> int:
         """LoRA adapters of rank r on one layer's attention projections, the fused QKV and the
         output projection (Hu et al. 2021, eq. 3: W + B A, A r x in, B out x r; NeMo's
