@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from planner.errors import SpecError
-from planner.expr.collectives import Collective
+from planner.vocabulary import Collective
 
 
 class Recompute(str, Enum):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from planner.errors import SpecError
 from planner.expr.cnn import DataParallelModel
-from planner.expr.collectives import Collective
 from planner.plan import Plan
+from planner.vocabulary import Collective
 
 
 @dataclass(frozen=True)

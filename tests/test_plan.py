@@ -105,3 +105,16 @@ def test_objectives_are_one_enum_each_family_says_what_it_supports(run):
         assert code == 2 and objective in err and len(err.strip().splitlines()) == 1, err
     with pytest.raises(SpecError, match="efficiency applies to CNN models only"):
         objective_for("efficiency", "transformer")
+
+
+def test_the_plan_vocabulary_imports_no_sympy():
+    """`planner.plan` (and the `Collective` it uses, `planner.vocabulary`) is a leaf: building
+    or reading a plan loads neither SymPy nor OR-Tools (issue: one request path, fast CLI)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, planner.plan, planner.vocabulary; "
+            "print(sorted(m for m in ('sympy', 'ortools', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

@@ -9,17 +9,9 @@ algorithms for clusters of workstations", JPDC 2009 (ring allreduce).
 
 from __future__ import annotations
 
-from enum import Enum
-
 import sympy as sp
 
-
-class Collective(str, Enum):
-    ring = "ring"
-    halving_doubling = "halving-doubling"
-    tree = "tree"
-    parameter_server = "parameter-server"
-    hierarchical = "hierarchical"
+from planner.vocabulary import Collective  # noqa: F401  (the vocabulary, re-exported)
 
 
 def one_rank(p) -> bool:
