@@ -336,3 +336,42 @@ def test_optimizers_reach_the_launchers(run):
     code, _, err = run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "1",
                        "--global-batch", "64", "--optimizer", "muon")
     assert code == 2 and "transformers only" in err
+
+
+def test_a_model_without_position_embedding(run, tmp_path):
+    """NoPE: the spec takes position_embedding none; nothing is added to the embedding and no
+    rotary kernel runs (Llama 3 8B's layers otherwise); Megatron gets --position-embedding-type
+    none (a choice of its parser)."""
+    import yaml
+
+    from planner.catalog import load_model as load
+    from planner.cost.transformer import Hardware
+    from planner.expr.layer import Choices, LayerCosts
+    from planner.spec.transformer import LayerKind
+
+    base = load("llama3-8b")
+    spec = {"kind": "transformer", "name": "nope-8b", "layers": 32, "hidden": 4096,
+            "heads": 32, "kv_heads": 8, "seq_len": 8192, "vocab": 128256, "ffn_hidden": 14336,
+            "ffn_kind": "swiglu", "tied_embeddings": False, "bias": False, "norm": "rmsnorm",
+            "position_embedding": "none"}
+    path = tmp_path / "nope.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    m = load(str(path))
+    assert m.params() == base.params() and m.model_flops() == base.model_flops()
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    kind = LayerKind("attention", "dense")
+
+    def costs(model):
+        lc = LayerCosts(model, hw, Choices("none", False), cp=1, ep=1, etp=1)
+        return lc.elementwise_kernels(kind), lc
+    (k_nope, nope), (k_rope, rope) = costs(m), costs(base)
+    assert k_rope - k_nope == 1  # the fused rotary kernel
+    from planner.expr.symbols import t
+    saved = float((rope.elementwise_bytes_per_token(kind)
+                   - nope.elementwise_bytes_per_token(kind)).subs({t: 1}))
+    assert saved == pytest.approx(2 * (base.q_dim + base.kv_dim) * 2)  # q and k read + written
+    code, out, err = run("evaluate", "-m", str(path), "-H", "dgx-h100", "--devices", "8",
+                         "--global-batch", "64", "--zero", "1", "--recompute", "full",
+                         "--format", "megatron")
+    assert code == 0, err
+    assert "--position-embedding-type none" in " ".join(out.split())

@@ -148,9 +148,10 @@ def _model_args(m) -> list:
     elif m.ffn_kind == "relu2":
         a += ["--squared-relu"]
     a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
-    rotary = m.position_embedding == "rotary"
-    a += ["--position-embedding-type", "rope" if rotary else "learned_absolute",
-          "--max-position-embeddings", m.seq_len if rotary else max(m.max_positions, m.seq_len),
+    rotary, learned = m.position_embedding == "rotary", m.position_embedding == "learned"
+    a += ["--position-embedding-type",
+          "rope" if rotary else "learned_absolute" if learned else "none",
+          "--max-position-embeddings", max(m.max_positions, m.seq_len) if learned else m.seq_len,
           "--seq-length", m.seq_len]
     if rotary and m.rope_theta is not None:  # Megatron's default base is 10,000
         a += ["--rotary-base", int(m.rope_theta)]

@@ -112,7 +112,9 @@ class TransformerFile(Spec):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     post_norms: bool = False  # Gemma 2/3: a norm after attention and after the FFN as well
     qk_norm: bool = False
-    position_embedding: Literal["learned", "rotary"] = "learned"
+    # none: no position embedding (NoPE: the causal mask alone orders the tokens; Kazemnejad
+    # et al. 2023, and the NoPE layers of Llama 4 / SmolLM3)
+    position_embedding: Literal["learned", "rotary", "none"] = "learned"
     max_positions: Size | None = None  # learned position table (default seq_len)
     # rotary embedding base theta (config.json rope_theta); None: the frameworks' 10,000. It
     # changes no count; the launchers write it
