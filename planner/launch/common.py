@@ -7,6 +7,8 @@ upstream names here: each form's module says which commit its flags / keys were 
 
 from __future__ import annotations
 
+import math
+
 
 class Target:
     """What a launcher form needs beyond the plan: the transformer spec (None for a CNN) and the
@@ -105,3 +107,10 @@ def summary(doc: dict, plan: dict) -> list[str]:
         ttt = pred["time_to_train_s"]
         lines.append(f"predicted time to train {ttt / 86400:.3g} days ({ttt / 3600:.4g} h)")
     return lines
+
+
+def priced_steps(doc: dict) -> int | None:
+    """The optimizer steps the plan was priced for (a training target's, rounded up), or None
+    when no target was given: what a launcher writes as its iteration count."""
+    steps = doc.get("prediction", {}).get("steps")
+    return math.ceil(steps) if steps else None

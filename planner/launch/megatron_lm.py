@@ -17,11 +17,10 @@ validate_args' and TransformerConfig's at the same commit.
 from __future__ import annotations
 
 import itertools
-import math
 import shlex
 
 from planner.errors import SpecError
-from planner.launch.common import Target, max_connections, summary
+from planner.launch.common import Target, max_connections, priced_steps, summary
 from planner.plan import chunk_layers
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
@@ -290,9 +289,9 @@ def _bash_array(name: str, tokens: list[str]) -> list[str]:
 
 
 def _train_iters(doc: dict, plan: dict) -> str:
-    steps = doc.get("prediction", {}).get("steps")
+    steps = priced_steps(doc)
     if steps:
-        return (f'TRAIN_ITERS="${{TRAIN_ITERS:-{math.ceil(steps)}}}"  # the steps priced for '
+        return (f'TRAIN_ITERS="${{TRAIN_ITERS:-{steps}}}"  # the steps priced for '
                 f"the training target at global batch {plan['global_batch']}")
     return ('TRAIN_ITERS="${TRAIN_ITERS:?PLACEHOLDER: set TRAIN_ITERS, the number of '
             'iterations (no training target was given to the planner)}"')

@@ -20,10 +20,9 @@ refused, exit 2, as is any part of the plan torchtitan cannot run as priced.
 from __future__ import annotations
 
 import json
-import math
 
 from planner.errors import SpecError
-from planner.launch.common import Target, summary
+from planner.launch.common import Target, priced_steps, summary
 from planner.plan import stage_layers
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"  # pytorch/torchtitan, 2026-08-21
@@ -158,9 +157,9 @@ def _py(value, indent: int = 0) -> str:
 
 
 def _steps(doc: dict, plan: dict) -> str:
-    steps = doc.get("prediction", {}).get("steps")
+    steps = priced_steps(doc)
     if steps:
-        return (f'    steps = int(os.environ.get("TRAIN_STEPS") or {math.ceil(steps)})  # the '
+        return (f'    steps = int(os.environ.get("TRAIN_STEPS") or {steps})  # the '
                 f"steps priced for the training target at global batch {plan['global_batch']}")
     return ('    steps = int(_placeholder("TRAIN_STEPS", "the number of steps (no training '
             'target was given to the planner)"))')
