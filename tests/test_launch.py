@@ -16,6 +16,7 @@ import pytest
 
 from planner.errors import SpecError
 from planner.launch import slurm_time, uneven_stages
+from tests.test_launch_deepspeed import DATA as DEEPSPEED_DATA
 from tests.test_launch_torchtitan import torchtitan_config
 
 GPT3 = ("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "4096",
@@ -149,12 +150,12 @@ MEGATRON_OFFLOAD_MODULES = {"attn_norm", "qkv_linear", "core_attn", "attn_proj",
 # torchtitan: tests/test_launch_torchtitan.py runs the config module against stand-ins built from
 # torchtitan's config classes at the commit the form names (tests/data/launch_torchtitan_config.json)
 
-# DeepSpeed deepspeed/runtime/constants.py and zero/config.py at this commit:
-DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
-DEEPSPEED_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                  "gradient_accumulation_steps", "bf16", "fp16", "zero_optimization",
-                  "communication_data_type", "data_types",
-                  "tensor_parallel"}  # deepspeed/runtime/tensor_parallel/config.py autotp_size
+# DeepSpeed: the keys DeepSpeedConfig reads at the commit the form names, as data
+# (tests/data/launch_deepspeed_config.json); tests/test_launch_deepspeed.py checks every key and
+# value against DeepSpeed's pydantic models and enums there
+DEEPSPEED_COMMIT = DEEPSPEED_DATA["commit"]
+assert DEEPSPEED_COMMIT == "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
+DEEPSPEED_KEYS = frozenset(DEEPSPEED_DATA["keys"])
 
 
 def _out(run, *args):

@@ -5,10 +5,16 @@ context parallelism, pinned stage sizes, interleaved or GPipe pipelines, activat
 fp8 / mxfp8 / fp4 training, tensor parallelism beside a pipeline or with sequence parallelism,
 ZeRO 2 or 3 under a pipeline.
 
-The keys were checked against DeepSpeed edaa7221267243c7be7fb49c5d5f5c4fb97b4641:
-deepspeed/runtime/constants.py, deepspeed/runtime/zero/config.py; train_batch_size = micro x
-accumulation x the data-parallel world size (deepspeed/runtime/config.py `_batch_assertion`);
-tests/test_launch.py keeps the key list with this commit.
+Every key and value is checked against deepspeedai/DeepSpeed
+edaa7221267243c7be7fb49c5d5f5c4fb97b4641 (DEEPSPEED_COMMIT):
+the keys DeepSpeedConfig reads (deepspeed/runtime/config.py, constants.py), the pydantic models
+it validates the blocks with (zero/config.py DeepSpeedZeroConfig and ZeroStageEnum,
+precision_config.py, tensor_parallel/config.py TPTrainingConfig), the strings
+communication_data_type accepts and DtypeEnum for data_types.grad_accum_dtype; train_batch_size
+= micro x accumulation x the data-parallel world size (config.py `_batch_assertion`).
+tests/data/make_launch_deepspeed_config.py reads them from that commit's source into
+tests/data/launch_deepspeed_config.json; tests/test_launch_deepspeed.py checks this form's output
+against it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import json
 
 from planner.errors import SpecError
 from planner.launch.common import Target
+
+DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/DeepSpeed
 
 
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
