@@ -6,9 +6,10 @@ residuals.csv`): leave-one-group-out where constants were fitted to its group (v
 predicted with constants refitted without the group), held out otherwise (BERT-Large, MLPerf
 Training: nothing fitted to them). A prediction's band is the 10th-90th percentile of the
 measured / predicted ratio over the most specific group of comparable runs with at least
-`MIN_RUNS` of them: system family x precision x model size, then family x precision, then
-family. Mixture-of-experts plans only borrow from mixture-of-experts runs (a dense model's
-residuals say nothing of routing, permutation or dispatch), and plans that shard the weights
+`MIN_RUNS` of them: system family x precision x model size x scale (devices), then without the
+scale, then family x precision, then family. Mixture-of-experts plans only borrow from
+mixture-of-experts runs (a dense model's residuals say nothing of routing, permutation or
+dispatch), and plans that shard the weights
 (ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs: with none in the data
 their band says "not covered" rather than something it does not know.
 
@@ -29,7 +30,7 @@ from planner.spec.hardware import Precision
 CSV = Path(__file__).parent / "calibration" / "residuals.csv"
 MIN_RUNS = 4
 QUANTILES = (0.10, 0.90)
-FIELDS = ("source", "group", "family", "precision", "size", "moe", "sharding",
+FIELDS = ("source", "group", "family", "precision", "size", "scale", "moe", "sharding",
           "measured_over_predicted")
 # features a band never generalises over: a plan of another kind borrows nothing
 STRICT = ("moe", "sharding")
@@ -54,11 +55,18 @@ def size_class(params: int) -> str:
     return "under 20B" if params < 20e9 else "20B and over"
 
 
-def features(model, device_name: str, precision: Precision, zero: int = 0) -> dict:
-    """The features a band is looked up by, for a transformer `model` on a device with a plan
-    of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch)."""
+def scale_class(devices: int) -> str:
+    return ("up to 64 devices" if devices <= 64 else "65-1,024 devices" if devices <= 1024
+            else "over 1,024 devices")
+
+
+def features(model, device_name: str, precision: Precision, zero: int = 0,
+             devices: int = 1) -> dict:
+    """The features a band is looked up by, for a transformer `model` on `devices` devices with
+    a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch)."""
     return {"family": family(device_name), "precision": precision_class(precision),
-            "size": size_class(model.params()), "moe": "moe" if model.experts > 1 else "dense",
+            "size": size_class(model.params()), "scale": scale_class(devices),
+            "moe": "moe" if model.experts > 1 else "dense",
             "sharding": "weights sharded" if zero == 3 else "weights whole"}
 
 
@@ -90,7 +98,8 @@ def residuals(path: Path = CSV) -> tuple[dict, ...]:
 def band(feat: dict, rows=None) -> Band:
     """The band of the most specific group of comparable runs (`feat` from `features`)."""
     rows = residuals() if rows is None else rows
-    levels = (("family", "precision", "size"), ("family", "precision"), ("family",))
+    levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
+              ("family", "precision"), ("family",))
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
@@ -126,18 +135,22 @@ def _rows() -> list[dict]:
         system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
             else c.system()
         # errors are log(predicted / measured) per run, in the group's own order
-        for e in np.asarray(g.errors(system), dtype=float):
+        errors = np.asarray(g.errors(system), dtype=float)
+        assert len(errors) == len(g.devices), g.name
+        for e, devices in zip(errors, g.devices, strict=True):
             # SC21 without a pipeline is its 1.7B-18.4B models, with one 39B-1T
             size = "20B and over" if g.name.startswith("SC21 pp>1") else "under 20B"
             out.append({"source": g.name.split(" (")[0].split(" ")[0], "group": g.name,
-                        **a100, "size": size, "measured_over_predicted": float(np.exp(-e))})
+                        **a100, "size": size, "scale": scale_class(devices),
+                        "measured_over_predicted": float(np.exp(-e))})
     for r in mlperf.rows():
         if r["error"] is None:
             continue
         run = r["run"]
         model = load_model(run.model)
-        feat = features(model, load_system(run.system).device.name, run.precision,
-                        mlperf.plan_of(run).zero)
+        plan = mlperf.plan_of(run)
+        feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
+                        plan.devices)
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / r["predicted_s"]})
     return out

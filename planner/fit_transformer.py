@@ -134,6 +134,7 @@ class Group:
     name: str
     errors: Callable[[System], np.ndarray]
     fitted: bool = True
+    devices: tuple[int, ...] = ()  # each run's device count, in the order of `errors`
 
 
 def groups() -> list[Group]:
@@ -145,15 +146,18 @@ def groups() -> list[Group]:
 
     def vt_group(hidden):
         rows = [r for r in vt if r["hidden"] == hidden]
-        return Group(f"vTrain h={hidden} ({len(rows)} runs)", lambda s: vtrain_errors(s, rows))
+        return Group(f"vTrain h={hidden} ({len(rows)} runs)", lambda s: vtrain_errors(s, rows),
+                     devices=tuple(r["gpus"] for r in rows))
 
     def sc_group(label, keep):
         runs = [r for r in sc if keep(r)]
-        return Group(f"SC21 {label} ({len(runs)} runs)", lambda s: sc21_errors(s, runs))
+        return Group(f"SC21 {label} ({len(runs)} runs)", lambda s: sc21_errors(s, runs),
+                     devices=tuple(r["gpus"] for r in runs))
 
     return [vt_group(1024), vt_group(2048), sc_group("pp=1", lambda r: r["pp"] == 1),
             sc_group("pp>1", lambda r: r["pp"] > 1),
-            Group(f"BERT-Large ({len(bert)} runs)", lambda s: bert_errors(s, bert), False)]
+            Group(f"BERT-Large ({len(bert)} runs)", lambda s: bert_errors(s, bert), False,
+                  tuple(r["gpus"] for r in bert))]
 
 
 # --- fitting ------------------------------------------------------------------------------

@@ -137,18 +137,22 @@ def test_mlperf_accuracy_holds():
 
 def _rows(ratios, **feat):
     base = {"source": "t", "group": "g", "family": "A100", "precision": "16-bit+",
-            "size": "under 20B", "moe": "dense", "sharding": "weights whole"}
+            "size": "under 20B", "scale": "up to 64 devices", "moe": "dense",
+            "sharding": "weights whole"}
     return [{**base, **feat, "measured_over_predicted": str(x)} for x in ratios]
 
 
 def test_band_is_the_quantiles_of_the_most_specific_group():
     rows = _rows(np.linspace(0.8, 1.2, 11)) + _rows([2.0] * 10, size="20B and over")
-    feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B", "moe": "dense",
-            "sharding": "weights whole"}
+    feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B",
+            "scale": "up to 64 devices", "moe": "dense", "sharding": "weights whole"}
     b = bands.band(feat, rows)
     assert b.runs == 11 and b.low == pytest.approx(0.84) and b.high == pytest.approx(1.16)
     doc = b.to_json(10.0)
     assert doc["low_s"] == pytest.approx(8.4) and doc["high_s"] == pytest.approx(11.6)
+    # a scale with too few runs: the same size at every scale
+    wide = _rows([1.0] * 3, scale="over 1,024 devices") + _rows([1.2] * 6)
+    assert bands.band({**feat, "scale": "over 1,024 devices"}, wide).runs == 9
     # too few of this size: the family x precision group (all 21)
     few = _rows([1.0] * 3, size="20B and over", family="Blackwell") + _rows(
         [1.1] * 5, family="Blackwell")
@@ -158,8 +162,8 @@ def test_band_is_the_quantiles_of_the_most_specific_group():
 
 def test_moe_and_sharded_plans_borrow_nothing_from_other_runs():
     rows = _rows([1.0] * 50)
-    feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B", "moe": "moe",
-            "sharding": "weights whole"}
+    feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B",
+            "scale": "up to 64 devices", "moe": "moe", "sharding": "weights whole"}
     b = bands.band(feat, rows)
     assert b.low is None and b.runs == 0 and "mixture-of-experts" in b.note
     b = bands.band({**feat, "moe": "dense", "sharding": "weights sharded"}, rows)

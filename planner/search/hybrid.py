@@ -159,7 +159,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
-        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero))
+        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
+                                            plan.devices))
         .to_json(t_iter),
     )
 
