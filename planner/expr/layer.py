@@ -158,18 +158,22 @@ class LayerCosts:
         forward when the forward is recomputed (Megatron-LM: 4 per layer, 6 recomputed;
         Narayanan et al. SC21 sec. 3.2). With `tp_overlap` each is cut into t chunks pipelined
         with the block's GEMMs, themselves cut into t row chunks (forward time `chunked`,
-        backward twice that): the first chunk shows, the rest only where it outlasts the GEMM
-        (Wang et al. 2023, "Overlap communication with dependent computation via
-        decomposition", sec. 4), and the thinner chunked GEMMs' extra time counts here too.
+        backward twice that): the reduce-scatter's last chunk shows (the all-gather's first is
+        the rank's own shard), the rest only where it outlasts the GEMM (Wang et al. 2023,
+        "Overlap communication with dependent computation via decomposition", sec. 4), and
+        the thinner chunked GEMMs' extra time counts here too.
         `blocks`: (GEMM time, chunked GEMM time) per block."""
         ring_t, full = self.tp_ring, self.choices.recompute == "full"
         total = sp.Integer(0)
         for gemm, chunked in blocks:
             if self.choices.tp_overlap:
                 slower = chunked - gemm
-                rest, slow = ring_t * (t - 1) / t, self.hw.overlap_slowdown
-                fwd = ring_t / t + overlapped(rest, chunked, slow) + slower
-                bwd = ring_t / t + overlapped(rest, 2 * chunked, slow) + 2 * slower
+                # the all-gather's first chunk is the rank's own shard (no wait), the
+                # reduce-scatter's last shows: 1 / t of its half of the ring
+                first, slow = ring_t / (2 * t), self.hw.overlap_slowdown
+                rest = ring_t - first
+                fwd = first + overlapped(rest, chunked, slow) + slower
+                bwd = first + overlapped(rest, 2 * chunked, slow) + 2 * slower
             else:
                 fwd = bwd = ring_t
             total += (2 if full else 1) * fwd + bwd
