@@ -25,6 +25,7 @@ import functools
 import inspect
 from dataclasses import dataclass
 
+from planner import switches
 from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
 from planner.errors import SpecError
 from planner.expr.cnn import DataParallelModel
@@ -81,12 +82,13 @@ def _accepted(verb: str) -> frozenset[str]:
     """Every keyword argument a verb takes (its own names; `CLI_NAMES` adds the command
     line's): its signature's and those it passes on."""
     if verb == "evaluate":
-        names = _keywords(evaluate.__wrapped__)
+        names = _keywords(evaluate.__wrapped__) | set(switches.NAMES)
     elif verb == "solve":
         names = (_keywords(solve.__wrapped__) | _fields(Problem, "collectives", "objective",
                                                         "training") | _search_fields())
     elif verb == "limits":
-        names = _keywords(limits.__wrapped__) | _keywords(_transformer_limits)
+        names = (_keywords(limits.__wrapped__) | _keywords(_transformer_limits)
+                 | set(switches.NAMES))
     elif verb == "derive":
         names = _accepted("limits") | _keywords(derive.__wrapped__)
     else:  # sweep: its own, the sweep's, a transformer point's search pins, in parallel
@@ -158,65 +160,40 @@ class Evaluation:
 
 @_cli_names("evaluate")
 def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: int | None = None,
-             global_batch: int | None = None, overlap: bool = True,
-             precision: str | None = None, devices_per_node: int | None = None,
-             local_batch: int | None = None, collective: str | None = None,
-             optimizer: str | None = None, servers: int | None = None, tp: int | None = None,
+             global_batch: int | None = None, precision: str | None = None,
+             devices_per_node: int | None = None, local_batch: int | None = None,
+             collective: str | None = None, servers: int | None = None, tp: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
-             pp: int | None = None, dp: int | None = None,
-             micro_batch: int | None = None,
+             pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
              interleave: int | None = None, recompute: str | None = None,
-             sequence_parallel: bool | None = None, zero: int | None = None,
-             schedule: str | None = None, flash_attention: bool | None = None,
-             tp_overlap: bool | None = None, capacity_factor: float | None = None,
-             first_stage_layers: int | None = None, last_stage_layers: int | None = None,
-             offload_activations: bool | None = None, ep_overlap: bool | None = None,
-             kernels: str | None = None, recompute_layers: int | None = None,
-             dp_shard: int | None = None, fp8_weight_gather: bool | None = None,
-             fp8_activations: bool | None = None, pp_overlap: bool | None = None,
-             grad_reduce_bf16: bool | None = None, lora_rank: int | None = None,
-             cuda_graphs: bool | None = None, seq_len: int | None = None,
-             memory_headroom: float = DEFAULT_MEMORY_HEADROOM) -> Evaluation:
+             recompute_layers: int | None = None, sequence_parallel: bool | None = None,
+             zero: int | None = None, schedule: str | None = None, seq_len: int | None = None,
+             memory_headroom: float = DEFAULT_MEMORY_HEADROOM, **switch_values) -> Evaluation:
     """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
     batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
-    dp), ep and etp for MoE models, micro-batch, interleave, recompute, sequence parallel
-    (default on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule, tp
-    communication overlap, the experts' capacity factor, layers on the first / last stage,
-    the layers of each pipeline chunk recomputed (implies full recompute), the replicas per
-    ZeRO shard group (HSDP), the weights held and all-gathered in fp8 (with ZeRO and fp8), the
-    fp8 GEMMs' inputs saved in fp8 (fp8 training).
+    dp), ep and etp for MoE models, micro-batch, interleave, recompute (`recompute_layers`:
+    the layers of each pipeline chunk recomputed, implying full), sequence parallel (default
+    on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule. Keywords
+    named as the switches of `planner.switches` (overlap, optimizer, tp_overlap, dp_shard,
+    ...; `planner show switches` lists them) set those; each left out takes its default.
     The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
-    given = dict(locals())
+    given = {**{k: v for k, v in locals().items() if k != "switch_values"}, **switch_values}
+    chosen = switches.given(switch_values)
     if is_transformer(model):
         only_for("transformer", given, CNN_ONLY)
         return _evaluate_transformer(model, hardware, global_batch=global_batch, devices=devices,
-                                     nodes=nodes, overlap=overlap, precision=precision,
+                                     nodes=nodes, precision=precision,
                                      tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
                                      dp=dp, micro_batch=micro_batch or 1,
                                      interleave=interleave or 1,
                                      recompute=recompute or ("full" if recompute_layers
                                                              else "none"),
                                      recompute_layers=recompute_layers,
-                                     optimizer=optimizer,
-                                     dp_shard=dp_shard,
-                                     fp8_weight_gather=bool(fp8_weight_gather),
-                                     fp8_activations=bool(fp8_activations),
                                      sequence_parallel=sequence_parallel, zero=zero or 0,
-                                     schedule=schedule or "1f1b",
-                                     flash_attention=flash_attention is not False,
-                                     tp_overlap=bool(tp_overlap),
-                                     capacity_factor=(1.0 if capacity_factor is None
-                                                      else capacity_factor),
-                                     first_stage_layers=first_stage_layers,
-                                     last_stage_layers=last_stage_layers,
-                                     offload_activations=bool(offload_activations),
-                                     ep_overlap=bool(ep_overlap),
-                                     pp_overlap=pp_overlap is not False,
-                                     grad_reduce_bf16=bool(grad_reduce_bf16),
-                                     lora_rank=lora_rank, cuda_graphs=bool(cuda_graphs),
-                                     kernels=kernels or "fused",
-                                     seq_len=seq_len, memory_headroom=memory_headroom)
+                                     schedule=schedule or "1f1b", seq_len=seq_len,
+                                     memory_headroom=memory_headroom, **chosen)
+    overlap, optimizer = chosen.get("overlap", True), chosen.get("optimizer")
     only_for("cnn", given, TRANSFORMER_ONLY)
     cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
     n, g = placement(cnn, nodes, devices, devices_per_node)
@@ -242,7 +219,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     if global_batch is None:
         raise SpecError("global_batch: --global-batch is required for transformer models")
     check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep,
-               first=choices["first_stage_layers"], last=choices["last_stage_layers"])
+               first=choices.get("first_stage_layers"), last=choices.get("last_stage_layers"))
     g = system.devices_per_node
     if nodes is not None:
         if devices is not None and devices != nodes * g:
@@ -374,13 +351,8 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
 def _transformer_limits(model, hardware, global_batch, overlap, precision, local_efficiency,
                         target_efficiency, critical_batch, *, tp=None, pp=None, dp=None,
                         micro_batch=None, interleave=None, recompute=None,
-                        sequence_parallel=None, zero=None, schedule=None,
-                        flash_attention=True, seq_len=None, cp=None, ep=None, etp=None,
-                        tp_overlap=False, capacity_factor=None, first_stage_layers=None,
-                        last_stage_layers=None, offload_activations=None, ep_overlap=None,
-                        kernels=None, recompute_layers=None, dp_shard=None,
-                        fp8_weight_gather=None, fp8_activations=None, pp_overlap=None,
-                        grad_reduce_bf16=None, lora_rank=None, cuda_graphs=None):
+                        sequence_parallel=None, zero=None, schedule=None, seq_len=None,
+                        cp=None, ep=None, etp=None, recompute_layers=None, **switch_values):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -388,17 +360,16 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
         if value not in (None, 1):
             raise SpecError(f"{key}: the transformer limits hold at {key} = 1 (got {value}); "
                             f"use evaluate, solve or sweep for {key} > 1")
-    for key, value in (("etp", etp), ("capacity_factor", capacity_factor),
-                       ("tp_overlap", tp_overlap or None),
-                       ("first_stage_layers", first_stage_layers),
-                       ("last_stage_layers", last_stage_layers),
-                       ("offload_activations", offload_activations or None),
-                       ("ep_overlap", ep_overlap or None),
-                       ("kernels", None if kernels in (None, "fused") else kernels),
-                       ("recompute_layers", recompute_layers), ("dp_shard", dp_shard),
-                       ("fp8_weight_gather", fp8_weight_gather or None),
-                       ("fp8_activations", fp8_activations or None),
-                       ("lora_rank", lora_rank)):
+    taken = {}
+    for key, value in (("etp", etp), ("recompute_layers", recompute_layers),
+                       *switches.given(switch_values).items()):
+        switch = switches.BY_NAME.get(key)
+        if switch is not None:
+            value = switch.check(value)
+            if switch.limits:
+                taken[key] = value
+                continue
+            value = None if value == switch.default else value
         if value is not None:
             raise SpecError(f"{key}: the transformer limits are derived without "
                             f"--{key.replace('_', '-')} (an even pipeline split, no expert "
@@ -414,11 +385,11 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         f"{', '.join(SCHEDULES)})")
     if zero is not None and zero not in (0, 1, 2, 3):
         raise SpecError(f"zero: must be 0, 1, 2 or 3, got {zero}")
-    choices = Choices(recompute or base.recompute,
-                      base.sequence_parallel if sequence_parallel is None else sequence_parallel,
-                      base.zero if zero is None else zero, schedule or base.schedule, overlap,
-                      flash_attention, pp_overlap=pp_overlap is not False,
-                      grad_bf16=bool(grad_reduce_bf16), cuda_graphs=bool(cuda_graphs))
+    choices = Choices(recompute=recompute or base.recompute,
+                      sequence_parallel=(base.sequence_parallel if sequence_parallel is None
+                                         else sequence_parallel),
+                      zero=base.zero if zero is None else zero,
+                      schedule=schedule or base.schedule, **{"overlap": overlap, **taken})
     return tl.TransformerLimits(
         m, system, prec, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch or 1,
         interleave=interleave or 1, choices=choices,

@@ -103,7 +103,7 @@ def vtrain_errors(system: System, rows: list[dict]) -> np.ndarray:
         res = iteration(_vtrain_model(*key), hw, {
             "t": col("tp"), "p": col("pp"), "d": col("dp"), "mb": col("micro_batch"),
             "acc": acc, "v": 1, "recompute": 2, "sp": 0, "zero": 0, "gpipe": 0,
-            "overlap": False, "flash": False})
+            "overlap": False, "flash_attention": False})
         out[idx] = np.log(res["time"] * 1e3 / col("iteration_time_ms"))
     return out
 

@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import functools
 
+from planner import switches
 from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
@@ -21,11 +22,8 @@ CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", 
             "strategy", "stages")
 TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
-                    "token_budget", "target_tokens", "tp_overlap", "capacity_factor",
-                    "first_stage_layers", "last_stage_layers", "offload_activations",
-                    "ep_overlap", "kernels", "recompute_layers", "dp_shard",
-                    "fp8_weight_gather", "fp8_activations", "pp_overlap", "grad_reduce_bf16",
-                    "lora_rank", "cuda_graphs")
+                    "token_budget", "target_tokens", "recompute_layers",
+                    *switches.TRANSFORMER_ONLY)
 
 
 # The command line's option names (underscored) that the Python API spells otherwise: each

@@ -13,40 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
 
+from planner import switches
 from planner.errors import SpecError
-from planner.vocabulary import Collective
-
-
-class Recompute(str, Enum):
-    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core),
-    full (every layer's forward again in backward)."""
-
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-    @property
-    def code(self) -> int:
-        """The cost model's encoding (0, 1, 2)."""
-        return list(Recompute).index(self)
-
-
-class Schedule(str, Enum):
-    """Pipeline schedule: 1F1B (Narayanan et al. SC21) or GPipe (Huang et al. 2019)."""
-
-    one_f_one_b = "1f1b"
-    gpipe = "gpipe"
-
-
-class Kernels(str, Enum):
-    """How the non-matmul work runs: fused as Megatron-LM, Transformer Engine and
-    torch.compile fuse it, or eager, one PyTorch kernel per op (Hugging Face models, NVIDIA's
-    BERT example, torchtitan without torch.compile)."""
-
-    fused = "fused"
-    eager = "eager"
+from planner.vocabulary import (  # noqa: F401 (the plan's vocabulary, re-exported)
+    TRANSFORMER_OPTIMIZERS,
+    Collective,
+    Kernels,
+    Recompute,
+    Schedule,
+)
 
 
 def choice(cls, value, key: str):
@@ -66,12 +42,12 @@ def _positive(key: str, value) -> None:
         raise SpecError(f"{key}: must be a positive integer, got {value!r}")
 
 
-# the optimizers a transformer plan prices (their state and step: planner.expr.transformer)
-TRANSFORMER_OPTIMIZERS = ("adam", "sgd", "momentum", "adafactor", "muon")
-
-
 @dataclass(frozen=True)
+@switches.add_fields
 class Plan:
+    """The split and the batch; then the recompute, ZeRO and schedule choices; then every
+    switch of `planner.switches` as a field of its own name."""
+
     nodes: int
     devices_per_node: int  # devices used per node
     tp: int
@@ -85,41 +61,11 @@ class Plan:
     zero: int = 0  # ZeRO / FSDP sharding stage
     schedule: Schedule = Schedule.one_f_one_b
     collective: Collective | None = None  # the gradient allreduce, where the family chooses it
-    overlap: bool = True  # gradient communication overlaps the backward pass
-    flash_attention: bool = True
     cp: int = 1  # context parallel: ranks sharing each sequence (Megatron-LM's CP)
     ep: int = 1  # expert parallel: ranks sharing one MoE layer's experts
     etp: int | None = None  # expert tensor parallel: ranks sharing each expert (None: = tp)
-    tp_overlap: bool = False  # tp collectives pipelined with their GEMMs (--tp-comm-overlap)
-    capacity_factor: float = 1.0  # tokens of the busiest expert over the balanced mean
-    first_stage_layers: int | None = None  # layers on the first pipeline stage (None: even)
-    last_stage_layers: int | None = None  # layers on the last pipeline stage (None: even)
-    offload_activations: bool = False  # saved activations kept in host memory (Grace C2C)
-    ep_overlap: bool = False  # all-to-alls behind another micro-batch's compute
-    kernels: Kernels = Kernels.fused  # non-matmul ops fused, or one eager kernel per op
     # with full recompute, only the first N layers of each pipeline chunk (None: every layer)
     recompute_layers: int | None = None
-    # HSDP: ZeRO shards over groups of this many data-parallel replicas, the dp / dp_shard
-    # groups replicating (None: over all dp)
-    dp_shard: int | None = None
-    # with ZeRO and fp8 training: the weights held and all-gathered in fp8 (1 byte each)
-    fp8_weight_gather: bool = False
-    # with fp8 training: the fp8 GEMMs' inputs saved for the backward in fp8 (Transformer Engine)
-    fp8_activations: bool = False
-    # interleaved: the pipeline sends overlap the chunks' compute (Megatron-LM's default
-    # overlap_p2p_comm; --no-overlap-p2p-communication turns it off)
-    pp_overlap: bool = True
-    # bf16 training: gradients accumulated and reduced in bf16, not fp32 (--grad-reduce-in-bf16)
-    grad_reduce_bf16: bool = False
-    # fine-tuning: the base weights frozen, LoRA adapters of this rank on the attention
-    # projections train (None: every weight trains)
-    lora_rank: int | None = None
-    # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl local)
-    cuda_graphs: bool = False
-    # the optimizer whose state is held and stepped (transformers: adam, sgd, momentum,
-    # adafactor, muon; planner.expr.transformer.OPTIMIZER_STATE); None: the family's default
-    # (transformers: adam)
-    optimizer: str | None = None
 
     def __post_init__(self):
         for key in ("nodes", "devices_per_node", "tp", "pp", "dp", "micro_batch",
@@ -129,20 +75,9 @@ class Plan:
         if self.etp is None:  # Megatron-LM: --expert-tensor-parallel-size defaults to tp
             set_(self, "etp", self.tp)
         _positive("etp", self.etp)
-        if self.optimizer is not None and self.optimizer not in TRANSFORMER_OPTIMIZERS:
-            raise SpecError(f"optimizer: unknown value {self.optimizer!r} (allowed: "
-                            f"{', '.join(TRANSFORMER_OPTIMIZERS)})")
-        for key in ("first_stage_layers", "last_stage_layers", "lora_rank"):
-            if getattr(self, key) is not None:
-                _positive(key, getattr(self, key))
-        if (isinstance(self.capacity_factor, bool)
-                or not isinstance(self.capacity_factor, int | float)
-                or not 1 <= self.capacity_factor <= 64):
-            raise SpecError(f"capacity_factor: must be a number in [1, 64], got "
-                            f"{self.capacity_factor!r}")
+        switches.checked(self)
         set_(self, "recompute", choice(Recompute, self.recompute, "recompute"))
         set_(self, "schedule", choice(Schedule, self.schedule, "schedule"))
-        set_(self, "kernels", choice(Kernels, self.kernels, "kernels"))
         if self.collective is not None:
             set_(self, "collective", choice(Collective, self.collective, "collective"))
         check_recompute_layers(self.recompute_layers, self.recompute.value,
@@ -249,18 +184,10 @@ class Plan:
                "micro_batch": self.micro_batch, "global_batch": self.global_batch,
                "gradient_accumulation": self.accumulation, "local_batch": self.local_batch,
                "interleave": self.interleave, "recompute": self.recompute.value,
+               "recompute_layers": self.recompute_layers,
                "sequence_parallel": self.sequence_parallel, "zero": self.zero,
-               "schedule": self.schedule.value, "overlap": self.overlap,
-               "flash_attention": self.flash_attention, "tp_overlap": self.tp_overlap,
-               "capacity_factor": self.capacity_factor,
-               "first_stage_layers": self.first_stage_layers,
-               "last_stage_layers": self.last_stage_layers,
-               "offload_activations": self.offload_activations, "ep_overlap": self.ep_overlap,
-               "kernels": self.kernels.value, "recompute_layers": self.recompute_layers,
-               "dp_shard": self.dp_shard, "fp8_weight_gather": self.fp8_weight_gather,
-               "fp8_activations": self.fp8_activations, "pp_overlap": self.pp_overlap,
-               "grad_reduce_bf16": self.grad_reduce_bf16, "lora_rank": self.lora_rank,
-               "cuda_graphs": self.cuda_graphs, "optimizer": self.optimizer}
+               "schedule": self.schedule.value,
+               **{s.name: s.json(getattr(self, s.name)) for s in switches.SWITCHES}}
         if self.collective is not None:
             out["collective"] = self.collective.value
         return out

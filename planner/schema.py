@@ -7,6 +7,8 @@ real outputs against these, so a key added to an output without its schema fails
 
 from __future__ import annotations
 
+from planner import switches
+
 NUM = {"type": "number"}
 INT = {"type": "integer"}
 STR = {"type": "string"}
@@ -26,22 +28,21 @@ def _envelope(command: str, body: dict, required: list[str]) -> dict:
 
 # One plan (`planner.plan.Plan`) for every family: a CNN's data-parallel plan has tp = pp = 1
 # and names its collective; a transformer's leaves the collective out.
+def _switch(sw: switches.Switch) -> dict:
+    kind = ({"enum": [None, *sw.values] if sw.optional else list(sw.values)}
+            if sw.kind not in (bool, int, float) else
+            BOOL if sw.kind is bool else INT if sw.kind is int else NUM)
+    return {"type": [kind["type"], "null"]} if sw.optional and "type" in kind else kind
+
+
 CONFIG = obj({
-    "nodes": INT, "devices_per_node": INT, "devices": INT, "tp": INT, "cp": INT, "ep": INT, "pp": INT,
-    "dp": INT, "micro_batch": INT, "global_batch": INT, "gradient_accumulation": INT, "local_batch": INT,
-    "interleave": INT, "recompute": {"enum": ["none", "selective", "full"]},
-    "sequence_parallel": BOOL, "zero": {"enum": [0, 1, 2, 3]},
-    "schedule": {"enum": ["1f1b", "gpipe"]}, "collective": STR, "overlap": BOOL,
-    "flash_attention": BOOL, "etp": INT, "tp_overlap": BOOL, "capacity_factor": NUM,
-    "first_stage_layers": {"type": ["integer", "null"]},
-    "last_stage_layers": {"type": ["integer", "null"]}, "offload_activations": BOOL,
-    "ep_overlap": BOOL, "pp_overlap": BOOL, "grad_reduce_bf16": BOOL,
-    "lora_rank": {"type": ["integer", "null"]}, "cuda_graphs": BOOL,
-    "optimizer": {"enum": [None, "adam", "sgd", "momentum", "adafactor", "muon"]},
-    "kernels": {"enum": ["fused", "eager"]},
+    "nodes": INT, "devices_per_node": INT, "devices": INT, "tp": INT, "cp": INT, "ep": INT,
+    "pp": INT, "dp": INT, "micro_batch": INT, "global_batch": INT, "gradient_accumulation": INT,
+    "local_batch": INT, "interleave": INT, "recompute": {"enum": ["none", "selective", "full"]},
     "recompute_layers": {"type": ["integer", "null"]},
-    "dp_shard": {"type": ["integer", "null"]}, "fp8_weight_gather": BOOL,
-    "fp8_activations": BOOL},
+    "sequence_parallel": BOOL, "zero": {"enum": [0, 1, 2, 3]},
+    "schedule": {"enum": ["1f1b", "gpipe"]}, "collective": STR, "etp": INT,
+    **{sw.name: _switch(sw) for sw in switches.SWITCHES}},
     required=["nodes", "devices_per_node", "devices", "tp", "pp", "dp", "micro_batch",
               "global_batch", "gradient_accumulation", "local_batch", "interleave",
               "recompute", "sequence_parallel", "zero", "schedule", "overlap",
@@ -297,7 +298,11 @@ def _list() -> dict:
     return {"oneOf": [
         _envelope("list", {"models": names}, ["models"]),
         _envelope("list", {"hardware": obj({"systems": names, "devices": names,
-                                            "links": names})}, ["hardware"])]}
+                                            "links": names})}, ["hardware"]),
+        _envelope("list", {"switches": {"type": "array", "items": obj({
+            "name": STR, "flag": STR, "default": {}, "values": {"type": ["array", "null"]},
+            "families": {"type": "array", "items": STR}, "what": STR, "upstream": STR,
+            "solve": STR, "limits": BOOL})}}, ["switches"])]}
 
 
 def _calibrate() -> dict:

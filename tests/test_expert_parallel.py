@@ -23,7 +23,7 @@ def _hw(**changes):
 
 def _cfg(**over):
     cfg = {"t": 1, "p": 1, "d": 8, "mb": 1, "acc": 2, "v": 1, "cp": 1, "ep": 1, "recompute": 0,
-           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     return cfg | over
 
 

@@ -22,7 +22,7 @@ H100 = Hardware.of(load_system("dgx-h100"), Precision.bf16)
 
 def _cfg(**over):
     cfg = {"t": 4, "p": 8, "d": 16, "mb": 1, "acc": 32, "v": 4, "cp": 1, "ep": 1,
-           "recompute": 0, "sp": 1, "zero": 1, "gpipe": 0, "overlap": True, "flash": True}
+           "recompute": 0, "sp": 1, "zero": 1, "gpipe": 0, "overlap": True, "flash_attention": True}
     return cfg | over
 
 
@@ -69,14 +69,14 @@ def test_bf16_gradient_reduce_halves_the_gradient_bytes():
     """bf16 training keeps fp32 gradients by default (4 bytes a parameter); reduced in bf16
     (--grad-reduce-bf16), 2: the gradient buffer halves and the sync moves Psi (2 + 2) / 2
     bytes instead of Psi (4 + 2) / 2 with ZeRO 1."""
-    fp32, bf16 = _out(overlap=False), _out(overlap=False, grad_bf16=True)
+    fp32, bf16 = _out(overlap=False), _out(overlap=False, grad_reduce_bf16=True)
     assert bf16["gradients"] == pytest.approx(fp32["gradients"] / 2, rel=1e-12)
     for key in ("weights", "optimizer_state", "activations", "compute"):
         assert bf16[key] == pytest.approx(fp32[key], rel=1e-12)
     assert bf16["dp_comm_exposed"] < fp32["dp_comm_exposed"]
     # fp16 training already reduces at 2 bytes: nothing changes
     fp16 = Hardware.of(load_system("dgx-h100"), Precision.fp16)
-    assert _out(fp16, grad_bf16=True)["gradients"] == _out(fp16)["gradients"]
+    assert _out(fp16, grad_reduce_bf16=True)["gradients"] == _out(fp16)["gradients"]
 
 
 def test_switches_reach_the_plan_the_json_and_megatron(run):
@@ -247,15 +247,15 @@ def test_cuda_graphs_lower_every_kernel_floor_to_the_gpus_own():
     hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
     assert hw.launch_s == pytest.approx(56.2e-6) and hw.graph_floor_s == pytest.approx(6e-6)
     cfg = {"t": 8, "p": 1, "d": 1, "mb": 1, "acc": 1, "v": 1, "cp": 8, "ep": 1, "recompute": 0,
-           "sp": 1, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "sp": 1, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     eager = float(np.ravel(iteration(m, hw, cfg)["compute"])[0])
-    graphs = float(np.ravel(iteration(m, hw, {**cfg, "graphs": True})["compute"])[0])
+    graphs = float(np.ravel(iteration(m, hw, {**cfg, "cuda_graphs": True})["compute"])[0])
     floored = dataclasses.replace(hw, launch_s=hw.graph_floor_s)
     assert graphs == pytest.approx(float(np.ravel(iteration(m, floored, cfg)["compute"])[0]),
                                    rel=1e-12)
     assert graphs < 0.8 * eager
     free = dataclasses.replace(hw, launch_s=0.0)
-    assert (float(np.ravel(iteration(m, free, {**cfg, "graphs": True})["compute"])[0])
+    assert (float(np.ravel(iteration(m, free, {**cfg, "cuda_graphs": True})["compute"])[0])
             == float(np.ravel(iteration(m, free, cfg)["compute"])[0]))
 
 

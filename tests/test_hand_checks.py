@@ -24,7 +24,7 @@ from planner.spec.transformer import LayerKind, with_seq_len
 
 def _cfg(**over):
     cfg = {"t": 1, "p": 1, "d": 8, "mb": 1, "acc": 1, "v": 1, "cp": 1, "ep": 1, "recompute": 0,
-           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     return cfg | over
 
 
@@ -180,7 +180,7 @@ def test_moe_ops_slow_a_mixture_of_experts_plan_down():
     with_ops = predict(m, system, Precision.bf16, plan).iteration_time_s
     hw = Hardware.of(system, Precision.bf16)
     cfg = {"t": 1, "p": 1, "d": 8, "mb": 1, "acc": 8, "v": 1, "cp": 1, "ep": 8, "recompute": 0,
-           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     assert float(iteration(m, hw, cfg)["time"]) == pytest.approx(with_ops, rel=1e-12)
     # the routed tokens' HBM round trips are a sizeable part of a small-expert MoE layer
     lc = LayerCosts(m, hw, Choices("none", False), cp=1, ep=8, etp=1)

@@ -26,7 +26,7 @@ def _hw(**changes) -> Hardware:
 
 def _cfg(**over):
     cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 1, "v": 1, "recompute": 0, "sp": 0,
-           "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     return cfg | over
 
 
@@ -189,8 +189,8 @@ def test_eager_kernels_move_the_bytes_counted_op_by_op():
 
     def extra(model, hw, flash, tp):
         fused, eager = (TransformerExpressions(model, hw, Choices(flash_attention=flash,
-                                                                   eager=e))
-                        for e in (False, True))
+                                                                   kernels=e))
+                        for e in ("fused", "eager"))
         grow = (eager.elementwise_bytes_per_token() - fused.elementwise_bytes_per_token())
         return (float(grow.subs(t, tp)),
                 eager.elementwise_kernels() - fused.elementwise_kernels())

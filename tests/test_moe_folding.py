@@ -27,7 +27,7 @@ def _hw(**changes):  # no launch floor, one flat GEMM rate: the formulas below s
 
 def _cfg(**over):
     cfg = {"t": 1, "p": 1, "d": 8, "mb": 1, "acc": 1, "v": 1, "cp": 1, "ep": 1, "recompute": 0,
-           "sp": 1, "zero": 0, "gpipe": 0, "overlap": True, "flash": True}
+           "sp": 1, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
     return cfg | over
 
 
@@ -88,7 +88,7 @@ def test_etp_splits_the_experts_weights_and_zero_shards_them_over_expert_dp():
 def test_capacity_factor_pads_the_dispatch_and_the_expert_rows():
     m, hw = _moe(), _hw()
     one = iteration(m, hw, _cfg(d=4, ep=4))
-    padded = iteration(m, hw, {**_cfg(d=4, ep=4), "capacity": 1.5})
+    padded = iteration(m, hw, {**_cfg(d=4, ep=4), "capacity_factor": 1.5})
     routed = m.seq_len * m.top_k * m.hidden * hw.value_bytes * 1.5
     a2a = hw.intra_lat + routed * 3 / 4 / hw.intra_bw
     assert float(padded["ep_comm"]) == pytest.approx(m.layers * 4 * a2a, rel=1e-9)

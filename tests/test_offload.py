@@ -16,7 +16,7 @@ from planner.spec.hardware import Precision
 M = load_model("llama3-8b")
 GB200 = Hardware.of(load_system("gb200-nvl72"), Precision.bf16)
 CFG = {"t": 2, "p": 1, "d": 1, "mb": 1, "acc": 4, "v": 1, "recompute": 0, "sp": 1, "zero": 0,
-       "gpipe": 0, "offload": True}
+       "gpipe": 0, "offload_activations": True}
 
 
 def test_gb200_offloads_over_its_share_of_nvlink_c2c():
@@ -49,7 +49,7 @@ def test_the_device_keeps_what_is_not_moved_and_two_layers_in_transfer():
     logits = 4 * M.seq_len * M.vocab / 2
     got = float(iteration(M, GB200, CFG)["activations"])
     assert got == pytest.approx(M.layers * (a - _moved()) + logits + 2 * _moved(), rel=1e-12)
-    assert got < float(iteration(M, GB200, {**CFG, "offload": False})["activations"])
+    assert got < float(iteration(M, GB200, {**CFG, "offload_activations": False})["activations"])
 
 
 def test_a_system_without_a_host_link_cannot_offload():

@@ -41,10 +41,10 @@ def test_pinned_stages_set_the_pace_by_their_layers():
     x = (one - even) / 24
     logit = even - 8 * x
     assert 0 < logit < 2 * x
-    got = _run(p=4, first_layers=7, last_layers=7)["compute"] / m
+    got = _run(p=4, first_stage_layers=7, last_stage_layers=7)["compute"] / m
     assert got == pytest.approx(max(7 * x, 9 * x, 7 * x + logit), rel=1e-9)
     # only the last pinned: the first three share 30 layers, the last holds 2 and the output
-    got = _run(p=4, last_layers=2)["compute"] / m
+    got = _run(p=4, last_stage_layers=2)["compute"] / m
     assert got == pytest.approx(10 * x, rel=1e-9)
 
 
@@ -52,7 +52,7 @@ def test_a_lighter_first_stage_holds_fewer_activations():
     """1F1B: stage i holds min(p - i, m) micro-batches. 5 | 9 | 9 | 9 on p = 4 holds
     max(5 x 4, 9 x 3) = 27 layers' activations where the even 8 x 4 holds 32."""
     even = _run(p=4)["activations"]
-    got = _run(p=4, first_layers=5)["activations"]
+    got = _run(p=4, first_stage_layers=5)["activations"]
     assert got == pytest.approx(even * 27 / 32, rel=1e-9)
 
 

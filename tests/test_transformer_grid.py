@@ -24,7 +24,7 @@ def test_engine_matches_pinned_grid(block):
     hw = Hardware.of(load_system(block["system"]), Precision(block["precision"]))
     cfg = {k: np.array(v) for k, v in block["config"].items()}
     got = iteration(model(block["model"]), hw,
-                    {**cfg, "overlap": block["overlap"], "flash": block["flash"]})
+                    {**cfg, "overlap": block["overlap"], "flash_attention": block["flash"]})
     for key in KEYS:
         want = np.array(block["values"][key])
         np.testing.assert_allclose(np.broadcast_to(got[key], want.shape), want, rtol=1e-9,

@@ -44,7 +44,7 @@ def engine(lim, choices=None, **plan):
     cfg = {"t": t, "p": p, "d": d, "mb": b, "acc": plan.get("m", lim.B / (d * b)),
            "v": plan.get("v", lim.v), "recompute": RECOMPUTE.index(c.recompute),
            "sp": int(c.sequence_parallel), "zero": c.zero, "gpipe": int(c.schedule == "gpipe"),
-           "overlap": c.overlap, "flash": c.flash_attention}
+           "overlap": c.overlap, "flash_attention": c.flash_attention}
     return iteration(lim.model, lim.hw, cfg)
 
 

@@ -148,8 +148,7 @@ class TransformerLimits:
         out = []
         for zero in range(4):
             for rec in RECOMPUTE:
-                c = Choices(rec, self.choices.sequence_parallel, zero, self.choices.schedule,
-                            self.choices.overlap, self.choices.flash_attention)
+                c = dataclasses.replace(self.choices, recompute=rec, zero=zero)
                 out.append(self.memory_floor_for(c) or {"zero": zero, "recompute": rec,
                                                         "tp": None, "pp": None})
         return out

@@ -11,12 +11,22 @@ from planner.report import render
 
 
 @click.command("list")
-@click.argument("what", type=click.Choice(["models", "hardware"]))
+@click.argument("what", type=click.Choice(["models", "hardware", "switches"]))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def list_cmd(what, fmt):
-    """List built-in models or hardware (systems, devices, links)."""
+    """List built-in models or hardware (systems, devices, links), or the plan switches
+    (docs/switches.md)."""
     from planner.catalog import list_hardware, list_models
 
+    if what == "switches":
+        from planner import switches
+
+        rows = [switches.to_json(s) for s in switches.SWITCHES]
+        text = render.table(["switch", "default", "solve", "limits", "what it sets"],
+                            [[r["flag"], str(r["default"]), r["solve"],
+                              "taken" if r["limits"] else "refused", r["what"]] for r in rows])
+        emit(render.document("list", {"switches": rows}), fmt, text)
+        return
     if what == "models":
         names = list_models()
         emit(render.document("list", {"models": names}), fmt, "\n".join(names))

@@ -7,11 +7,10 @@ import functools
 
 import click
 
+from planner import switches
 from planner.cli.params import (
     COLLECTIVES,
     FORMATS,
-    KERNELS,
-    OPTIMIZERS,
     PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
@@ -37,14 +36,10 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--hardware", "-H", help="Built-in system name or YAML path (required)."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Compute precision [default: the device's default_precision]."),
-        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None,
-                     help="The optimizer whose state is held and stepped [default: momentum "
-                          "for CNNs, adam for transformers]. adafactor and muon: "
-                          "transformers only."),
+        switch_option(switches.BY_NAME["optimizer"]),
         click.option("--servers", type=DecimalInt(1, 1_000_000), default=1, show_default=True,
                      help="Parameter servers (for --collective parameter-server)."),
-        click.option("--overlap/--no-overlap", default=True, show_default=True,
-                     help="Overlap gradient allreduce with the backward pass."),
+        switch_option(switches.BY_NAME["overlap"]),
         click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
@@ -70,11 +65,29 @@ def _checks_optimizer(f):
 
 
 TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
-                    "recompute", "sequence_parallel", "zero", "schedule", "flash_attention",
-                    "tp_overlap", "capacity_factor", "first_stage_layers", "last_stage_layers",
-                    "offload_activations", "ep_overlap", "kernels", "recompute_layers",
-                    "dp_shard", "fp8_weight_gather", "fp8_activations", "pp_overlap",
-                    "grad_reduce_bf16", "lora_rank", "cuda_graphs", "seq_len")
+                    "recompute", "recompute_layers", "sequence_parallel", "zero", "schedule",
+                    "seq_len", *switches.TRANSFORMER_ONLY)
+
+
+def switch_option(s: switches.Switch):
+    """The click option of a switch: a bool's on / off pair, a count, a number or a choice.
+    Unset is None (evaluate takes the default, solve prices it on every row), except for a
+    bool every family shares (--overlap), which always has its value."""
+    if s.kind is bool:
+        shared = len(s.families) > 1
+        return click.option(f"{s.flag}/{s.off_flag or '--no-' + s.flag[2:]}", s.name,
+                            default=s.default if shared else None, show_default=shared,
+                            help=_help(s, None if shared else "on" if s.default else "off"))
+    kind = (DecimalInt(int(s.low), int(s.high)) if s.kind is int
+            else FiniteFloat(s.low, s.high) if s.kind is float else click.Choice(s.values))
+    shown = None if s.default is None else f"{s.json(s.default):g}" if s.kind is float \
+        else s.json(s.default)
+    return click.option(s.flag, s.name, type=kind, help=_help(s, shown))
+
+
+def _help(s: switches.Switch, default: str | None) -> str:
+    text = f"{s.what[0].upper()}{s.what[1:]} ({s.upstream})"
+    return text + (f" [default: {default}]." if default is not None else ".")
 
 
 def transformer_options(f):
@@ -107,65 +120,11 @@ def transformer_options(f):
         click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel",
                      default=None, help="Megatron sequence parallelism (with tp > 1)."),
         click.option("--zero", type=DecimalInt(0, 3), help="ZeRO / FSDP sharding stage."),
-        click.option("--dp-shard", "dp_shard", type=DecimalInt(1, 2**23),
-                     help="Hybrid sharding (HSDP): ZeRO shards over groups of N data-parallel "
-                          "replicas, the dp / N groups replicating (Megatron-LM "
-                          "--num-distributed-optimizer-instances, torchtitan "
-                          "data_parallel_shard_degree) [default: all dp]."),
-        click.option("--fp8-weight-gather/--no-fp8-weight-gather", "fp8_weight_gather",
-                     default=None,
-                     help="With ZeRO and --precision fp8 / mxfp8: hold and all-gather the "
-                          "weights in fp8 (Megatron-LM --fp8-param-gather, torchtitan "
-                          "enable_fsdp_float8_all_gather) [default: off]."),
-        click.option("--fp8-activations/--no-fp8-activations", "fp8_activations",
-                     default=None,
-                     help="With --precision fp8 / mxfp8: save each fp8 GEMM's input for the "
-                          "backward in fp8, as Transformer Engine (Megatron-LM) does; torchao "
-                          "(torchtitan) keeps it 16-bit [default: off]."),
         click.option("--schedule", type=click.Choice(SCHEDULES),
                      help="Pipeline schedule."),
-        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=True,
-                     show_default=True, help="Attention scores stay on chip (FlashAttention)."),
-        click.option("--tp-overlap/--no-tp-overlap", "tp_overlap", default=None,
-                     help="Pipeline the tensor-parallel collectives with their GEMMs "
-                          "(Megatron-LM --tp-comm-overlap, torchtitan AsyncTP); needs sequence "
-                          "parallelism [default: off]."),
-        click.option("--capacity-factor", "capacity_factor", type=FiniteFloat(1, 64),
-                     help="MoE: tokens of the busiest expert over the balanced mean (Megatron "
-                          "--moe-expert-capacity-factor with padding) [default: 1, balanced]."),
-        click.option("--first-stage-layers", "first_stage_layers", type=DecimalInt(1, 100_000),
-                     help="Layers on the first pipeline stage, the rest split evenly "
-                          "(Megatron-LM --decoder-first-pipeline-num-layers)."),
-        click.option("--last-stage-layers", "last_stage_layers", type=DecimalInt(1, 100_000),
-                     help="Layers on the last pipeline stage (--decoder-last-pipeline-num-"
-                          "layers)."),
-        click.option("--pp-overlap/--no-pp-overlap", "pp_overlap", default=None,
-                     help="Interleaved pipelines: overlap the sends with the chunks' compute "
-                          "(Megatron-LM's default; --no-overlap-p2p-communication) "
-                          "[default: on]."),
-        click.option("--cuda-graphs/--no-cuda-graphs", "cuda_graphs", default=None,
-                     help="Issue the layers' kernels by CUDA graphs (Megatron-LM "
-                          "--cuda-graph-impl local): no host issue time per kernel "
-                          "[default: off]."),
-        click.option("--lora-rank", "lora_rank", type=DecimalInt(1, 1_000_000),
-                     help="Fine-tune: freeze the base weights and train LoRA adapters of this "
-                          "rank on the attention projections (QKV and output; NeMo PEFT)."),
-        click.option("--grad-reduce-bf16/--grad-reduce-fp32", "grad_reduce_bf16", default=None,
-                     help="bf16 training: accumulate and reduce gradients in bf16 (Megatron-LM "
-                          "--grad-reduce-in-bf16, NVIDIA's MLPerf recipes) [default: fp32]."),
-        click.option("--ep-overlap/--no-ep-overlap", "ep_overlap", default=None,
-                     help="MoE: run each micro-batch's all-to-alls behind another's compute "
-                          "(Megatron-LM --overlap-moe-expert-parallel-comm) [default: off]."),
-        click.option("--offload-activations/--no-offload-activations", "offload_activations",
-                     default=None,
-                     help="Keep saved activations in host memory, copied over the system's "
-                          "host link (Grace NVLink-C2C on GB200 / GB300) [default: off]."),
-        click.option("--kernels", type=click.Choice(KERNELS),
-                     help="Non-matmul ops fused as Megatron-LM / Transformer Engine / "
-                          "torch.compile run them, or eager: one PyTorch kernel per op (Hugging "
-                          "Face models, torchtitan without compile) [default: fused]."),
         click.option("--seq-len", "seq_len", type=DecimalInt(1, 10_000_000),
                      help="Train at this sequence length [default: the model's seq_len]."),
+        *(switch_option(s) for s in switches.SWITCHES if s.families == ("transformer",)),
     ]
     return with_options(f, opts)
 
@@ -249,10 +208,9 @@ def require(model, hardware) -> None:
 
 
 def reject_transformer_flags(kw: dict) -> None:
-    """A CNN takes none of the hybrid choices (flash attention is on by default, so it is
-    ignored)."""
+    """A CNN takes none of the hybrid choices."""
     for key in TRANSFORMER_KEYS:
-        if key != "flash_attention" and kw.get(key) is not None:
+        if kw.get(key) is not None:
             raise SpecError(f"{key}: --{key.replace('_', '-')} applies to transformer models "
                             "only")
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import switches
 from planner.expr.symbols import b, t
 from planner.expr.transformer import (
     OUTPUTS,
@@ -30,6 +31,7 @@ _NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl")  # PLAN_SY
 # each pipeline chunk (partial)
 PARTIAL = len(RECOMPUTE)
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
+_KEYS = {*_NUMERIC, *_CATEGORICAL, *switches.NAMES}
 
 
 @dataclass(frozen=True)
@@ -99,28 +101,11 @@ class Hardware:
         )
 
 
-# the choices every row of one call shares (scalars in cfg), with their defaults
-_SHARED = {"overlap": True, "flash": True, "tp_overlap": False, "capacity": 1.0,
-           "first_layers": 0, "last_layers": 0, "offload": False, "ep_overlap": False,
-           "eager": False, "dp_shard": 0, "fp8_gather": False,
-           "fp8_acts": False, "pp_overlap": True, "grad_bf16": False, "lora": 0,
-           "graphs": False, "optimizer": "adam"}
-
-
 def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
     partial = int(rec) == PARTIAL
-    return Choices("full" if partial else RECOMPUTE[int(rec)], bool(sp), int(zero),
-                   SCHEDULES[int(gpipe)],
-                   bool(shared["overlap"]), bool(shared["flash"]), bool(shared["tp_overlap"]),
-                   float(shared["capacity"]), int(shared["first_layers"]),
-                   int(shared["last_layers"]), bool(shared["offload"]),
-                   bool(shared["ep_overlap"]), bool(shared["eager"]),
-                   partial,
-                   int(shared["dp_shard"]) if int(zero) else 0,
-                   bool(shared["fp8_gather"]) and bool(int(zero)),
-                   bool(shared["fp8_acts"]), bool(shared["pp_overlap"]),
-                   bool(shared["grad_bf16"]), int(shared["lora"]), bool(shared["graphs"]),
-                   str(shared["optimizer"]))
+    return Choices(recompute="full" if partial else RECOMPUTE[int(rec)],
+                   sequence_parallel=bool(sp), zero=int(zero), schedule=SCHEDULES[int(gpipe)],
+                   partial=partial, **shared)
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -131,19 +116,15 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
 
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     rl (layers of each chunk recomputed by the PARTIAL rows; default 1), recompute (0/1/2 as
-    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars shared by every row:
-    overlap (bool), flash (bool), tp_overlap (bool), capacity (float), first_layers,
-    last_layers, offload (bool), ep_overlap (bool), eager (bool), dp_shard (data-parallel replicas per
-    ZeRO shard group of the rows with ZeRO; 0: all), fp8_gather (weights held and gathered in
-    fp8 by the rows with ZeRO), fp8_acts (fp8 GEMM inputs saved for the backward in fp8),
-    pp_overlap (interleaved pipeline sends behind the chunks' compute; default on), grad_bf16
-    (gradients accumulated and reduced in bf16), lora (the rank of LoRA adapters on frozen
-    base weights; 0: every weight trains), graphs (kernels issued by CUDA graphs), optimizer
-    (adam, sgd, momentum, adafactor, muon)."""
+    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and, shared by every row, scalars
+    named as the switches of `planner.switches` (each its default when left out)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
-    shared = {k: cfg.get(k, default) for k, default in _SHARED.items()}
+    unknown = set(cfg) - _KEYS
+    if unknown:  # a misspelt switch would otherwise price its default
+        raise ValueError(f"iteration: unknown keys {sorted(unknown)}")
+    shared = {s.name: cfg[s.name] for s in switches.SWITCHES if s.name in cfg}
     shape = np.broadcast_shapes(*(x.shape for x in nums), cats[0].shape)
     num_shape = (1,) * len(shape) + np.broadcast_shapes(*(x.shape for x in nums))
     cat_shape = (1,) * len(shape) + cats[0].shape
@@ -186,7 +167,8 @@ def _grouped(m, hw, nums, cats, shared, shape, outputs) -> dict:
 def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, recompute: str,
                                sp: bool, flash: bool = True, cp: int = 1) -> float:
     """Stored activations of one layer (Korthikanti et al. 2022, Table 2), evaluated."""
-    expr = TransformerExpressions(m, hw, Choices(recompute, bool(sp), flash_attention=flash),
+    expr = TransformerExpressions(m, hw, Choices(recompute=recompute, sequence_parallel=bool(sp),
+                                                 flash_attention=flash),
                                   cp=cp, ep=1).activation_bytes_per_layer(recompute)
     return float(expr.subs({t: tp, b: micro_batch}))
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from planner import switches
 from planner.expr.collectives import ring_allreduce
 from planner.expr.roofline import bound
 from planner.expr.symbols import b, c_p, e_p, e_t, t
@@ -24,75 +25,34 @@ ELEMENTWISE_BACKWARD = 1.5
 
 
 @dataclass(frozen=True)
+@switches.add_fields
 class Choices:
-    """The categorical choices of a plan: each combination has its own expressions."""
+    """The categorical choices of a plan: each combination has its own expressions. The
+    per-row ones first (recompute, sequence parallelism, ZeRO, schedule, partial), then every
+    switch of `planner.switches` by its own name (its physics where the expressions read it)."""
 
     recompute: str = "none"
     sequence_parallel: bool = False
     zero: int = 0
     schedule: str = "1f1b"
-    overlap: bool = True
-    flash_attention: bool = True
-    # tensor-parallel all-gathers / reduce-scatters pipelined with their GEMMs in chunks
-    # (Megatron-LM --tp-comm-overlap, Transformer Engine userbuffers; torchtitan AsyncTP)
-    tp_overlap: bool = False
-    # tokens the busiest expert receives over the balanced mean: Megatron-LM's
-    # --moe-expert-capacity-factor with padding, or a measured routing imbalance (1: balanced,
-    # as published MoE benchmarks force it)
-    capacity: float = 1.0
-    # layers on the first / last pipeline stage, the rest split evenly over the others
-    # (Megatron-LM --decoder-first/last-pipeline-num-layers); 0: an even split
-    first_layers: int = 0
-    last_layers: int = 0
-    # the inputs of the modules Megatron-LM offloads copied to host memory in the forward and
-    # back before the backward, overlapped with the layers' compute (its fine-grained
-    # activation offloading; NVIDIA's GB200 recipes over NVLink-C2C)
-    offload: bool = False
-    # the expert-parallel all-to-alls of one micro-batch run behind another micro-batch's
-    # compute (Megatron-LM --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe idea)
-    ep_overlap: bool = False
-    # non-matmul work as PyTorch eager runs it, one kernel per op (Hugging Face models,
-    # NVIDIA's BERT example, torchtitan without torch.compile), not fused as Megatron-LM /
-    # Transformer Engine / torch.compile run it
-    eager: bool = False
     # with recompute "full": only the first n_r layers of each pipeline chunk (the plan
     # symbol) are recomputed, the others keep their activations (Megatron-LM
     # --recompute-method block --recompute-num-layers N; torchtitan's every-k-th-layer
     # selective AC); False: every layer
     partial: bool = False
-    # hybrid sharding (HSDP): ZeRO shards over groups of this many data-parallel replicas (x
-    # cp), the groups replicating (Megatron-LM --num-distributed-optimizer-instances d /
-    # dp_shard, PyTorch HSDP); 0: over all d
-    dp_shard: int = 0
-    # with ZeRO and an fp8 format: the weights kept and all-gathered in fp8, 1 byte each
-    # (Megatron-LM --fp8-param-gather, torchtitan enable_fsdp_float8_all_gather)
-    fp8_gather: bool = False
-    # with an fp8 format: each fp8 GEMM's input saved for its backward in fp8, 1 byte a value
-    # (Transformer Engine's Linear saves the fp8 cast it ran the GEMM on; torchao's float8
-    # keeps the 16-bit input)
-    fp8_acts: bool = False
-    # interleaved (v > 1): the pipeline sends overlap the chunks' compute (Megatron-LM's
-    # overlap_p2p_comm, on by default and off without interleaving; SC21's 2021 schedule
-    # sent them in line)
-    pp_overlap: bool = True
-    # 16-bit training: gradients accumulated and reduced in bf16, not fp32 (Megatron-LM
-    # --grad-reduce-in-bf16, NeMo's grad_reduce_in_fp32=False as NVIDIA's MLPerf recipes set
-    # it, torchtitan mixed_precision_reduce "bfloat16")
-    grad_bf16: bool = False
-    # fine-tuning: the base weights frozen, LoRA adapters of this rank on the attention
-    # projections train (Hu et al. 2021; NeMo PEFT, the MLPerf Llama 2 70B LoRA benchmark);
-    # 0: every weight trains
-    lora_rank: int = 0
-    # the layers' kernels issued by CUDA graphs (Megatron-LM --cuda-graph-impl, NeMo's MLPerf
-    # recipes): each kernel's floor is the GPU's own shortest kernel, not the host's issue time
-    cuda_graphs: bool = False
-    # the optimizer: adam (mixed-precision AdamW), sgd, momentum, adafactor, muon (its state
-    # and step in `planner.expr.transformer`)
-    optimizer: str = "adam"
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        for s in switches.SWITCHES:  # plain values: numpy scalars in, unset counts None
+            value = s.cost(getattr(self, s.name))
+            if s.with_zero and not self.zero:  # no ZeRO state to shard or gather
+                value = s.cost(s.default)
+            set_(self, s.name, value)
+        set_(self, "optimizer", self.optimizer or "adam")  # a transformer's default
 
     @property
     def uneven(self) -> bool:
-        return bool(self.first_layers or self.last_layers)
+        return bool(self.first_stage_layers or self.last_stage_layers)
 
 
 def _max(*args):
@@ -135,8 +95,8 @@ class LayerCosts:
                                       for x in (cp, ep, etp))
         # tokens of one micro-batch on one device: context parallelism splits the sequence
         self.tokens = b * model.seq_len / self.cp
-        self.capacity = (sp.Integer(1) if choices.capacity == 1
-                         else sp.Float(choices.capacity))
+        self.capacity = (sp.Integer(1) if choices.capacity_factor == 1
+                         else sp.Float(choices.capacity_factor))
         self.tp_ring = self._tp_ring()
 
     def _tp_ring(self) -> sp.Expr:
@@ -355,7 +315,7 @@ class LayerCosts:
         kind = kind or md.layer_kinds()[0][0]
         casts = 4 if self.hw.gemm_only else 0
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
-        eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.eager else 0
+        eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.kernels == "eager" else 0
         # routing and token permutation; LoRA adapters
         moe = sum(n for n, _ in [*self._moe_ops(kind), *self._lora_ops(kind)])
         return 5 + (1 if self.choices.flash_attention else 3) + casts + rope + eager + moe
@@ -471,7 +431,7 @@ class LayerCosts:
         casts = 3 if self.hw.gemm_only else 0
         cast_outside = casts * 2 * h
         cast_inside = casts * (h + f)
-        eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.eager
+        eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"
                  else sp.Integer(0))
         moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),
                   sp.Integer(0))
@@ -576,10 +536,10 @@ class LayerCosts:
             # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
             # gathered over e_t (Megatron saves them for the expert GEMMs' backward)
             inside += 2 * md.top_k * self.capacity * self.etp
-        if c.eager and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
+        if c.kernels == "eager" and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
             inside += sp.Rational(2 * self._ffn_width(kind), h) * (
                 self.capacity if kind.ffn == "moe" else 1)
-        if c.fp8_acts:
+        if c.fp8_activations:
             fp8_outside, fp8_inside = self._fp8_saved_inputs(kind)
             outside += fp8_outside / t if split else fp8_outside
             inside += fp8_inside

@@ -110,7 +110,7 @@ class TransformerExpressions(LayerCosts):
         # tp, cp, ep and the first tier of the gradient allreduce stay (u = g but on NVL72)
         h, g, u, vb, L = md.hidden, hw.g, hw.scale_up, hw.value_bytes, md.layers
         # gradients as accumulated and reduced: fp32 with bf16 weights, unless kept in bf16
-        gb = 2 if c.grad_bf16 and vb == 2 else hw.grad_bytes
+        gb = 2 if c.grad_reduce_bf16 and vb == 2 else hw.grad_bytes
         tok = self.tokens
         full, selective = c.recompute == "full", c.recompute == "selective"
 
@@ -160,10 +160,12 @@ class TransformerExpressions(LayerCosts):
             return sp.Min(S.n_r * v, n, evaluate=False)
 
         if c.uneven:
-            first, last = sp.Integer(c.first_layers), sp.Integer(c.last_layers)
-            others = p - int(bool(c.first_layers)) - int(bool(c.last_layers))
+            first, last = (sp.Integer(c.first_stage_layers or 0),
+                           sp.Integer(c.last_stage_layers or 0))
+            others = p - int(bool(c.first_stage_layers)) - int(bool(c.last_stage_layers))
             middle = _if(others > 0, sp.ceiling((L - first - last) / others), 0)
-            first, last = first if c.first_layers else middle, last if c.last_layers else middle
+            first = first if c.first_stage_layers else middle
+            last = last if c.last_stage_layers else middle
             here = _max(first, middle, last)
             chunks = v  # Megatron-LM: each pinned stage's layers divide into its v chunks
 
@@ -199,7 +201,7 @@ class TransformerExpressions(LayerCosts):
         # compute where shorter ---
         saved = self.activation_bytes_per_layer(c.recompute)
         off_layer, moved = sp.Integer(0), sp.Integer(0)
-        if c.offload:
+        if c.offload_activations:
             moved = self.offloaded_bytes_per_layer(c.recompute)
             copy = moved / hw.host_bw
             off_layer = _max(0, copy - fwd) + _max(0, copy - (layer - fwd))
@@ -271,9 +273,9 @@ class TransformerExpressions(LayerCosts):
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
         # biases and router, under 0.1 %, counted with them), the embedding and output layer
         # at 16 bits (Megatron-LM keeps them outside TE's fp8 modules)
-        layer_wb = 1 if c.fp8_gather else vb
+        layer_wb = 1 if c.fp8_weight_gather else vb
         wb = ((layer_wb * (local_params - outer) + vb * outer) / local_params
-              if c.fp8_gather else vb)
+              if c.fp8_weight_gather else vb)
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         def _in_flight(rank):
@@ -308,7 +310,7 @@ class TransformerExpressions(LayerCosts):
             else:
                 acts = _max(held(first) * _in_flight(0), held(middle) * _in_flight(1))
             acts = _max(acts + rebuilt, held(last) * on_last + rebuilt + logits)
-        if c.offload:  # and the moved part of the layer computing and of the one in transfer
+        if c.offload_activations:  # and the moved part of the layer computing and of the one in transfer
             acts = acts + 2 * moved
 
         # the aggregates the forms are written in, as expressions of the plan

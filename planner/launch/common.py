@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from planner import switches
+
 
 class Target:
     """What a launcher form needs beyond the plan: the transformer spec (None for a CNN) and the
@@ -24,34 +26,16 @@ def normalise(config: dict) -> dict:
     family), or a CNN split's (pipeline stages or per-layer modes)."""
     devices = config["devices"]
     dpn = config["devices_per_node"]
-    if "tp" in config:  # a Plan
-        return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices,
-                "tp": config["tp"], "cp": config.get("cp", 1), "ep": config.get("ep", 1),
-                "pp": config["pp"],
-                "dp": config["dp"],
-                "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
-                "gradient_accumulation": config["gradient_accumulation"],
-                "interleave": config["interleave"], "recompute": config["recompute"],
-                "sequence_parallel": config["sequence_parallel"], "zero": config["zero"],
-                "schedule": config.get("schedule", "1f1b"), "overlap": config.get("overlap", True),
-                "flash_attention": config.get("flash_attention", True),
+    if "tp" in config:  # a Plan: its split, and each switch as given or its default
+        keys = ("nodes", "tp", "pp", "dp", "micro_batch", "global_batch",
+                "gradient_accumulation", "interleave", "recompute", "sequence_parallel", "zero")
+        return {"devices_per_node": dpn, "devices": devices, **{k: config[k] for k in keys},
+                "cp": config.get("cp", 1), "ep": config.get("ep", 1),
                 "etp": config.get("etp", config["tp"]),
-                "tp_overlap": config.get("tp_overlap", False),
-                "capacity_factor": config.get("capacity_factor", 1.0),
-                "first_stage_layers": config.get("first_stage_layers"),
-                "last_stage_layers": config.get("last_stage_layers"),
-                "offload_activations": config.get("offload_activations", False),
-                "ep_overlap": config.get("ep_overlap", False),
-                "pp_overlap": config.get("pp_overlap", True),
-                "grad_reduce_bf16": config.get("grad_reduce_bf16", False),
-                "lora_rank": config.get("lora_rank"),
-                "cuda_graphs": config.get("cuda_graphs", False),
-                "optimizer": config.get("optimizer") or "adam",
-                "kernels": config.get("kernels", "fused"),
+                "schedule": config.get("schedule", "1f1b"),
                 "recompute_layers": config.get("recompute_layers"),
-                "dp_shard": config.get("dp_shard"),
-                "fp8_weight_gather": config.get("fp8_weight_gather", False),
-                "fp8_activations": config.get("fp8_activations", False)}
+                **{s.name: config.get(s.name, s.json(s.default)) for s in switches.SWITCHES},
+                "optimizer": config.get("optimizer") or "adam"}
     if "stages" in config:  # CNN pipeline plan
         return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,
                 "pp": config["stages"], "dp": config["replicas"],

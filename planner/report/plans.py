@@ -3,6 +3,7 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 
 from __future__ import annotations
 
+from planner import switches
 from planner.report.render import duration, key_values, si, span, table, usd
 
 
@@ -54,28 +55,10 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
     if plan.collective is None:
         recompute = plan.recompute.value + (f" ({plan.recompute_layers} layers of each chunk)"
                                             if plan.recompute_layers else "")
-        pairs.append(("options", f"recompute {recompute}, sequence parallel "
-                                 f"{'on' if plan.sequence_parallel else 'off'}, ZeRO {plan.zero}"
-                                 + (f" over groups of {plan.dp_shard} replicas (HSDP)"
-                                    if plan.dp_shard and plan.dp_shard < plan.dp else "")
-                                 + (", fp8 weight gather" if plan.fp8_weight_gather else "")
-                                 + (", fp8 saved activations" if plan.fp8_activations else "")
-                                 + ", "
-                                 f"{plan.schedule.value}, overlap {'on' if plan.overlap else 'off'}, "
-                                 f"flash attention {'on' if plan.flash_attention else 'off'}"
-                                 + (", tp overlap on" if plan.tp_overlap else "")
-                                 + (f", capacity factor {plan.capacity_factor:g}"
-                                    if plan.capacity_factor != 1 else "")
-                                 + (", activation offload on" if plan.offload_activations
-                                    else "")
-                                 + (", ep overlap on" if plan.ep_overlap else "")
-                                 + (", pipeline sends in line"
-                                    if plan.interleave > 1 and not plan.pp_overlap else "")
-                                 + (", bf16 gradient reduce" if plan.grad_reduce_bf16 else "")
-                                 + (f", LoRA rank {plan.lora_rank} (base weights frozen)"
-                                    if plan.lora_rank else "")
-                                 + (", CUDA graphs" if plan.cuda_graphs else "")
-                                 + (", eager kernels" if plan.kernels == "eager" else "")))
+        pairs.append(("options", ", ".join([
+            f"recompute {recompute}", f"sequence parallel "
+            f"{'on' if plan.sequence_parallel else 'off'}", f"ZeRO {plan.zero}",
+            plan.schedule.value, *switches.describe(plan)])))
     if precision is not None:
         pairs.append(precision_pair(precision))
     pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))

@@ -101,7 +101,8 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def _numeric(text: str) -> bool:
-    return bool(text) and (text[0].isdigit() or text[0] in "-.")
+    return bool(text) and (text[0].isdigit() or (text[0] in "-." and text[1:2] not in ("", "-")
+                                                 and (text[1].isdigit() or text[1] == ".")))
 
 
 def key_values(pairs: list[tuple[str, Any]]) -> str:

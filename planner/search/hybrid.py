@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from planner import bands
+from planner import bands, switches
 from planner.cost.transformer import (
     PARTIAL,
     RECOMPUTE,
@@ -34,7 +34,6 @@ from planner.cost.transformer import (
 )
 from planner.errors import InfeasibleError, SpecError
 from planner.plan import (
-    Kernels,
     Plan,
     Recompute,
     Schedule,
@@ -45,7 +44,6 @@ from planner.plan import (
     check_lora,
     check_pins,
     check_recompute_layers,
-    choice,
     largest_chunk,
     stage_layers,
 )
@@ -81,17 +79,8 @@ def _cfg(plan: Plan) -> dict:
 
 
 def _shared(x) -> dict:
-    """The cost model's choices shared by every row, from a Plan or a Search."""
-    return {"overlap": x.overlap, "flash": x.flash_attention, "tp_overlap": x.tp_overlap,
-            "capacity": x.capacity_factor, "first_layers": x.first_stage_layers or 0,
-            "last_layers": x.last_stage_layers or 0, "offload": x.offload_activations,
-            "ep_overlap": x.ep_overlap,
-            "eager": choice(Kernels, x.kernels, "kernels") is Kernels.eager,
-            "dp_shard": x.dp_shard or 0,
-            "fp8_gather": x.fp8_weight_gather, "fp8_acts": x.fp8_activations,
-            "pp_overlap": x.pp_overlap, "grad_bf16": x.grad_reduce_bf16,
-            "lora": x.lora_rank or 0, "graphs": x.cuda_graphs,
-            "optimizer": x.optimizer or "adam"}
+    """The cost model's switches, shared by every row, from a Plan or a Search."""
+    return switches.values(x)
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -445,19 +434,9 @@ class HybridSolver:
 
     def _plan(self, row) -> Plan:
         t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(x) for x in row)
-        q = self.q
         return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
                           etp=etp, recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
                           sequence_parallel=bool(sp and t > 1), zero=zero,
-                          schedule=SCHEDULES[gpipe], overlap=q.overlap,
-                          flash_attention=q.flash_attention, tp_overlap=q.tp_overlap,
-                          capacity_factor=q.capacity_factor,
-                          first_stage_layers=q.first_stage_layers,
-                          last_stage_layers=q.last_stage_layers,
-                          offload_activations=q.offload_activations,
-                          ep_overlap=q.ep_overlap, kernels=q.kernels,
+                          schedule=SCHEDULES[gpipe],
                           recompute_layers=rl if rec == PARTIAL else None,
-                          dp_shard=q.dp_shard, fp8_weight_gather=q.fp8_weight_gather,
-                          fp8_activations=q.fp8_activations, pp_overlap=q.pp_overlap,
-                          grad_reduce_bf16=q.grad_reduce_bf16, lora_rank=q.lora_rank,
-                          cuda_graphs=q.cuda_graphs, optimizer=q.optimizer)
+                          **switches.values(self.q))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import switches
 from planner.cost.transformer import PARTIAL, RECOMPUTE
 from planner.errors import SpecError
 from planner.plan import check_pins, hsdp_fits_experts
@@ -21,9 +22,11 @@ from planner.spec.transformer import Transformer
 
 
 @dataclass(frozen=True)
+@switches.add_fields
 class Search:
     """What the user pinned or bounded; None means free. Give global_batch or
-    global_batch_range (the search then picks among `candidate_batches`)."""
+    global_batch_range (the search then picks among `candidate_batches`). Every switch of
+    `planner.switches` is a field, priced as given on every row."""
 
     global_batch: int | None = None
     global_batch_range: tuple[int, int] | None = None
@@ -43,24 +46,7 @@ class Search:
     sequence_parallel: bool | None = None
     zero: int | None = None
     schedule: str | None = None
-    overlap: bool = True
-    flash_attention: bool = True
-    tp_overlap: bool = False
-    capacity_factor: float = 1.0
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    offload_activations: bool = False
-    ep_overlap: bool = False
-    kernels: str = "fused"  # planner.plan.Kernels
     recompute_layers: int | None = None  # with full recompute: layers of each chunk (None: all)
-    dp_shard: int | None = None  # HSDP: replicas per ZeRO shard group (None: all dp)
-    fp8_weight_gather: bool = False  # with ZeRO: weights held and all-gathered in fp8
-    fp8_activations: bool = False  # fp8 GEMM inputs saved for the backward in fp8
-    pp_overlap: bool = True  # interleaved pipeline sends behind the chunks' compute
-    grad_reduce_bf16: bool = False  # gradients accumulated and reduced in bf16
-    lora_rank: int | None = None  # base weights frozen, LoRA adapters of this rank train
-    cuda_graphs: bool = False  # the layers' kernels issued by CUDA graphs
-    optimizer: str = "adam"  # adam, sgd, momentum, adafactor, muon
     objective: Objective | str = Objective.throughput
     token_budget: float | None = None
     training: Training | None = None
@@ -71,6 +57,9 @@ class Search:
     workers: int = 1
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
     knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
+
+    def __post_init__(self):
+        switches.checked(self)
 
 
 def _divisors(x: int) -> list[int]:

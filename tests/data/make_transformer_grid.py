@@ -71,7 +71,7 @@ def main() -> None:
         for overlap in (True, False):
             for flash in (True, False):
                 cfg = grid(rng, m.experts > 1)
-                r = iteration(m, hw, {**cfg, "overlap": overlap, "flash": flash})
+                r = iteration(m, hw, {**cfg, "overlap": overlap, "flash_attention": flash})
                 out.append({"model": name, "system": system_name, "precision": precision,
                             "overlap": overlap, "flash": flash,
                             "config": {k: v.tolist() for k, v in cfg.items()},

@@ -1,0 +1,266 @@
+"""Every plan switch, declared once: the choices a plan makes beyond its split (tp, cp, ep, pp,
+dp, micro-batch, interleave, recompute, ZeRO, schedule), each with its name, default, values,
+the families it applies to, the upstream flag it mirrors and how `solve` treats it.
+
+From this table come the fields of `planner.plan.Plan`, of the search request
+(`planner.search.hybrid_space.Search`) and of the cost model's `planner.expr.layer.Choices`;
+the command line's options (`planner.cli.options`), the Python API's and the JSONL keys; the
+JSON schema of a plan; the refusals of the closed-form limits; the options line of the text
+report; the launchers' defaults; and the switch table of docs/switches.md. The cost
+expressions read a switch by its own name (`choices.tp_overlap`). Adding a switch is one entry
+here, its physics and its tests.
+
+A leaf module: no SymPy, no click (the command line turns `kind`, `low` and `high` into its
+parameter types).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from planner.errors import SpecError
+from planner.vocabulary import TRANSFORMER_OPTIMIZERS, Kernels
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One plan switch. `kind`: bool, int (a positive count, None when unset), float, an Enum
+    class or a tuple of allowed strings (None when unset)."""
+
+    name: str  # the Plan field, API keyword, JSON / JSONL key and cost-model name
+    default: Any
+    what: str  # what it sets, one line (--help and the docs table)
+    upstream: str  # the upstream flags / keys it mirrors
+    kind: Any = bool
+    low: float | None = None
+    high: float | None = None
+    solve: str = "pinned only"  # how `solve` treats it (the search does not choose it)
+    families: tuple[str, ...] = ("transformer",)
+    limits: bool = False  # the closed-form limits are derived with it (else refused)
+    off_flag: str | None = None  # a bool's spelling when off (default: --no-<flag>)
+    # the report's options fragment for this value of the plan (None: nothing to say)
+    label: Callable[[Any, Any], str | None] = lambda value, plan: None
+    # the cost model keeps it only with a ZeRO stage (it shards or gathers ZeRO's state)
+    with_zero: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def optional(self) -> bool:
+        """Whether unset (None) is a value of its own (a count not given, a family default)."""
+        return self.default is None
+
+    def annotation(self) -> str:
+        kind = self.kind.__name__ if isinstance(self.kind, type) else "str"
+        return f"{kind} | None" if self.optional else kind
+
+    def check(self, value):
+        """`value` as the plan holds it, or a one-line `SpecError` naming the switch."""
+        if value is None and self.optional:
+            return None
+        if self.kind is bool:
+            if isinstance(value, bool) or type(value).__name__ == "bool_":
+                return bool(value)
+            raise SpecError(f"{self.name}: must be true or false, got {value!r}")
+        if self.kind is int:
+            if (isinstance(value, bool) or not isinstance(value, int)
+                    or not self.low <= value <= self.high):
+                raise SpecError(f"{self.name}: must be a positive integer"
+                                f"{f' up to {self.high:,}' if self.high else ''}, got {value!r}")
+            return value
+        if self.kind is float:
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or not self.low <= value <= self.high):
+                raise SpecError(f"{self.name}: must be a number in [{self.low:g}, "
+                                f"{self.high:g}], got {value!r}")
+            return value
+        allowed = self.values
+        if isinstance(self.kind, type) and issubclass(self.kind, Enum):
+            if isinstance(value, self.kind):
+                return value
+            if value in allowed:
+                return self.kind(value)
+        elif value in allowed:
+            return value
+        raise SpecError(f"{self.name}: unknown value {value!r} (allowed: {', '.join(allowed)})")
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The allowed strings of a choice."""
+        if isinstance(self.kind, type) and issubclass(self.kind, Enum):
+            return tuple(m.value for m in self.kind)
+        return tuple(self.kind)
+
+    def cost(self, value):
+        """`value` as the cost model takes it: numpy scalars made plain, unset counts None."""
+        if self.kind is bool:
+            return bool(value)
+        if self.kind is int:
+            return int(value) if value else None
+        if self.kind is float:
+            return float(value)
+        if value is None:
+            return None
+        return self.kind(value) if isinstance(self.kind, type) else str(value)
+
+    def json(self, value):
+        return value.value if isinstance(value, Enum) else value
+
+
+def _on(text: str) -> Callable[[Any, Any], str | None]:
+    return lambda value, plan: text if value else None
+
+
+def _on_off(text: str) -> Callable[[Any, Any], str | None]:
+    return lambda value, plan: f"{text} {'on' if value else 'off'}"
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("overlap", True, "gradient communication overlaps the backward pass",
+           "Megatron-LM --overlap-grad-reduce", families=("cnn", "transformer"),
+           limits=True, solve="pinned (default on)", label=_on_off("overlap")),
+    Switch("flash_attention", True, "attention scores stay on chip (FlashAttention)",
+           "--attention-backend", limits=True, solve="pinned (default on)",
+           label=_on_off("flash attention")),
+    Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
+           "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
+           label=_on("tp overlap on")),
+    Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
+           "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
+           high=64, solve="pinned (default 1)",
+           label=lambda value, plan: f"capacity factor {value:g}" if value != 1 else None),
+    Switch("first_stage_layers", None, "layers on the first pipeline stage, the rest split "
+           "evenly", "--decoder-first-pipeline-num-layers", kind=int, low=1, high=100_000),
+    Switch("last_stage_layers", None, "layers on the last pipeline stage",
+           "--decoder-last-pipeline-num-layers", kind=int, low=1, high=100_000),
+    Switch("offload_activations", False, "saved activations kept in host memory, copied over "
+           "the system's host link (Grace NVLink-C2C)", "--fine-grained-activation-offloading",
+           label=_on("activation offload on")),
+    Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
+           "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on")),
+    Switch("kernels", Kernels.fused, "non-matmul ops fused (Megatron-LM, Transformer Engine, "
+           "torch.compile) or eager, one PyTorch kernel each (Hugging Face, torchtitan "
+           "without compile)", "Megatron's fusion flags, torch.compile", kind=Kernels,
+           solve="pinned (default fused)",
+           label=lambda value, plan: "eager kernels" if value == Kernels.eager else None),
+    Switch("dp_shard", None, "hybrid sharding (HSDP): ZeRO over groups of N data-parallel "
+           "replicas, the groups replicating [default: all dp]",
+           "--num-distributed-optimizer-instances, torchtitan data_parallel_shard_degree",
+           kind=int, low=1, high=2**23, with_zero=True,
+           label=lambda value, plan: (f"ZeRO over groups of {value} replicas (HSDP)"
+                                      if value and value < plan.dp else None)),
+    Switch("fp8_weight_gather", False, "with ZeRO and fp8 training: weights held and "
+           "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
+           with_zero=True, label=_on("fp8 weight gather")),
+    Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
+           "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
+           label=_on("fp8 saved activations")),
+    Switch("pp_overlap", True, "interleaved pipelines: the sends overlap the chunks' compute",
+           "overlap_p2p_comm (--no-overlap-p2p-communication)", limits=True,
+           solve="pinned (default on)",
+           label=lambda value, plan: ("pipeline sends in line"
+                                      if plan.interleave > 1 and not value else None)),
+    Switch("grad_reduce_bf16", False, "bf16 training: gradients accumulated and reduced in "
+           "bf16, not fp32", "--grad-reduce-in-bf16 (NVIDIA's MLPerf recipes)", limits=True,
+           off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce")),
+    Switch("lora_rank", None, "fine-tuning: base weights frozen, LoRA adapters of rank R on "
+           "the QKV and output projections train", "NeMo PEFT", kind=int, low=1,
+           high=1_000_000,
+           label=lambda value, plan: (f"LoRA rank {value} (base weights frozen)" if value
+                                      else None)),
+    Switch("cuda_graphs", False, "the layers' kernels issued by CUDA graphs: each kernel's "
+           "floor is the GPU's shortest kernel (graph_floor_us), not the host's issue time",
+           "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs")),
+    Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
+           "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
+           "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,
+           families=("cnn", "transformer"), solve="pinned (default adam)"),
+)
+BY_NAME: dict[str, Switch] = {s.name: s for s in SWITCHES}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+# the switches only transformer plans take (a CNN request naming one is refused)
+TRANSFORMER_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES
+                                          if s.families == ("transformer",))
+
+
+def add_fields(cls):
+    """Class decorator (under @dataclass): every switch as a field of `cls` with its default,
+    after the fields `cls` declares itself (which may override one)."""
+    annotations = cls.__dict__.get("__annotations__")
+    if annotations is None:
+        annotations = {}
+        cls.__annotations__ = annotations
+    for s in SWITCHES:
+        if s.name not in annotations:
+            annotations[s.name] = s.annotation()
+            setattr(cls, s.name, s.default)
+    return cls
+
+
+def checked(obj) -> None:
+    """Replace each switch field of the frozen dataclass `obj` by its checked value."""
+    for s in SWITCHES:
+        object.__setattr__(obj, s.name, s.check(getattr(obj, s.name)))
+
+
+def values(obj) -> dict[str, Any]:
+    """The switch values of a Plan, a Search or Choices, by name."""
+    return {s.name: getattr(obj, s.name) for s in SWITCHES}
+
+
+def given(kwargs: dict) -> dict[str, Any]:
+    """The switches set in keyword arguments (None: unset, so the default)."""
+    return {k: v for k, v in kwargs.items() if k in BY_NAME and v is not None}
+
+
+def describe(plan) -> list[str]:
+    """The report's options fragments of a plan's switches, in the table's order."""
+    return [text for s in SWITCHES if (text := s.label(getattr(plan, s.name), plan))]
+
+
+def to_json(s: Switch) -> dict:
+    """One switch as `planner list switches --format json` prints it."""
+    return {"name": s.name, "flag": s.flag, "default": s.json(s.default),
+            "values": None if s.kind in (bool, int, float) else list(s.values),
+            "families": list(s.families), "what": s.what, "upstream": s.upstream,
+            "solve": s.solve, "limits": s.limits}
+
+
+def markdown_table() -> str:
+    """The switch table of docs/switches.md."""
+    rows = ["| switch | what it sets | upstream | in `solve` | `limits` |",
+            "|---|---|---|---|---|"]
+    for s in SWITCHES:
+        if s.kind is bool:
+            flag = f"`{s.flag}/{s.off_flag or '--no-' + s.flag[2:]}`"
+        elif s.kind in (int, float):
+            flag = f"`{s.flag} {'N' if s.kind is int else 'F'}`"
+        else:
+            flag = f"`{s.flag} {'|'.join(s.values)}`"
+        cells = [flag, s.what, s.upstream, s.solve, "taken" if s.limits else "refused"]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+DOC = "docs/switches.md"
+MARK = "<!-- generated by `python -m planner.switches`"
+
+
+def write_doc(path: str = DOC) -> None:
+    """Rewrite the table of docs/switches.md (the text above the marker kept)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, sep, tail = text.partition(MARK)
+    kept = head + sep + tail.split("\n", 1)[0] + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(kept + markdown_table())
+
+
+if __name__ == "__main__":
+    write_doc()

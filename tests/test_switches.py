@@ -1,0 +1,125 @@
+"""The switch registry: each switch declared once reaches the command line, the Python API, the
+plan, the search request, the cost model, the schema, the report and the docs table; a value
+out of its range is a one-line error naming it; every launcher form writes or refuses each
+switch set away from its default."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+import pytest
+
+from planner import api, switches
+from planner.cli.app import cli
+from planner.errors import SpecError
+from planner.expr.layer import Choices
+from planner.plan import Plan
+from planner.schema import CONFIG
+from planner.search.hybrid_space import Search
+
+
+def test_every_switch_is_a_field_of_plan_search_and_choices():
+    for cls in (Plan, Search, Choices):
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert set(switches.NAMES) <= names, cls
+    plan = Plan(1, 8, 8, 1, 1, 1, 8)
+    assert switches.values(plan) == {s.name: s.default for s in switches.SWITCHES}
+    assert set(switches.NAMES) <= set(plan.to_json()) <= set(CONFIG["properties"])
+
+
+def test_every_switch_is_an_option_of_evaluate_and_solve():
+    for name in ("evaluate", "solve", "sweep"):
+        cmd = cli.commands[name]
+        opts = {p.name: p for p in cmd.params if isinstance(p, click.Option)}
+        for s in switches.SWITCHES:
+            assert s.name in opts, (name, s.name)
+            assert s.flag in opts[s.name].opts, (name, s.name)
+
+
+@pytest.mark.parametrize("name, bad, message", [
+    ("capacity_factor", 0.5, "must be a number in [1, 64]"),
+    ("capacity_factor", True, "must be a number"),
+    ("lora_rank", 0, "must be a positive integer"),
+    ("dp_shard", 2.5, "must be a positive integer"),
+    ("kernels", "jit", "unknown value 'jit' (allowed: fused, eager)"),
+    ("optimizer", "lion", "unknown value 'lion'"),
+    ("tp_overlap", "yes", "must be true or false"),
+])
+def test_a_bad_value_is_one_line_naming_the_switch(name, bad, message):
+    with pytest.raises(SpecError, match=f"^{name}: ") as err:
+        Plan(1, 8, 8, 1, 1, 1, 8, **{name: bad})
+    assert message in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(SpecError, match=f"^{name}: "):
+        Search(global_batch=8, **{name: bad})
+
+
+def test_choices_read_the_switch_names_and_drop_zero_only_ones_without_zero():
+    c = Choices(zero=0, dp_shard=8, fp8_weight_gather=True, lora_rank=0)
+    assert c.dp_shard is None and c.fp8_weight_gather is False and c.lora_rank is None
+    c = Choices(zero=1, dp_shard=8, fp8_weight_gather=True)
+    assert c.dp_shard == 8 and c.fp8_weight_gather is True
+    assert Choices().optimizer == "adam" and Choices() == Choices(optimizer="adam")
+
+
+def test_a_misspelt_cost_key_is_refused_not_priced_as_its_default():
+    import numpy as np
+
+    from planner.catalog import load_model, load_system
+    from planner.cost.transformer import Hardware, iteration
+    from planner.spec.hardware import Precision
+
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 1, "v": 1, "recompute": 0, "sp": 0,
+           "zero": 0, "gpipe": 0}
+    m = load_model("gpt2")
+    assert np.isfinite(iteration(m, hw, {**cfg, "cuda_graphs": True})["time"]).all()
+    with pytest.raises(ValueError, match="graphs"):
+        iteration(m, hw, {**cfg, "graphs": True})
+
+
+def test_the_api_takes_every_switch_and_limits_refuses_the_ones_it_is_not_derived_with():
+    base = dict(devices=8, tp=2, global_batch=16, sequence_parallel=True)
+    on = api.evaluate("llama3-8b", "dgx-h100", **base, cuda_graphs=True)
+    off = api.evaluate("llama3-8b", "dgx-h100", **base)
+    assert on.plan.cuda_graphs and not off.plan.cuda_graphs
+    assert on.prediction.iteration_time_s < off.prediction.iteration_time_s
+    for s in switches.SWITCHES:
+        if s.limits or "cnn" in s.families:
+            continue
+        value = {bool: not s.default, int: 2, float: 1.5}.get(s.kind, "eager")
+        with pytest.raises(SpecError, match=f"^{s.name}: the transformer limits are derived "
+                                            "without"):
+            api.limits("gpt3-175b", "dgx-a100-80gb", global_batch=1536, **{s.name: value})
+    lim = api.limits("gpt3-175b", "dgx-a100-80gb", global_batch=1536, grad_reduce_bf16=True)
+    assert lim.choices.grad_reduce_bf16
+
+
+def test_a_cnn_takes_only_the_switches_of_both_families(run):
+    code, _, err = run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "2",
+                       "--global-batch", "256", "--cuda-graphs")
+    assert code == 2 and "cuda_graphs: --cuda-graphs applies to transformer models only" in err
+    code, out, _ = run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "2",
+                       "--global-batch", "256", "--no-overlap", "--format", "json")
+    assert code == 0 and json.loads(out)["config"]["overlap"] is False
+
+
+def test_the_report_names_each_switch_set_and_list_prints_the_registry(run):
+    code, out, _ = run("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "64",
+                       "--tp", "2", "--sequence-parallel", "--tp-overlap", "--zero", "1",
+                       "--dp-shard", "8", "--global-batch", "256", "--grad-reduce-bf16",
+                       "--cuda-graphs", "--kernels", "eager")
+    options = next(ln for ln in out.splitlines() if ln.startswith("options"))
+    for text in ("tp overlap on", "eager kernels", "ZeRO over groups of 8 replicas (HSDP)",
+                 "bf16 gradient reduce", "CUDA graphs"):
+        assert text in options
+    code, out, _ = run("list", "switches", "--format", "json")
+    assert code == 0
+    assert [r["name"] for r in json.loads(out)["switches"]] == list(switches.NAMES)
+
+
+def test_the_docs_table_is_the_registry():
+    with open(switches.DOC, encoding="utf-8") as f:
+        text = f.read()
+    assert text.endswith(switches.markdown_table()), "run: python -m planner.switches"
