@@ -16,6 +16,7 @@ parameter types).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ from typing import Any
 
 from planner.errors import SpecError
 from planner.vocabulary import TRANSFORMER_OPTIMIZERS, Kernels
+
+# how a framework's launcher form treats a switch set away from its default (`Switch.launch`):
+WRITES = "writes"  # the form writes it (its code refuses it where a condition fails)
+AS_DEFAULT = "its default"  # the framework runs so without a flag
+MODEL_CODE = "model code"  # the framework leaves it to the training script's model code
+# any other text: the form refuses the plan, with that reason; a form not named refuses too
+FRAMEWORK_FORMS = ("megatron", "torchtitan", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,10 @@ class Switch:
     label: Callable[[Any, Any], str | None] = lambda value, plan: None
     # the cost model keeps it only with a ZeRO stage (it shards or gathers ZeRO's state)
     with_zero: bool = False
+    # per framework form (FRAMEWORK_FORMS): WRITES, AS_DEFAULT, MODEL_CODE or why it refuses
+    launch: dict[str, str] = dataclasses.field(default_factory=dict)
+    # values a launcher form treats as the default (the optimizer: unset is adam there)
+    launch_default: tuple = ()
 
     @property
     def flag(self) -> str:
@@ -121,66 +133,108 @@ def _on_off(text: str) -> Callable[[Any, Any], str | None]:
     return lambda value, plan: f"{text} {'on' if value else 'off'}"
 
 
+_DS_MODEL = ("this ds_config has no pipeline layout or activation offload (DeepSpeed sets "
+             "them in the model code); use --format megatron")
+
 SWITCHES: tuple[Switch, ...] = (
     Switch("overlap", True, "gradient communication overlaps the backward pass",
            "Megatron-LM --overlap-grad-reduce", families=("cnn", "transformer"),
-           limits=True, solve="pinned (default on)", label=_on_off("overlap")),
+           limits=True, solve="pinned (default on)", label=_on_off("overlap"),
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("flash_attention", True, "attention scores stay on chip (FlashAttention)",
            "--attention-backend", limits=True, solve="pinned (default on)",
-           label=_on_off("flash attention")),
+           label=_on_off("flash attention"),
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": MODEL_CODE}),
     Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
            "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
-           label=_on("tp overlap on")),
+           label=_on("tp overlap on"),
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
            "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
            high=64, solve="pinned (default 1)",
-           label=lambda value, plan: f"capacity factor {value:g}" if value != 1 else None),
+           label=lambda value, plan: f"capacity factor {value:g}" if value != 1 else None,
+           launch={"megatron": WRITES, "deepspeed": WRITES,
+                   "torchtitan": "torchtitan's MoE is dropless (no capacity factor); use "
+                                 "--format megatron"}),
     Switch("first_stage_layers", None, "layers on the first pipeline stage, the rest split "
-           "evenly", "--decoder-first-pipeline-num-layers", kind=int, low=1, high=100_000),
+           "evenly", "--decoder-first-pipeline-num-layers", kind=int, low=1, high=100_000,
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": _DS_MODEL}),
     Switch("last_stage_layers", None, "layers on the last pipeline stage",
-           "--decoder-last-pipeline-num-layers", kind=int, low=1, high=100_000),
+           "--decoder-last-pipeline-num-layers", kind=int, low=1, high=100_000,
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": _DS_MODEL}),
     Switch("offload_activations", False, "saved activations kept in host memory, copied over "
            "the system's host link (Grace NVLink-C2C)", "--fine-grained-activation-offloading",
-           label=_on("activation offload on")),
+           label=_on("activation offload on"),
+           launch={"megatron": WRITES, "deepspeed": _DS_MODEL,
+                   "torchtitan": "torchtitan has no activation offload; use --format megatron"}),
     Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
-           "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on")),
+           "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
+           launch={"megatron": WRITES, "deepspeed": WRITES,
+                   "torchtitan": "torchtitan does not overlap the MoE all-to-alls across "
+                                 "micro-batches; use --format megatron"}),
     Switch("kernels", Kernels.fused, "non-matmul ops fused (Megatron-LM, Transformer Engine, "
            "torch.compile) or eager, one PyTorch kernel each (Hugging Face, torchtitan "
            "without compile)", "Megatron's fusion flags, torch.compile", kind=Kernels,
            solve="pinned (default fused)",
-           label=lambda value, plan: "eager kernels" if value == Kernels.eager else None),
+           label=lambda value, plan: "eager kernels" if value == Kernels.eager else None,
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": MODEL_CODE}),
     Switch("dp_shard", None, "hybrid sharding (HSDP): ZeRO over groups of N data-parallel "
            "replicas, the groups replicating [default: all dp]",
            "--num-distributed-optimizer-instances, torchtitan data_parallel_shard_degree",
            kind=int, low=1, high=2**23, with_zero=True,
            label=lambda value, plan: (f"ZeRO over groups of {value} replicas (HSDP)"
-                                      if value and value < plan.dp else None)),
+                                      if value and value < plan.dp else None),
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("fp8_weight_gather", False, "with ZeRO and fp8 training: weights held and "
            "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
-           with_zero=True, label=_on("fp8 weight gather")),
+           with_zero=True, label=_on("fp8 weight gather"),
+           launch={"megatron": WRITES,
+                   "torchtitan": "torchtitan gathers weights in bf16 (its Float8Linear "
+                                 "recipes are rowwise, with no fp8 all-gather); use --format "
+                                 "megatron for --fp8-weight-gather",
+                   "deepspeed": "DeepSpeed has no fp8 weight all-gather; use --format "
+                                "megatron"}),
     Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
            "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
-           label=_on("fp8 saved activations")),
+           label=_on("fp8 saved activations"),
+           launch={"megatron": AS_DEFAULT, "deepspeed": WRITES,
+                   "torchtitan": "torchtitan's float8 linears (torchao) save their inputs at "
+                                 "16 bits; the plan saves them in fp8 (Transformer Engine): "
+                                 "use --format megatron, or plan without --fp8-activations"}),
     Switch("pp_overlap", True, "interleaved pipelines: the sends overlap the chunks' compute",
            "overlap_p2p_comm (--no-overlap-p2p-communication)", limits=True,
            solve="pinned (default on)",
            label=lambda value, plan: ("pipeline sends in line"
-                                      if plan.interleave > 1 and not value else None)),
+                                      if plan.interleave > 1 and not value else None),
+           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("grad_reduce_bf16", False, "bf16 training: gradients accumulated and reduced in "
            "bf16, not fp32", "--grad-reduce-in-bf16 (NVIDIA's MLPerf recipes)", limits=True,
-           off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce")),
+           off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce"),
+           launch={"megatron": WRITES, "deepspeed": WRITES,
+                   "torchtitan": "torchtitan reduces gradients in float32 only; use --format "
+                                 "megatron for --grad-reduce-bf16"}),
     Switch("lora_rank", None, "fine-tuning: base weights frozen, LoRA adapters of rank R on "
            "the QKV and output projections train", "NeMo PEFT", kind=int, low=1,
            high=1_000_000,
            label=lambda value, plan: (f"LoRA rank {value} (base weights frozen)" if value
-                                      else None)),
+                                      else None),
+           launch={form: f"{form} has no LoRA fine-tuning (NeMo PEFT runs it); use --format "
+                         "env, slurm or torchrun to start your own script"
+                   for form in FRAMEWORK_FORMS}),
     Switch("cuda_graphs", False, "the layers' kernels issued by CUDA graphs: each kernel's "
            "floor is the GPU's shortest kernel (graph_floor_us), not the host's issue time",
-           "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs")),
+           "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs"),
+           launch={"megatron": WRITES, "torchtitan": WRITES,
+                   "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
+                                "--format megatron or torchtitan"}),
     Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,
-           families=("cnn", "transformer"), solve="pinned (default adam)"),
+           families=("cnn", "transformer"), solve="pinned (default adam)",
+           launch={"megatron": WRITES,
+                   **{form: f"this {form} form writes AdamW only; use --format megatron for "
+                            "sgd, momentum and muon" for form in ("torchtitan", "deepspeed")}},
+           launch_default=("adam",)),
 )
 BY_NAME: dict[str, Switch] = {s.name: s for s in SWITCHES}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
@@ -232,10 +286,26 @@ def to_json(s: Switch) -> dict:
             "solve": s.solve, "limits": s.limits}
 
 
+def refuse_unwritten(fmt: str, plan: dict) -> None:
+    """A framework form refuses a plan with a switch it cannot write: the reason the switch
+    declares, or, where it declares none for the form, that the form does not write it."""
+    if fmt not in FRAMEWORK_FORMS:
+        return  # env, torchrun, slurm: the variables and the script are the user's
+    for s in SWITCHES:
+        value = plan.get(s.name)
+        if value is None or value == s.json(s.default) or value in s.launch_default:
+            continue
+        how = s.launch.get(fmt, f"this {fmt} form does not write {s.flag}; plan without it, "
+                                f"or use --format env, slurm or torchrun to start your own "
+                                f"script")
+        if how not in (WRITES, AS_DEFAULT, MODEL_CODE):
+            raise SpecError(f"format: {how}")
+
+
 def markdown_table() -> str:
     """The switch table of docs/switches.md."""
-    rows = ["| switch | what it sets | upstream | in `solve` | `limits` |",
-            "|---|---|---|---|---|"]
+    rows = ["| switch | what it sets | upstream | in `solve` | `limits` | Megatron / torchtitan / "
+            "DeepSpeed forms |", "|---|---|---|---|---|---|"]
     for s in SWITCHES:
         if s.kind is bool:
             flag = f"`{s.flag}/{s.off_flag or '--no-' + s.flag[2:]}`"
@@ -243,7 +313,9 @@ def markdown_table() -> str:
             flag = f"`{s.flag} {'N' if s.kind is int else 'F'}`"
         else:
             flag = f"`{s.flag} {'|'.join(s.values)}`"
-        cells = [flag, s.what, s.upstream, s.solve, "taken" if s.limits else "refused"]
+        forms = " / ".join(s.launch[f] if s.launch[f] in (WRITES, AS_DEFAULT, MODEL_CODE)
+                           else "refuses" for f in FRAMEWORK_FORMS)
+        cells = [flag, s.what, s.upstream, s.solve, "taken" if s.limits else "refused", forms]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 

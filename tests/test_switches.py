@@ -123,3 +123,80 @@ def test_the_docs_table_is_the_registry():
     with open(switches.DOC, encoding="utf-8") as f:
         text = f.read()
     assert text.endswith(switches.markdown_table()), "run: python -m planner.switches"
+
+
+# --- every framework form writes, runs as it is, or refuses each switch ---------------------
+
+DENSE = dict(model="llama2-7b", hardware="dgx-h100", devices=32, tp=2, pp=2, micro_batch=1,
+             global_batch=64, sequence_parallel=True, zero=1)
+BASES = {"megatron": DENSE, "torchtitan": {**DENSE, "model": "llama3-8b"},
+         "deepspeed": {**DENSE, "model": "llama3-8b", "tp": 1, "pp": 1,
+                       "sequence_parallel": False, "seq_len": 4096, "zero": 2}}
+MOE = dict(model="qwen3-30b-a3b", ep=8, etp=1, pp=1, tp=2, sequence_parallel=True, devices=64,
+           global_batch=128, seq_len=4096)
+# (the base's changes, the switch's value): a plan each form takes at its default
+CASES = {
+    "overlap": ({}, False), "flash_attention": ({"seq_len": 2048}, False),
+    "tp_overlap": ({"tp": 2}, True), "capacity_factor": (MOE, 1.5),
+    "first_stage_layers": ({"pp": 2, "zero": 1}, 14),
+    "last_stage_layers": ({"pp": 2, "zero": 1}, 14),
+    "offload_activations": ({"hardware": "gb200-nvl72", "devices": 36,
+                             "global_batch": 72}, True),
+    "ep_overlap": (MOE, True), "kernels": ({}, "eager"), "dp_shard": ({}, 4),
+    "fp8_weight_gather": ({"precision": "fp8"}, True),
+    "fp8_activations": ({"precision": "fp8"}, True),
+    "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
+    "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
+    "optimizer": ({}, "muon"),
+}
+
+
+def _form(fmt: str, changes: dict) -> str:
+    from planner.catalog import load_model
+    from planner.launch import render_launch
+    from planner.launch.common import Target
+    from planner.report import evaluation_doc
+
+    args = {**BASES[fmt], **changes}
+    model, hardware = args.pop("model"), args.pop("hardware")
+    ev = api.evaluate(model, hardware, **args)
+    doc = json.loads(json.dumps({"model": model, "hardware": hardware,
+                                 **evaluation_doc(ev.plan, ev.prediction)}, default=str))
+    m = load_model(model)
+    if args.get("seq_len"):
+        m = dataclasses.replace(m, seq_len=args["seq_len"])
+    return render_launch(fmt, doc, Target(m, args.get("precision", "bf16")))
+
+
+def test_every_switch_names_each_framework_form():
+    assert set(CASES) == set(switches.NAMES)
+    for s in switches.SWITCHES:
+        assert set(s.launch) == set(switches.FRAMEWORK_FORMS), s.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", switches.FRAMEWORK_FORMS)
+@pytest.mark.parametrize("name", switches.NAMES)
+def test_each_form_writes_runs_or_refuses_each_switch(fmt, name):
+    """Express a plan or refuse it: a form that writes a switch changes its output (or refuses
+    where its own condition fails), one that runs so by default or leaves it to the model code
+    writes the same output, and one that cannot write it refuses with the declared reason."""
+    from planner.errors import SpecError
+
+    changes, value = CASES[name]
+    try:
+        base = _form(fmt, changes)
+    except SpecError:  # the form refuses this base for other reasons (MoE, interleaving, ...)
+        how = switches.BY_NAME[name].launch[fmt]
+        assert how == switches.WRITES or how not in (switches.AS_DEFAULT, switches.MODEL_CODE)
+        return
+    how = switches.BY_NAME[name].launch[fmt]
+    try:
+        out = _form(fmt, {**changes, name: value})
+    except SpecError as err:
+        assert how not in (switches.AS_DEFAULT, switches.MODEL_CODE), str(err)
+        if how != switches.WRITES:
+            assert str(err) == f"format: {how}"
+        return
+    assert how in (switches.WRITES, switches.AS_DEFAULT, switches.MODEL_CODE), out[:200]
+    assert (out != base) == (how == switches.WRITES), (name, fmt)

@@ -18,7 +18,8 @@ This module re-exports their public names and dispatches on the format (`FORMS`,
 
 from __future__ import annotations
 
-from planner.errors import InfeasibleError, SpecError
+from planner import switches
+from planner.errors import InfeasibleError
 from planner.launch.common import Target, normalise
 from planner.launch.deepspeed_config import deepspeed
 from planner.launch.megatron_lm import megatron, megatron_args, pipeline_layout, uneven_stages
@@ -62,12 +63,5 @@ def render_launch(fmt: str, doc: dict, target: Target | None = None) -> str:
     check_fits(doc)
     target = target or Target()
     plan = normalise(doc["config"])
-    # LoRA runs in NeMo's PEFT (or Hugging Face PEFT), none of the framework forms here:
-    # Megatron-LM's pretrain_gpt.py, DeepSpeed's config and torchtitan have no adapters
-    if plan.get("optimizer", "adam") != "adam" and fmt in ("deepspeed", "torchtitan"):
-        raise SpecError(f"format: this {fmt} form writes AdamW only; the plan was priced with "
-                        f"{plan['optimizer']} (--format megatron writes sgd, momentum and muon)")
-    if plan.get("lora_rank") and fmt in ("megatron", "deepspeed", "torchtitan"):
-        raise SpecError(f"format: {fmt} has no LoRA fine-tuning (NeMo PEFT runs it); use "
-                        f"--format env, slurm or torchrun to start your own script")
+    switches.refuse_unwritten(fmt, plan)  # what the form cannot write, as each switch declares
     return FORMS[fmt](doc, plan, target)

@@ -30,15 +30,6 @@ DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/Dee
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
-    if plan.get("fp8_weight_gather"):
-        raise SpecError("format: DeepSpeed has no fp8 weight all-gather; use --format megatron "
-                        "or torchtitan")
-    for key, what in (("offload_activations", "activation offload"),
-                      ("first_stage_layers", "pinned first-stage layers"),
-                      ("last_stage_layers", "pinned last-stage layers")):
-        if plan.get(key):
-            raise SpecError(f"format: this ds_config has no {what} (DeepSpeed sets pipeline "
-                            f"partitions and offload in the model code); use --format megatron")
     if plan.get("ep", 1) > 1:
         raise SpecError(f"format: this ds_config has no MoE expert-parallel block (DeepSpeed "
                         f"sets ep in the model code); this plan has ep {plan['ep']}: use --format "

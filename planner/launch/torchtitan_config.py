@@ -208,17 +208,6 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                             f"{ep} does not divide"
                             + ("; plan with --zero 1, 2 or 3" if zero == 0 else "")
                             + ", or use --format megatron")
-        if plan.get("capacity_factor", 1.0) > 1:
-            raise SpecError("format: torchtitan's MoE is dropless (no capacity factor); use "
-                            "--format megatron")
-    if plan.get("ep_overlap"):
-        raise SpecError("format: torchtitan does not overlap the MoE all-to-alls across "
-                        "micro-batches; use --format megatron")
-    if plan.get("grad_reduce_bf16"):  # configs.py: mixed_precision_reduce Literal["float32"]
-        raise SpecError("format: torchtitan reduces gradients in float32 only; use --format "
-                        "megatron for --grad-reduce-bf16")
-    if plan.get("offload_activations"):  # its CPU offload is FSDP's, of the weights' state
-        raise SpecError("format: torchtitan has no activation offload; use --format megatron")
     if plan.get("tp_overlap") and tp > 1 and eager:
         raise SpecError("format: torchtitan's AsyncTP (tp overlap) runs under torch.compile "
                         "only, not with eager kernels")
@@ -227,14 +216,6 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                         "without torch.compile (torchao's compiled MXFP8 matmul fails on "
                         "tensor-parallel shards, pytorch/ao#4624); plan with --kernels eager, "
                         "or use --format megatron")
-    if plan.get("fp8_weight_gather"):
-        raise SpecError(f"format: torchtitan ({tt}) gathers weights in bf16 (its Float8Linear "
-                        "recipes are rowwise, with no fp8 all-gather); use --format megatron "
-                        "for --fp8-weight-gather")
-    if plan.get("fp8_activations"):  # torchao's float8 linear saves the 16-bit input
-        raise SpecError("format: torchtitan's float8 linears (torchao) save their inputs at "
-                        "16 bits; the plan saves them in fp8 (Transformer Engine): use "
-                        "--format megatron, or plan without --fp8-activations")
     ac = _recompute(m.layers, plan)
     seq = m.seq_len
     micro_tokens = plan["micro_batch"] * seq
