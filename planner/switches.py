@@ -58,6 +58,9 @@ class Switch:
     launch: dict[str, str] = dataclasses.field(default_factory=dict)
     # values a launcher form treats as the default (the optimizer: unset is adam there)
     launch_default: tuple = ()
+    # the Megatron-LM flags written when a bool switch is away from its default (checked
+    # against arguments.py at the commit planner.launch.megatron_lm names)
+    megatron_flags: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -171,7 +174,8 @@ SWITCHES: tuple[Switch, ...] = (
            "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan does not overlap the MoE all-to-alls across "
-                                 "micro-batches; use --format megatron"}),
+                                 "micro-batches; use --format megatron"},
+           megatron_flags=("--overlap-moe-expert-parallel-comm",)),
     Switch("kernels", Kernels.fused, "non-matmul ops fused (Megatron-LM, Transformer Engine, "
            "torch.compile) or eager, one PyTorch kernel each (Hugging Face, torchtitan "
            "without compile)", "Megatron's fusion flags, torch.compile", kind=Kernels,
@@ -193,7 +197,8 @@ SWITCHES: tuple[Switch, ...] = (
                                  "recipes are rowwise, with no fp8 all-gather); use --format "
                                  "megatron for --fp8-weight-gather",
                    "deepspeed": "DeepSpeed has no fp8 weight all-gather; use --format "
-                                "megatron"}),
+                                "megatron"},
+           megatron_flags=("--fp8-param-gather",)),
     Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
            "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
            label=_on("fp8 saved activations"),
@@ -212,7 +217,8 @@ SWITCHES: tuple[Switch, ...] = (
            off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce"),
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan reduces gradients in float32 only; use --format "
-                                 "megatron for --grad-reduce-bf16"}),
+                                 "megatron for --grad-reduce-bf16"},
+           megatron_flags=("--grad-reduce-in-bf16",)),
     Switch("lora_rank", None, "fine-tuning: base weights frozen, LoRA adapters of rank R on "
            "the QKV and output projections train", "NeMo PEFT", kind=int, low=1,
            high=1_000_000,
@@ -226,7 +232,8 @@ SWITCHES: tuple[Switch, ...] = (
            "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs"),
            launch={"megatron": WRITES, "torchtitan": WRITES,
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
-                                "--format megatron or torchtitan"}),
+                                "--format megatron or torchtitan"},
+           megatron_flags=("--cuda-graph-impl", "local")),
     Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,
@@ -284,6 +291,12 @@ def to_json(s: Switch) -> dict:
             "values": None if s.kind in (bool, int, float) else list(s.values),
             "families": list(s.families), "what": s.what, "upstream": s.upstream,
             "solve": s.solve, "limits": s.limits}
+
+
+def megatron_flags(plan: dict) -> list[str]:
+    """The Megatron-LM flags of the switches that declare them, for a plan's values."""
+    return [flag for s in SWITCHES if s.megatron_flags and plan.get(s.name, s.default)
+            != s.default for flag in s.megatron_flags]
 
 
 def refuse_unwritten(fmt: str, plan: dict) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import shlex
 
+from planner import switches
 from planner.errors import SpecError
 from planner.launch.common import Target, max_connections, priced_steps, summary
 from planner.plan import chunk_layers
@@ -251,27 +252,20 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     if opt != "adam":
         a += ["--optimizer", "sgd" if opt in ("sgd", "momentum") else opt]
         a += ["--sgd-momentum", "0"] if opt == "sgd" else []
-    if plan.get("cuda_graphs"):  # TransformerConfig.cuda_graph_impl: per-layer graphs
-        a += ["--cuda-graph-impl", "local"]
-    if plan.get("grad_reduce_bf16"):  # DDP grad_reduce_in_fp32 off
-        a += ["--grad-reduce-in-bf16"]
     if plan["interleave"] > 1 and not plan.get("pp_overlap", True):  # overlap_p2p_comm
         a += ["--no-overlap-p2p-communication"]
-    if plan.get("ep_overlap"):  # ModelParallelConfig.overlap_moe_expert_parallel_comm
-        a += ["--overlap-moe-expert-parallel-comm"]
     if plan.get("offload_activations"):  # the inputs of every module that saves them
         modules = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
         modules += ["expert_fc1", "moe_act"] if m.experts > 1 else []
         a += ["--fine-grained-activation-offloading", "--offload-modules", *modules]
     a += _megatron_zero(plan["zero"])
-    if plan.get("fp8_weight_gather"):  # needs the distributed optimizer or FSDP (arguments.py)
-        a += ["--fp8-param-gather"]
     if plan.get("dp_shard") and plan["dp"] > plan["dp_shard"]:
         # the distributed optimizer / Megatron-FSDP sharded over groups of dp_shard x cp
         # ranks, one copy per group (HSDP in Megatron-FSDP: mcore_fsdp_adapter.py)
         a += ["--num-distributed-optimizer-instances", plan["dp"] // plan["dp_shard"]]
     if plan["overlap"] and plan["dp"] > 1:
         a += ["--overlap-grad-reduce"]
+    a += switches.megatron_flags(plan)  # the switches that are one flag each
     a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size",
           plan["global_batch"]]
     return [str(x) for x in a]
