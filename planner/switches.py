@@ -143,11 +143,17 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("overlap", True, "gradient communication overlaps the backward pass",
            "Megatron-LM --overlap-grad-reduce", families=("cnn", "transformer"),
            limits=True, solve="pinned (default on)", label=_on_off("overlap"),
-           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
+           launch={"megatron": WRITES, "deepspeed": WRITES,
+                   "torchtitan": "torchtitan's FSDP always overlaps the gradient reduce-scatter "
+                                 "with the backward; plan with --overlap, or use --format "
+                                 "megatron"}),
     Switch("flash_attention", True, "attention scores stay on chip (FlashAttention)",
            "--attention-backend", limits=True, solve="pinned (default on)",
            label=_on_off("flash attention"),
-           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": MODEL_CODE}),
+           launch={"megatron": WRITES, "deepspeed": MODEL_CODE,
+                   "torchtitan": "torchtitan's models run attention through fused kernels "
+                                 "(SDPA, flex attention); plan with flash attention, or use "
+                                 "--format megatron"}),
     Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
            "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
            label=_on("tp overlap on"),
@@ -211,7 +217,10 @@ SWITCHES: tuple[Switch, ...] = (
            solve="pinned (default on)",
            label=lambda value, plan: ("pipeline sends in line"
                                       if plan.interleave > 1 and not value else None),
-           launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
+           launch={"megatron": WRITES, "deepspeed": WRITES,
+                   "torchtitan": "this torchtitan form does not write --no-pp-overlap (its "
+                                 "pipeline schedules issue the sends themselves); use "
+                                 "--format megatron"}),
     Switch("grad_reduce_bf16", False, "bf16 training: gradients accumulated and reduced in "
            "bf16, not fp32", "--grad-reduce-in-bf16 (NVIDIA's MLPerf recipes)", limits=True,
            off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce"),

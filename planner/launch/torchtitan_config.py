@@ -278,7 +278,13 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     registry = (_Call("model_registry", flavor=flavor, converters=converters) if converters
                 else _Code(f"model_registry({flavor!r})"))
 
-    cuda_graphs_off = pp > 1 or ep > 1  # Trainer.Config._validate_cuda_graphs refuses both
+    # torchtitan captures each step's forward and backward in a CUDA graph by default and
+    # refuses to with pp or ep (Trainer.Config._validate_cuda_graphs): off unless priced on
+    graphs = bool(plan.get("cuda_graphs"))
+    if graphs and (pp > 1 or ep > 1):
+        raise SpecError(f"format: torchtitan ({tt}) captures no CUDA graphs with pipeline or "
+                        "expert parallelism; plan without --cuda-graphs, or use --format "
+                        "megatron")
     training = _Call(
         "TrainingConfig",
         comments={"num_tokens_per_microbatch_per_dp_rank":
@@ -286,12 +292,12 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                   "num_tokens_per_train_step": f"global batch {plan['global_batch']} x seq_len "
                   f"{seq}" + ("" if pp > 1 else f": {plan['gradient_accumulation']} "
                               "accumulation steps"),
-                  "disable_cuda_graphs": "torchtitan captures none with pp or ep"},
+                  "disable_cuda_graphs": "the plan is priced without CUDA graphs"},
         num_tokens_per_microbatch_per_dp_rank=micro_tokens,
         num_tokens_per_train_step=plan["global_batch"] * seq,
         max_context_length=seq, steps=_Code("steps"),
         mixed_precision_param="bfloat16" if low else "float32",
-        **({"disable_cuda_graphs": True} if cuda_graphs_off else {}))
+        **({} if graphs else {"disable_cuda_graphs": True}))
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "tensor_parallel_degree": tp}
     if tp > 1:
