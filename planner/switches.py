@@ -243,6 +243,13 @@ SWITCHES: tuple[Switch, ...] = (
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
                                 "--format megatron or torchtitan"},
            megatron_flags=("--cuda-graph-impl", "local")),
+    Switch("grad_accumulation_fusion", True, "each weight-gradient GEMM adds into the main "
+           "gradient in its epilogue; off: it writes the gradient and a kernel per weight adds "
+           "it (PyTorch autograd, FSDP2)", "--no-gradient-accumulation-fusion (APEX / "
+           "Transformer Engine fused wgrad)", limits=True, solve="pinned (default on)",
+           label=lambda value, plan: None if value else "gradient accumulation unfused",
+           launch={"megatron": WRITES, "torchtitan": AS_DEFAULT, "deepspeed": AS_DEFAULT},
+           megatron_flags=("--no-gradient-accumulation-fusion",)),
     Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,

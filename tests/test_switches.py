@@ -147,7 +147,7 @@ CASES = {
     "fp8_activations": ({"precision": "fp8"}, True),
     "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
-    "optimizer": ({}, "muon"),
+    "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),
 }
 
 
@@ -205,3 +205,34 @@ def test_each_form_writes_runs_or_refuses_each_switch(fmt, name):
 
     assert (written(out) != written(base)) == (how == switches.WRITES), (name, fmt)
 
+
+def test_unfused_gradient_accumulation_moves_two_gradient_widths_per_weight_per_micro_batch():
+    """The switch added after the registry (one entry, its physics in
+    planner.expr.transformer, this test): unfused, each of the m micro-batches writes every
+    weight gradient at the model's width and reads it back to add it (2 vb bytes per weight on
+    the device: the layers' and the output layer's), over the device's HBM rate; nothing
+    else changes."""
+    import numpy as np
+
+    from planner.catalog import load_model, load_system
+    from planner.cost.transformer import Hardware, iteration
+    from planner.spec.hardware import Precision
+
+    m, hw = load_model("llama3-70b"), Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    cfg = {"t": 2, "p": 1, "d": 4, "mb": 1, "acc": 8, "v": 1, "recompute": 0, "sp": 1,
+           "zero": 1, "gpipe": 0}
+    fused, unfused = (iteration(m, hw, {**cfg, "grad_accumulation_fusion": f})
+                      for f in (True, False))
+    weights = m.layers * m.layer_params() / 2 + m.vocab * m.hidden / 2  # t = 2
+    expected = 8 * 2 * 2 * weights / hw.mem_bw
+    # each of a layer's 4 adds moves more than the launch floor's worth: the bytes set the time
+    assert 2 * 2 * m.layer_params() / 2 / 4 / hw.mem_bw > 2 * hw.launch_s
+    got = float(np.ravel(unfused["compute"])[0] - np.ravel(fused["compute"])[0])
+    assert got == pytest.approx(expected, rel=1e-9)
+    for key in ("tp_comm", "dp_comm_exposed", "memory", "optimizer"):
+        assert float(np.ravel(unfused[key])[0]) == float(np.ravel(fused[key])[0]), key
+    # frozen weights (LoRA) accumulate no base-weight gradients: nothing to add
+    lora = {**cfg, "lora_rank": 16}
+    assert float(np.ravel(iteration(m, hw, {**lora, "grad_accumulation_fusion": False})
+                          ["compute"])[0]) == float(np.ravel(iteration(m, hw, lora)
+                                                             ["compute"])[0])

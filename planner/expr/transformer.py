@@ -124,6 +124,10 @@ class TransformerExpressions(LayerCosts):
         grads = 1 if c.lora_rank else 2
         layer = (1 + grads) * proj + core + core_bwd + elem + elem_bwd + extra
         logit = (1 + grads) * self._matmul(tok, h, sp.Integer(md.vocab) / t)
+        if not c.grad_accumulation_fusion and not c.lora_rank:
+            # the output layer's weight gradient too, on the last stage
+            layer = layer + self._unfused_accumulation()
+            logit = logit + self._kernels(1, 2 * vb * sp.Integer(md.vocab * h) / t)
 
         size = tok * h * vb
         # --- context parallel: K and V of this rank's s / c_p tokens go round a ring of c_p
@@ -374,6 +378,24 @@ class TransformerExpressions(LayerCosts):
                                 + state_extra["optimizer_state"]),
             "activations": acts,
         }
+
+    def _unfused_accumulation(self) -> sp.Expr:
+        """Unfused gradient accumulation (Megatron-LM --no-gradient-accumulation-fusion;
+        PyTorch autograd and FSDP2 accumulate so): each weight-gradient GEMM writes its
+        gradient at the model's width and a kernel per weight reads it and adds it into the
+        main gradient, where the fused GEMM adds in its epilogue (which reads and writes the
+        main gradient either way): 2 vb bytes more per weight of the mean layer on this
+        device (the routed experts split e_t e_p ways), per micro-batch, and one kernel per
+        linear weight (two per mixer and per dense FFN, two per local expert and the
+        router)."""
+        md, vb = self.model, self.hw.value_bytes
+        moe = sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
+        experts = sp.Rational(moe * md.experts * md.expert_params(), md.layers)
+        weights = (md.layer_params() - experts) / t + experts / (self.etp * self.ep)
+        kernels = sum(n * ((2 if k.mixer else 0) + (2 if k.ffn == "dense" else 0)
+                           + (2 * md.experts / self.ep + 1 if k.ffn == "moe" else 0))
+                      for k, n in md.layer_kinds()) / md.layers
+        return self._kernels(kernels, 2 * vb * weights)
 
 
 def _stage_cost(per_layer, again, recomputed):
