@@ -188,6 +188,7 @@ def _read_then(proc: subprocess.Popen, after: int, action) -> tuple[list[str], i
     return lines, seen
 
 
+@pytest.mark.slow
 def test_killing_a_worker_mid_run_changes_nothing(cluster, serial, scenario_file):
     victim = cluster.workers[0]
     proc = _batch_process(scenario_file, "--scheduler", cluster.address)
@@ -259,6 +260,7 @@ def test_sweep_takes_a_client(cluster, run):
     assert parallel == serial
 
 
+@pytest.mark.slow
 def test_killing_the_scheduler_keeps_what_finished_and_resume_completes(
         cluster, serial, scenario_file, tmp_path):
     out = tmp_path / "plans.jsonl"
@@ -303,6 +305,7 @@ def test_killing_the_scheduler_keeps_what_finished_and_resume_completes(
     assert kept <= {json.dumps(json.loads(x)) for x in out.read_text().splitlines()}
 
 
+@pytest.mark.slow
 def test_no_workers_stops_within_the_stall_timeout(tmp_path, scenario_file):
     c = Cluster(tmp_path)
     try:

@@ -99,6 +99,7 @@ def _tiny_long():
                               "norm": "rmsnorm", "position_embedding": "rotary"}, "test")
 
 
+@pytest.mark.slow
 def test_search_with_cp_equals_brute_force():
     m, system = _tiny_long(), load_system("dgx-h100")
     B, budget = 8, 16

@@ -206,6 +206,7 @@ def test_python_module_of_every_case_runs_and_gives_the_values(derived):
             assert math.isclose(printed[d.name], d.value, rel_tol=1e-10), (case, d.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [(), ("--collective", "tree", "--critical-batch", "4096",
                                          "--substitute", "all")])
 def test_python_output_runs_and_prints_the_values(run, run_json, extra):

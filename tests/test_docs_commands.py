@@ -143,6 +143,7 @@ def test_the_docs_show_commands_and_the_tables_are_current():
         argv_of(c.text)  # every shown command parses as a shell line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p, cs in BY_PAGE.items() if cs])
 def test_every_doc_command_runs(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

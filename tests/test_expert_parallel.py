@@ -77,6 +77,7 @@ def test_ep_one_is_the_plan_without_it():
         assert float(a[k]) == float(b[k]), k
 
 
+@pytest.mark.slow
 def test_search_with_ep_equals_brute_force():
     m, system = _moe(), load_system("dgx-h100")
     B, budget = 16, 16

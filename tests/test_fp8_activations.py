@@ -80,6 +80,7 @@ def test_launchers_and_json(run):
     assert code == 2 and "fp8_activations" in err
 
 
+@pytest.mark.slow
 def test_search_with_fp8_activations_equals_brute_force():
     m, system = load_model("llama3-8b"), load_system("dgx-h100")
     B, budget = 32, 16

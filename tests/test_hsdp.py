@@ -125,6 +125,7 @@ def _ok(run, *args):
     return out
 
 
+@pytest.mark.slow
 def test_search_with_pinned_hsdp_equals_brute_force():
     m, system = load_model("llama3-8b"), load_system("dgx-h100")
     B, budget, z = 64, 32, 4
@@ -139,6 +140,7 @@ def test_search_with_pinned_hsdp_equals_brute_force():
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_search_with_hsdp_on_moe_keeps_to_plans_the_expert_grid_allows():
     """With MoE the dp / dp_shard instances also split the expert data-parallel group (tp cp
     dp / (etp ep) ranks), so etp x ep must divide tp x cp x dp_shard: the search offers only

@@ -111,6 +111,7 @@ def test_python_yaml_tags_are_refused(run, tmp_path, tag):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_payload_in_flags_and_batch_lines(run, tmp_path, payload):
     marker = tmp_path / "pwned"

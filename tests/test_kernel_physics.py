@@ -128,6 +128,7 @@ def test_a_tp_group_across_nodes_uses_the_nodes_whole_nic_bandwidth():
     assert float(out["tp_comm"]) == pytest.approx(m.layers * 4 * ring, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_fitted_constants_are_a_coordinate_wise_minimum_of_the_calibration_loss():
     """The shipped A100 constants minimise the fit's loss along each constant (a step either
     way is no better), so they are what `python -m planner.fit_transformer` produces."""

@@ -29,6 +29,7 @@ def test_symbolic_iteration_time_equals_full_model(alexnet_limits, case):
         assert math.isclose(closed, lim.iteration_time(nodes), rel_tol=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_derive_text_form_evaluates_to_value_equal_to_limits(alexnet_limits, case):
     lim = alexnet_limits[case]

@@ -116,6 +116,7 @@ def test_moe_rules_are_bad_input():
         Plan.split(1, 1, 8, 1, 8, node_size=8, capacity_factor=0.5)
 
 
+@pytest.mark.slow
 def test_search_over_ep_and_etp_equals_brute_force():
     m, system = _moe(), load_system("dgx-h100")
     B, budget = 16, 16

@@ -187,6 +187,7 @@ def test_search_recomputes_the_fewest_layers_that_fit():
     assert sol.prediction.iteration_time_s == run(recompute_layers=n).iteration_time_s
 
 
+@pytest.mark.slow
 def test_search_over_recompute_with_partial_equals_brute_force():
     """Free recompute on Llama-3-70B at tp 8 within two DGX H100, where memory binds: the
     search (none, selective, full, and the fewest partial layers that fit, by bisection)
@@ -203,6 +204,7 @@ def test_search_over_recompute_with_partial_equals_brute_force():
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pins, budget", [
     ({"tp": 4, "pp": 8, "first_stage_layers": 3, "last_stage_layers": 11}, 32),
     ({"tp": 4, "pp": 4, "first_stage_layers": 22, "last_stage_layers": 22}, 32),

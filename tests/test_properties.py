@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import math
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,6 +49,7 @@ def problems(draw):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=220)
 @given(model=st.sampled_from(MODELS), hw=st.sampled_from(SYSTEMS), problem=problems())
 def test_cp_sat_equals_brute_force_on_random_problems(model, hw, problem):

@@ -93,6 +93,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS, ids=[a[0] for a in COMMANDS])
 def test_same_input_gives_identical_json_across_runs_and_hash_seeds(args):
     outs = []

@@ -73,6 +73,7 @@ def test_megatron_uneven_layouts_that_hold():
         check_pins(LLAMA, **pins)
 
 
+@pytest.mark.slow
 def test_search_with_pinned_stages_equals_brute_force():
     system = load_system("dgx-h100")
     B, budget, first = 32, 32, 5

@@ -174,7 +174,6 @@ def test_every_switch_names_each_framework_form():
         assert set(s.launch) == set(switches.FRAMEWORK_FORMS), s.name
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", switches.FRAMEWORK_FORMS)
 @pytest.mark.parametrize("name", switches.NAMES)
 def test_each_form_writes_runs_or_refuses_each_switch(fmt, name):

@@ -88,6 +88,7 @@ def test_cost_needs_a_price_and_takes_the_flag(run, run_json):
     assert math.isclose(doc["objective"]["value"], pred["cost_usd"], rel_tol=1e-9)
 
 
+@pytest.mark.slow
 def test_deadline_and_budget_constraints_agree_with_the_front(tmp_path):
     kw = dict(**RESNET, critical_batch=4096, target_samples=1.2e8)
     front = api.solve(**kw, objective="time-to-train", pareto=True).pareto

@@ -122,6 +122,7 @@ def _plans(B: int, budget: int) -> list:
     return list(_every_plan(load_model(name), load_system(hwname), B, budget))
 
 
+@pytest.mark.slow
 def test_solver_equals_brute_force_over_every_plan():
     name, hwname = _tiny()
     m, system = load_model(name), load_system(hwname)
@@ -132,6 +133,7 @@ def test_solver_equals_brute_force_over_every_plan():
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_time_to_train_over_a_batch_range_equals_brute_force():
     """The batch range, the time-to-train and cost objectives, the deadline and the Pareto
     front against every plan at every candidate batch (McCandlish S(B) = S_min (1 + Bn / B))."""
@@ -337,7 +339,7 @@ def test_first_stage_activations_follow_korthikanti_in_flight_counts():
 
     def acts(v, gpipe=0, acc=16):
         cfg = dict(t=8, p=8, d=1, mb=1, acc=acc, v=v, recompute=1, sp=1, zero=0, gpipe=gpipe,
-                   flash=False)
+                   flash_attention=False)
         return float(iteration(m, hw, cfg)["activations"])
 
     assert math.isclose(acts(1), 96 * layer, rel_tol=1e-12)

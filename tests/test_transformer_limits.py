@@ -52,6 +52,7 @@ def whole(lim, devices: np.ndarray) -> np.ndarray:
     return (devices <= lim.g) | (devices % lim.g == 0)
 
 
+@pytest.mark.slow
 def test_memory_floor_is_the_brute_force_minimum(case):
     lim, s = case
     md = lim.model
@@ -126,6 +127,7 @@ def test_optimal_pp_and_tp_bound_match_the_engine(case):
         assert tpb["tp"] == ts[np.argmax(over)]
 
 
+@pytest.mark.slow
 def test_smallest_efficient_micro_batch_meets_its_definition(case):
     """Symbolic against numeric: the stage time tau(b) by SymPy substitution."""
     lim, s = case
@@ -168,6 +170,7 @@ def test_time_to_train_batch_is_the_minimum_over_batches(case):
     assert abs(ttt["global_batch"] - best) <= 0.01 * best
 
 
+@pytest.mark.slow
 def test_derive_values_equal_limits(case):
     lim, s = case
     f = {x.name: x for x in api.derive(lim.model.name, lim.system.name,
@@ -275,6 +278,7 @@ def test_transformer_outputs_validate_against_the_schema(run_json, command, args
     jsonschema.validate(run_json(*args), schemas()[command])
 
 
+@pytest.mark.slow
 def test_transformer_latex_compiles_and_python_runs(run, tmp_path):
     """Paper-grade for transformers too: the LaTeX compiles with pdflatex (skipped where it is
     missing), the Python module runs as printed and prints the JSON values."""

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,6 +56,7 @@ def _brute(m, system, B, budget):
     return best
 
 
+@pytest.mark.slow
 @given(transformers(), st.sampled_from([2, 4, 8, 12]), st.sampled_from([1, 2, 4, 8]))
 def test_solver_equals_brute_force_on_random_transformers(m, B, budget):
     best = _brute(m, SYSTEM, B, budget)
@@ -88,6 +90,7 @@ def test_more_bandwidth_never_predicts_slower(m, t, p, factor):
     assert fast <= slow * (1 + 1e-12)
 
 
+@pytest.mark.slow
 @given(transformers(), st.floats(1.0, 16.0))
 def test_more_memory_never_loses_feasibility(m, factor):
     dev = SYSTEM.device
@@ -102,6 +105,7 @@ def test_more_memory_never_loses_feasibility(m, factor):
     assert big.objective["value"] <= small.objective["value"] * (1 + 1e-12)
 
 
+@pytest.mark.slow
 @given(transformers(), st.sampled_from([(2, 8), (4, 16), (1, 12)]), st.sampled_from([1, 2, 4, 8]),
        st.sampled_from(["time-to-train", "cost"]), st.floats(1.0, 64.0))
 def test_the_chosen_plan_is_on_its_pareto_front(m, batches, budget, objective, critical):
