@@ -24,12 +24,11 @@ import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner import switches
 from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
 from planner.errors import SpecError
-from planner.expr.cnn import DataParallelModel
-from planner.expr.collectives import Collective
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,
@@ -45,13 +44,16 @@ from planner.inputs import (
 )
 from planner.plan import Plan
 from planner.prediction import Prediction, predict
-from planner.search.data_parallel import DataParallelSolver, Problem
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, check_headroom, within
 from planner.search.objective import objective_for
+from planner.search.requests import Problem
 from planner.search.solution import Solution
-from planner.search.strategy import SplitSearch, Strategy
 from planner.spec.hardware import Precision  # noqa: F401  (planner.api.Precision, as before)
 from planner.sweeping import Skipped, Sweep, SweepPoint, with_inter_node_bandwidth
+from planner.vocabulary import Collective
+
+if TYPE_CHECKING:
+    from planner.expr.cnn import DataParallelModel
 from planner.sweeping import sweep as _sweep
 
 _enum = enum_value  # the name `limits` uses
@@ -300,6 +302,9 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
             else tuple(Collective))
     training = training_of(cnn.system.device.price_per_hour_usd,
                            target_samples=target_samples, **train)
+    from planner.search.data_parallel import DataParallelSolver
+    from planner.search.strategy import SplitSearch, Strategy
+
     prob = request(Problem, problem, collectives=cols,
                    objective=objective_for(objective, "cnn"), training=training)
     strat = enum_value(Strategy, strategy or "data", "strategy")

@@ -7,16 +7,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+from typing import TYPE_CHECKING
 
 from planner import switches
 from planner.catalog import load_model, load_system
 from planner.errors import SpecError
-from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
-from planner.expr.memory import Optimizer
 from planner.plan import choice
 from planner.search.training import Training
-from planner.spec.cnn import CNN
 from planner.spec.hardware import Precision
+
+if TYPE_CHECKING:
+    from planner.expr.cnn import DataParallelModel
 
 CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "servers",
             "strategy", "stages")
@@ -117,8 +118,13 @@ def only_for(family: str, given: dict, keys) -> None:
 
 @functools.cache
 def build(model: str, hardware: str, precision: str | None = None, optimizer: str = "momentum",
-          bucket_bytes: float = DEFAULT_BUCKET_BYTES, servers: int = 1) -> DataParallelModel:
-    """The symbolic model for a (model, hardware, options) triple; cached per process."""
+          bucket_bytes: float | None = None, servers: int = 1) -> DataParallelModel:
+    """The symbolic model for a (model, hardware, options) triple (`bucket_bytes`: the
+    gradient bucket, default `planner.expr.cnn.DEFAULT_BUCKET_BYTES`); cached per process."""
+    from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
+    from planner.expr.memory import Optimizer
+    from planner.spec.cnn import CNN
+
     cnn = load_model(model)
     if not isinstance(cnn, CNN):
         raise SpecError(f"model: '{model}' is a transformer; this command covers CNNs (use "
@@ -128,7 +134,8 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
     system.device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
     if servers < 1:
         raise SpecError(f"servers: must be a positive integer, got {servers}")
-    opts = Options(prec, enum_value(Optimizer, optimizer, "optimizer"), bucket_bytes, servers)
+    opts = Options(prec, enum_value(Optimizer, optimizer, "optimizer"),
+                   DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, servers)
     return DataParallelModel(cnn, system, opts)
 
 

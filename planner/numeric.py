@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-Op = Callable[..., np.ndarray]
+from planner.compiled import Compiled
 
-_RELATIONS = {"Equality": np.equal, "Unequality": np.not_equal, "StrictLessThan": np.less,
-              "LessThan": np.less_equal, "StrictGreaterThan": np.greater,
-              "GreaterThan": np.greater_equal}
-_UNARY = {"log": np.log, "exp": np.exp, "ceiling": np.ceil, "floor": np.floor, "Abs": np.abs}
+_RELATIONS = {"Equality": "eq", "Unequality": "ne", "StrictLessThan": "lt",
+              "LessThan": "le", "StrictGreaterThan": "gt", "GreaterThan": "ge"}
+_UNARY = {"log": "log", "exp": "exp", "ceiling": "ceil", "floor": "floor", "Abs": "abs"}
 
 
 def _expr(e) -> sp.Basic:
@@ -33,29 +32,22 @@ def _expr(e) -> sp.Basic:
     return e
 
 
-def _fold(op: Op) -> Op:
-    def folded(*xs):
-        out = xs[0]
-        for x in xs[1:]:
-            out = op(out, x)
-        return out
-    return folded
-
-
-class Program:
+class Program(Compiled):
     """`program(*values)` evaluates every expression of `exprs` (a name -> expression mapping)
     at `args = values`, broadcasting arrays, and returns name -> array. `functions` implements
-    undefined SymPy functions by name (e.g. a roofline sum held as arrays)."""
+    undefined SymPy functions by name (e.g. a roofline sum held as arrays). Built here, run by
+    `planner.compiled.Compiled`."""
 
     def __init__(self, exprs: Mapping[str, sp.Expr], args: Sequence[sp.Symbol],
                  functions: Mapping[str, Callable] | None = None):
-        self.functions = dict(functions or {})
         self.slot: dict[sp.Basic, int] = {a: i for i, a in enumerate(args)}
         self.n_args = len(args)
-        self.ops: list[tuple[Op, tuple[int, ...]]] = []
+        self.ops: list[tuple[str, tuple[int, ...]]] = []
         self.constants: dict[int, float | bool] = {}
-        self.outputs = {name: self._node(_expr(e)) for name, e in exprs.items()}
-        self._plan_frees()
+        self.functions = dict(functions or {})
+        outputs = {name: self._node(_expr(e)) for name, e in exprs.items()}
+        super().__init__(self.n_args, self.ops, self.constants, outputs, functions)
+        del self.slot  # the expressions are not needed to run it
 
     # --- building ----------------------------------------------------------------------------
 
@@ -72,12 +64,12 @@ class Program:
         self.slot[e] = index
         return index
 
-    def _emit(self, op: Op, *operands: int) -> int:
-        self.ops.append((op, operands))
+    def _emit(self, code: str, *operands: int) -> int:
+        self.ops.append((code, operands))
         return self.n_args + len(self.ops) - 1
 
     def _constant(self, value: float | bool) -> int:
-        index = self._emit(lambda: value)
+        index = self._emit("const")
         self.constants[index] = value
         return index
 
@@ -97,48 +89,47 @@ class Program:
         return self._constant(False)
 
     def _op_Add(self, e):
-        return self._emit(_fold(np.add), *(self._node(a) for a in e.args))
+        return self._emit("add", *(self._node(a) for a in e.args))
 
     def _op_Mul(self, e):
         # x * y**-1 as a division: as exact as numpy's own and several times faster than power
         num = [a for a in e.args if not (a.is_Pow and a.exp == -1)]
         den = [a.base for a in e.args if a.is_Pow and a.exp == -1]
-        top = (self._emit(_fold(np.multiply), *(self._node(a) for a in num)) if len(num) > 1
+        top = (self._emit("mul", *(self._node(a) for a in num)) if len(num) > 1
                else self._node(num[0]) if num else self._constant(1.0))
         if not den:
             return top
         bottom = (self._node(den[0]) if len(den) == 1
-                  else self._emit(_fold(np.multiply), *(self._node(a) for a in den)))
-        return self._emit(np.divide, top, bottom)
+                  else self._emit("mul", *(self._node(a) for a in den)))
+        return self._emit("div", top, bottom)
 
     def _op_Pow(self, e):
         base = self._node(e.base)
         if e.exp == -1:
-            return self._emit(np.divide, self._constant(1.0), base)
+            return self._emit("div", self._constant(1.0), base)
         if e.exp == 2:
-            return self._emit(np.multiply, base, base)
+            return self._emit("mul", base, base)
         if e.exp == sp.Rational(1, 2):
-            return self._emit(np.sqrt, base)
-        return self._emit(np.power, base, self._node(e.exp))
+            return self._emit("sqrt", base)
+        return self._emit("pow", base, self._node(e.exp))
 
     def _op_Max(self, e):
-        return self._emit(_fold(np.maximum), *(self._node(a) for a in e.args))
+        return self._emit("max", *(self._node(a) for a in e.args))
 
     def _op_Min(self, e):
-        return self._emit(_fold(np.minimum), *(self._node(a) for a in e.args))
+        return self._emit("min", *(self._node(a) for a in e.args))
 
     def _op_Relational(self, e):
-        op = _RELATIONS[type(e).__name__]
-        return self._emit(op, self._node(e.lhs), self._node(e.rhs))
+        return self._emit(_RELATIONS[type(e).__name__], self._node(e.lhs), self._node(e.rhs))
 
     def _op_And(self, e):
-        return self._emit(_fold(np.logical_and), *(self._node(a) for a in e.args))
+        return self._emit("and", *(self._node(a) for a in e.args))
 
     def _op_Or(self, e):
-        return self._emit(_fold(np.logical_or), *(self._node(a) for a in e.args))
+        return self._emit("or", *(self._node(a) for a in e.args))
 
     def _op_Not(self, e):
-        return self._emit(np.logical_not, self._node(e.args[0]))
+        return self._emit("not", self._node(e.args[0]))
 
     def _op_Function(self, e):
         name = type(e).__name__
@@ -150,52 +141,13 @@ class Program:
         name = type(e).__name__
         if name not in self.functions:
             raise ValueError(f"no implementation given for {name}")
-        return self._emit(self.functions[name], self._node(e.args[0]))
+        return self._emit(f"fn:{name}", self._node(e.args[0]))
 
     def _op_Piecewise(self, e):
         operands = []
         for piece in e.args:
             operands += [self._node(piece.cond), self._node(piece.expr)]
-
-        def piecewise(*xs):
-            conds, values = xs[0::2], xs[1::2]
-            shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
-            return np.select([np.broadcast_to(c, shape) for c in conds],
-                             [np.broadcast_to(np.asarray(x, dtype=float), shape)
-                              for x in values], default=np.nan)
-        return self._emit(piecewise, *operands)
-
-    def _plan_frees(self) -> None:
-        """After each operation, the slots no later operation reads (memory stays bounded by
-        the live intermediates, not by every node of the program)."""
-        last = {}
-        for i, (_, operands) in enumerate(self.ops):
-            for s in operands:
-                last[s] = i
-        keep = set(self.outputs.values())
-        self.frees: list[list[int]] = [[] for _ in self.ops]
-        for s, i in last.items():
-            if s >= self.n_args and s not in keep and s not in self.constants:
-                self.frees[i].append(s)
-
-    # --- evaluation --------------------------------------------------------------------------
-
-    def __call__(self, *values) -> dict[str, np.ndarray]:
-        if len(values) != self.n_args:
-            raise TypeError(f"expected {self.n_args} arguments, got {len(values)}")
-        slots: list = [np.asarray(v, dtype=float) for v in values] + [None] * len(self.ops)
-        base = self.n_args
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for i, (op, operands) in enumerate(self.ops):
-                slots[base + i] = op(*(slots[s] for s in operands))
-                for s in self.frees[i]:
-                    slots[s] = None
-        return {name: slots[s] for name, s in self.outputs.items()}
-
-    @property
-    def size(self) -> int:
-        """Operations in the program (distinct sub-expressions)."""
-        return len(self.ops)
+        return self._emit("piecewise", *operands)
 
 
 def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol],

@@ -15,7 +15,7 @@ item, as each finishes, whatever happens to the workers:
 Small items are sent in groups sized from the time the finished ones took (about
 `TARGET_TASK_S` of work per task), so a cluster is not slower than one process on a batch of
 tiny solves. Each worker process keeps its compiled programs (`planner.inputs.build`,
-`planner.expr.transformer.program`) between tasks: they are module-level caches, and every task
+`planner.cost.programs.program`) between tasks: they are module-level caches, and every task
 runs in the worker's own process, so planner is imported and a model compiled once per worker.
 Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set, which also turns off glibc's
 adaptive mmap threshold: every numpy temporary above 128 KiB is then mapped and unmapped, which

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.errors import SpecError
-from planner.expr.cnn import DataParallelModel
 from planner.plan import Plan
 from planner.vocabulary import Collective
+
+if TYPE_CHECKING:
+    from planner.expr.cnn import DataParallelModel
 
 
 @dataclass(frozen=True)

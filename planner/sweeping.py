@@ -7,8 +7,6 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.errors import InfeasibleError, SpecError
-from planner.expr.cnn import DataParallelModel
-from planner.expr.collectives import Collective
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,
@@ -24,6 +22,7 @@ from planner.inputs import (
 from planner.plan import Plan
 from planner.prediction import Prediction, predict
 from planner.search.solution import Solution
+from planner.vocabulary import Collective
 
 # --- sweep --------------------------------------------------------------------------------------
 
@@ -129,6 +128,8 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
         training = training_of(cnn.system.device.price_per_hour_usd,
                                target_samples=target_samples, **train)
         col = enum_value(Collective, collective or "ring", "collective")
+        from planner.expr.cnn import DataParallelModel
+
         systems = [(bw, DataParallelModel(cnn.cnn, with_inter_node_bandwidth(cnn.system, bw),
                                           cnn.options)) for bw in bandwidths_GBps or []] \
             or [(cnn.system.inter_node.bandwidth_GBps, cnn)]

@@ -1,4 +1,6 @@
 import json
+import os
+import tempfile
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +14,10 @@ settings.register_profile("fixed", derandomize=True, deadline=None, print_blob=T
                           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                  HealthCheck.too_slow])
 settings.load_profile("fixed")
+
+# the compiled-program cache of this test run: empty at its start, never the user's own (the
+# CLI subprocesses the tests start inherit it)
+os.environ["PLANNER_CACHE_DIR"] = tempfile.mkdtemp(prefix="planner-test-cache-")
 
 
 @pytest.fixture

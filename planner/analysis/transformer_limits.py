@@ -27,6 +27,7 @@ import sympy as sp
 from planner.analysis import branches as br
 from planner.analysis.branches import Closed, divisors
 from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
+from planner.cost.programs import program
 from planner.cost.transformer import Hardware
 from planner.errors import InfeasibleError, SpecError
 from planner.expr import symbols as S
@@ -37,7 +38,6 @@ from planner.expr.transformer import (
     Choices,
     TransformerExpressions,
     allreduce_form,
-    program,
     time_form,
 )
 from planner.numeric import Program
@@ -109,7 +109,7 @@ class TransformerLimits:
         m = plan.get("m", self.B / (d * b))
         out = program(self.model, self.hw, (choices or self.choices,))(
             t, p, d, b, m, plan.get("v", self.v), 1, 1, t, 1)  # cp = ep = 1, etp = tp
-        return {k: v for (_, k), v in out.items()}
+        return {k.split("/", 1)[1]: v for k, v in out.items()}
 
     def whole_node(self, devices: np.ndarray) -> np.ndarray:
         return (devices <= self.g) | (devices % self.g == 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from planner.cli.options import (
@@ -112,8 +114,8 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
           --critical-batch 512 --target-tokens 1e10 --objective time-to-train --pareto
     """
     from planner import api
-    from planner.analysis.time_to_train import token_budget as budget_of
     from planner.report import solution_doc, solution_text
+    from planner.search.training import token_budget as budget_of
 
     require(model, hardware)
     if objective is None:
@@ -193,17 +195,16 @@ def _supported(sol, solve_at):
     resembles the chosen plan (its `likely` band is "not covered": a mixture-of-experts model,
     or weights sharded with ZeRO-3 / FSDP, which no measured run in planner/calibration
     uses); None when one does. For a ZeRO-3 pick the alternative is the fastest ZeRO 0-2 plan
-    (what the calibration runs do), so a user can take the plan the data supports."""
+    (what the calibration runs do), so a user can take the plan the data supports: the fastest
+    ZeRO 2 plan, as stage 2 moves what 0 and 1 move, holds less and steps a shard (the
+    search's own dominance rule, `planner.search.hybrid`)."""
     band = getattr(sol.prediction, "time_band", None)
     if not band or "low_s" in band:
         return None
-    covered = []
-    for zero in (0, 1, 2) if sol.plan.zero == 3 else ():
-        try:
-            covered.append(solve_at(zero))
-        except (SpecError, InfeasibleError):
-            continue
-    alt = min(covered, key=lambda s: s.prediction.iteration_time_s) if covered else None
+    alt = None
+    if sol.plan.zero == 3:
+        with contextlib.suppress(SpecError, InfeasibleError):
+            alt = solve_at(2)
     return band["note"], alt
 
 

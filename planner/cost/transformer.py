@@ -11,15 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner import switches
-from planner.expr.symbols import b, t
-from planner.expr.transformer import (
-    OUTPUTS,
-    RECOMPUTE,
-    SCHEDULES,
-    Choices,
-    TransformerExpressions,
-    program,
-)
+from planner.cost.programs import program
+from planner.expr.choices import OUTPUTS, RECOMPUTE, SCHEDULES, Choices
 from planner.spec.hardware import FlashCurve, Precision, System
 from planner.spec.transformer import Transformer
 
@@ -146,7 +139,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
             slice(i, i + 1) if n > 1 else slice(None) for i, n in zip(cell, cats[0].shape,
                                                                        strict=True))
         for k in outputs:
-            out[k][where] = values[(j, k)]
+            out[k][where] = values[f"{j}/{k}"]
     return out
 
 
@@ -160,13 +153,16 @@ def _grouped(m, hw, nums, cats, shared, shape, outputs) -> dict:
         rows = np.flatnonzero(inverse == j)
         values = program(m, hw, (_choice(*combo, shared),), outputs)(*(x[rows] for x in nums))
         for k in outputs:
-            out[k][rows] = values[(0, k)]
+            out[k][rows] = values[f"0/{k}"]
     return {k: v.reshape(shape) for k, v in out.items()}
 
 
 def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, recompute: str,
                                sp: bool, flash: bool = True, cp: int = 1) -> float:
     """Stored activations of one layer (Korthikanti et al. 2022, Table 2), evaluated."""
+    from planner.expr.symbols import b, t
+    from planner.expr.transformer import TransformerExpressions
+
     expr = TransformerExpressions(m, hw, Choices(recompute=recompute, sequence_parallel=bool(sp),
                                                  flash_attention=flash),
                                   cp=cp, ep=1).activation_bytes_per_layer(recompute)

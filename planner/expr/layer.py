@@ -7,58 +7,23 @@ is in its docstring and in that module's."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import sympy as sp
 
-from planner import switches
+from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
 from planner.expr.collectives import ring_allreduce
 from planner.expr.roofline import bound
 from planner.expr.symbols import b, c_p, e_p, e_t, t
+from planner.expr.unordered import smax, smin
 from planner.spec.hardware import gemm_share
 
-RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("1f1b", "gpipe")
 # backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
 # input and the incoming gradient and writes one gradient (3 tensors where forward moves 2)
 ELEMENTWISE_BACKWARD = 1.5
 
 
-@dataclass(frozen=True)
-@switches.add_fields
-class Choices:
-    """The categorical choices of a plan: each combination has its own expressions. The
-    per-row ones first (recompute, sequence parallelism, ZeRO, schedule, partial), then every
-    switch of `planner.switches` by its own name (its physics where the expressions read it)."""
-
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    zero: int = 0
-    schedule: str = "1f1b"
-    # with recompute "full": only the first n_r layers of each pipeline chunk (the plan
-    # symbol) are recomputed, the others keep their activations (Megatron-LM
-    # --recompute-method block --recompute-num-layers N; torchtitan's every-k-th-layer
-    # selective AC); False: every layer
-    partial: bool = False
-
-    def __post_init__(self):
-        set_ = object.__setattr__
-        for s in switches.SWITCHES:  # plain values: numpy scalars in, unset counts None
-            value = s.cost(getattr(self, s.name))
-            if s.with_zero and not self.zero:  # no ZeRO state to shard or gather
-                value = s.cost(s.default)
-            set_(self, s.name, value)
-        set_(self, "optimizer", self.optimizer or "adam")  # a transformer's default
-
-    @property
-    def uneven(self) -> bool:
-        return bool(self.first_stage_layers or self.last_stage_layers)
-
-
 def _max(*args):
-    # evaluate=False: SymPy would otherwise try to order the arguments (slow, and pointless
-    # for expressions that are compared numerically)
-    return sp.Max(*args, evaluate=False)
+    return smax(*args)  # unevaluated and unsorted: planner.expr.unordered
 
 
 def _if(cond, then, otherwise):
@@ -174,7 +139,7 @@ class LayerCosts:
         hw = self.hw
         rate = hw.matmul_flops
         if hw.gemm_half_dim:
-            rate = rate * gemm_share(sp.Min(rows, inner, cols, evaluate=False),
+            rate = rate * gemm_share(smin(rows, inner, cols),
                                      hw.gemm_half_dim)
         operand_bytes = 1 if hw.gemm_only else hw.value_bytes  # fp8 / fp4 operands: 1 byte
         time = bound(2 * rows * inner * cols * count,

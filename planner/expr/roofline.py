@@ -15,6 +15,7 @@ import numpy as np
 import sympy as sp
 
 from planner.expr.piecewise import Piece
+from planner.expr.unordered import smax
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Precision
 
@@ -64,7 +65,7 @@ def bound(flops, bytes_, flop_rate, byte_rate) -> sp.Expr:
     bandwidth, whichever takes longer. Unevaluated: SymPy would try to order the two."""
     if flops == 0:
         return bytes_ / byte_rate
-    return sp.Max(flops / flop_rate, bytes_ / byte_rate, evaluate=False)
+    return smax(flops / flop_rate, bytes_ / byte_rate)
 
 
 def time(work: Work, device: Device, precision: Precision, b: sp.Expr) -> sp.Expr:

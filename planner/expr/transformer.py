@@ -59,11 +59,11 @@ by term:
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import sympy as sp
 
 from planner.expr import symbols as S
+from planner.expr.choices import OUTPUTS
 from planner.expr.collectives import all_gather
 from planner.expr.layer import (
     RECOMPUTE,
@@ -77,10 +77,11 @@ from planner.expr.layer import (
 )
 from planner.expr.rewrite import substitute
 from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
+from planner.expr.unordered import smin
 from planner.numeric import Program
 
 __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "TransformerExpressions",
-           "allreduce_form", "exposed_form", "memory_form", "program", "ring", "time_form"]
+           "allreduce_form", "build_program", "exposed_form", "memory_form", "ring", "time_form"]
 
 # optimizer state per trained parameter, in fp32 values, beside the fp32 master copy that mixed
 # precision keeps (ZeRO paper, sec. 3.1; in fp32 training the weights are the master copy):
@@ -90,9 +91,6 @@ __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "Tran
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "adafactor": 0, "muon": 1}
 ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
 PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t, S.n_r)
-OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bubble", "pp_comm",
-           "dp_comm_exposed", "optimizer", "memory", "weights", "gradients", "optimizer_state",
-           "activations")
 
 
 class TransformerExpressions(LayerCosts):
@@ -161,7 +159,7 @@ class TransformerExpressions(LayerCosts):
 
         def recomputed(n):
             """Layers recomputed on a stage of n layers."""
-            return sp.Min(S.n_r * v, n, evaluate=False)
+            return smin(S.n_r * v, n)
 
         if c.uneven:
             first, last = (sp.Integer(c.first_stage_layers or 0),
@@ -290,8 +288,8 @@ class TransformerExpressions(LayerCosts):
             outnumber it (m = p runs every forward first); for m >= p + (p - 1) / v on rank 0
             that is Korthikanti et al.'s 1 + (p - 1) / (p v) x p."""
             warmup = 2 * (p - rank - 1) + (v - 1) * p + int(c.ep_overlap)
-            return _if(v > 1, sp.Min(m * v, warmup + 1, evaluate=False) / v,
-                       sp.Min(p - rank, m, evaluate=False))
+            return _if(v > 1, smin(m * v, warmup + 1) / v,
+                       smin(p - rank, m))
 
         act_layer = saved - moved  # what stays on the device
         # a fully recomputed layer rebuilds its full activations during backward
@@ -327,7 +325,7 @@ class TransformerExpressions(LayerCosts):
             S.M: train * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
                           else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
-            S.r: sp.Min(_max(sp.floor(u / (t * p)), 1), d * self.cp, evaluate=False),
+            S.r: smin(_max(sp.floor(u / (t * p)), 1), d * self.cp),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
             S.alpha: hw.inter_lat,
             S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
@@ -418,7 +416,7 @@ def _shard_group(c: Choices) -> tuple[sp.Expr, sp.Expr]:
     neighbouring ones (Megatron-LM's intra-instance group: consecutive data-parallel ranks)."""
     if not c.dp_shard:
         return d, S.r
-    return S.z, sp.Min(S.r, S.z, evaluate=False)
+    return S.z, smin(S.r, S.z)
 
 
 def sync_form(c: Choices) -> sp.Expr:
@@ -459,7 +457,7 @@ def sync_window() -> sp.Expr:
     its last micro-batch, one bucket group per chunk), so the last chunk's gradients are ready
     (v - 1) min(m, p) H / v before the end and each chunk's reduce runs behind the chunks
     still in backward: W = H (1 + (v - 1) min(m, p)) / v (H at v = 1)."""
-    return S.H * (1 + (v - 1) * sp.Min(m, p, evaluate=False)) / v
+    return S.H * (1 + (v - 1) * smin(m, p)) / v
 
 
 def exposed_form(c: Choices) -> sp.Expr:
@@ -480,8 +478,8 @@ def exposed_form(c: Choices) -> sp.Expr:
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
-        hidden = sp.Min(gather, overlapped(gather, sp.Rational(3, 2) * S.H, S.sigma) + gather / S.ell,
-                        evaluate=False)
+        hidden = smin(gather, overlapped(gather, sp.Rational(3, 2) * S.H, S.sigma)
+                      + gather / S.ell)
         exposed = exposed + m * (hidden if c.overlap else gather)
     return exposed
 
@@ -503,12 +501,12 @@ def memory_form(c: Choices) -> sp.Expr:
             + S.A_act)
 
 
-@functools.lru_cache(maxsize=128)
-def program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = OUTPUTS
-            ) -> Program:
+def build_program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = OUTPUTS
+                  ) -> Program:
     """One numpy program computing `outputs` (default: all) of every choice in `choices`,
-    keyed (choice index, output name): the sub-expressions the choices share (the matmul
-    rooflines, the stage's layers, the allreduce) are computed once for all of them."""
-    exprs = {(j, k): e for j, c in enumerate(choices)
+    named "j/output" for choice j: the sub-expressions the choices share (the matmul
+    rooflines, the stage's layers, the allreduce) are computed once for all of them. Built
+    from the expressions each time; `planner.cost.programs.program` keeps them."""
+    exprs = {f"{j}/{k}": e for j, c in enumerate(choices)
              for k, e in TransformerExpressions(model, hw, c).terms.items() if k in outputs}
     return Program(exprs, PLAN_SYMBOLS)

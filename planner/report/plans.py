@@ -3,6 +3,8 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 
 from __future__ import annotations
 
+import sys
+
 from planner import switches
 from planner.report.render import duration, key_values, si, span, table, usd
 
@@ -95,11 +97,16 @@ def band_pair(band: dict) -> tuple[str, str]:
 # --- solve ----------------------------------------------------------------------------------
 
 
+def _is_split(sol) -> bool:
+    """Whether `sol` is a CNN layer split's (a module never imported made none: a transformer
+    request does not load the CNN search to answer this)."""
+    strategy = sys.modules.get("planner.search.strategy")
+    return strategy is not None and isinstance(sol, strategy.SplitSolution)
+
+
 def solution_doc(sol) -> dict:
     """The solve document of every family (a CNN split has its own: `split_doc`)."""
-    from planner.search.strategy import SplitSolution
-
-    if isinstance(sol, SplitSolution):
+    if _is_split(sol):
         return split_doc(sol)
     search = {"points": sol.points, "rows": sol.rows, "branches": sol.branches, "gap": sol.gap,
               "build_time_s": sol.build_time_s, "solve_time_s": sol.solve_time_s}
@@ -186,9 +193,7 @@ def solution_text(sol, precision: dict | None = None, token_budget: dict | None 
                   price: dict | None = None) -> str:
     """`solve`'s text; `precision` ({"name", "source"}), `token_budget` (`token_budget_doc`)
     and `price` ({"usd", "source"}) add what the command knows beyond the solution."""
-    from planner.search.strategy import SplitSolution
-
-    if isinstance(sol, SplitSolution):
+    if _is_split(sol):
         return split_text(sol, precision, price)
     out = [f"status: {sol.status} (CP-SAT: the minimum of {sol.rows:,} priced plans, "
            f"{span(sol.solve_time_s)})", evaluation_text(sol.plan, sol.prediction, precision)]

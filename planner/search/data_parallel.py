@@ -24,8 +24,9 @@ from planner.expr.symbols import b, g, n
 from planner.plan import Plan
 from planner.prediction import Config, Prediction, predict  # noqa: F401  (Config: old name)
 from planner.search import table as core
-from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes, within
+from planner.search.memory_fit import usable_bytes, within
 from planner.search.objective import Objective, objective_for, other_objective
+from planner.search.requests import Problem  # noqa: F401 (its home before)
 from planner.search.solution import Solution, front_entry
 from planner.search.training import Training, check_training
 
@@ -34,32 +35,6 @@ MAX_POINTS = 3_000_000
 
 __all__ = ["DEFAULT_NODES_MAX", "DataParallelSolver", "Objective", "Problem", "Solution",
            "Training"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What the user fixed and bounded. None means free (within the defaults)."""
-
-    nodes: int | None = None
-    nodes_max: int | None = None
-    devices: int | None = None
-    devices_max: int | None = None
-    devices_per_node: int | None = None
-    global_batch: int | None = None
-    global_batch_range: tuple[int, int] | None = None
-    local_batch: int | None = None
-    local_batch_min: int | None = None
-    collectives: tuple[Collective, ...] = tuple(Collective)
-    overlap: bool = True
-    objective: Objective = Objective.throughput
-    fewest_nodes_within: float | None = None  # 0.05: the fewest nodes within 5% of the best
-    top: int = 0
-    time_limit_s: float = 10.0
-    workers: int = 1  # one worker: a deterministic search
-    training: Training | None = None
-    pareto: bool = False
-    memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
-    knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
 
 
 @dataclass

@@ -1,0 +1,29 @@
+"""Max and Min built as written. SymPy's `Max(..., evaluate=False)` still sorts its arguments
+by `default_sort_key`, which counts every node below them: on the transformer's nested
+expressions that sorting was 40 % of building them. Here the arguments keep the order the
+cost model writes them in (duplicates dropped, as SymPy drops them), which is as deterministic;
+SymPy's printers sort Max / Min arguments themselves, so the printed forms do not change."""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.core.sympify import _sympify  # strict: numbers and expressions, never text
+
+
+def _unordered(cls, args):
+    args = tuple(dict.fromkeys(_sympify(a) for a in args))
+    if len(args) == 1:
+        return args[0]
+    obj = sp.Expr.__new__(cls, *args)
+    obj._argset = frozenset(args)
+    return obj
+
+
+def smax(*args) -> sp.Expr:
+    """Max(*args), unevaluated and unsorted."""
+    return _unordered(sp.Max, args)
+
+
+def smin(*args) -> sp.Expr:
+    """Min(*args), unevaluated and unsorted."""
+    return _unordered(sp.Min, args)
