@@ -59,6 +59,7 @@ by term:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import sympy as sp
 
@@ -508,5 +509,12 @@ def build_program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, .
     rooflines, the stage's layers, the allreduce) are computed once for all of them. Built
     from the expressions each time; `planner.cost.programs.program` keeps them."""
     exprs = {f"{j}/{k}": e for j, c in enumerate(choices)
-             for k, e in TransformerExpressions(model, hw, c).terms.items() if k in outputs}
+             for k, e in expressions(model, hw, c).terms.items() if k in outputs}
     return Program(exprs, PLAN_SYMBOLS)
+
+
+@functools.lru_cache(maxsize=256)
+def expressions(model, hw, choices: Choices) -> TransformerExpressions:
+    """The expressions of one choice, built once per process: the search's program for a
+    batch of choices and the winner's own program (every output) share them."""
+    return TransformerExpressions(model, hw, choices)
