@@ -226,8 +226,10 @@ def test_partial_search_on_pinned_stages_and_chunks_equals_brute_force(pins, bud
     assert sol.status == "optimal" and sol.plan.recompute_layers is not None
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
     # every partial row recomputes less than a whole chunk (a whole chunk is full recompute)
-    _, rows, _, _, _ = HybridSolver(m, system, Precision.bf16, Search(
-        global_batch=B, devices_max=budget, cp=1, **{"interleave": 1} | pins)).table()
+    solver = HybridSolver(m, system, Precision.bf16, Search(
+        global_batch=B, devices_max=budget, cp=1, **{"interleave": 1} | pins))
+    solver.rows()
+    rows = solver.plans
     v = pins.get("interleave", 1)
     chunk = max(stage_layers(m.layers, p, v, pins.get("first_stage_layers"),
                              pins.get("last_stage_layers"))) // v

@@ -11,7 +11,6 @@ budget) is a named gate over the rows; when none passes them all, the wider spac
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +22,12 @@ from planner.expr.collectives import Collective
 from planner.expr.symbols import b, g, n
 from planner.plan import Plan
 from planner.prediction import Config, Prediction, predict  # noqa: F401  (Config: old name)
+from planner.search import driver
 from planner.search import table as core
 from planner.search.memory_fit import usable_bytes, within
-from planner.search.objective import Objective, objective_for, other_objective
+from planner.search.objective import Objective, objective_for
 from planner.search.requests import Problem  # noqa: F401 (its home before)
-from planner.search.solution import Solution, front_entry
+from planner.search.solution import Solution
 from planner.search.training import Training, check_training
 
 DEFAULT_NODES_MAX = 4096
@@ -45,8 +45,6 @@ class Priced:
     rows: np.ndarray
     collectives: list[Collective]
     points: int  # (n, g, b) points (rows = points x collectives)
-    time_to_train: np.ndarray | None = None  # per row, with a Training
-    cost: np.ndarray | None = None
 
 
 class DataParallelSolver:
@@ -128,9 +126,10 @@ class DataParallelSolver:
 
     # --- the priced table --------------------------------------------------------------------
 
-    def table(self, explain: bool = False) -> Priced:
-        """One row per (n, g, b, collective), priced by the expressions, with every constraint
-        family as a gate."""
+    def rows(self, explain: bool = False) -> driver.Rows:
+        """One row per (n, g, b, collective), its iteration time from the expressions, with
+        memory and every pin as a gate (so an infeasible problem names the ones that
+        conflict); `plan` reads them back."""
         p, m, sysm = self.p, self.m, self.m.system
         base = self._points(explain)
         if len(base) == 0:
@@ -139,24 +138,9 @@ class DataParallelSolver:
         cols = list(p.collectives)
         rows = np.concatenate([np.column_stack([base, np.full(len(base), k)])
                                for k in range(len(cols))])
+        self._built = (rows, cols)
         N = rows[:, 0] * rows[:, 1]
         Bcol = N * rows[:, 2]
-        tr = p.training
-        ttt = cost = None
-        if tr is not None and (p.objective.needs_training or p.pareto
-                               or tr.deadline_s is not None or tr.budget_usd is not None):
-            ttt, cost = self._train_arrays(rows, cols)
-        if p.objective is Objective.time_to_train:
-            obj = ttt
-            other = cost if tr.price_per_device_hour else ttt * N
-        elif p.objective is Objective.cost:
-            obj, other = cost, ttt
-        else:
-            obj = np.concatenate([self._objective_values(c, base) for c in cols])
-            other = other_objective(p.objective, obj, N, Bcol)
-        if not np.all(np.isfinite(obj)):
-            raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
-
         gates = []
         mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
         cap = usable_bytes(sysm.device.memory_bytes, p.memory_headroom)
@@ -186,16 +170,27 @@ class DataParallelSolver:
             gates.append(core.Gate(
                 name, f"{name.removesuffix('_max').removesuffix('_min')} {op} {val}{extra}",
                 allowed))
-        if tr is not None and tr.deadline_s is not None:
-            gates.append(core.Gate("deadline", f"time to train <= {tr.deadline_s:g} s",
-                                   ttt <= tr.deadline_s))
-        if tr is not None and tr.budget_usd is not None:
-            gates.append(core.Gate("budget", f"cost to train <= {tr.budget_usd:g} USD",
-                                   cost <= tr.budget_usd))
+        single = None
+        if p.objective is Objective.efficiency:  # one device's time for the whole batch
+            single = self.m.numeric_expr(self.m.single_device_time())(
+                np.ones(len(rows)), np.ones(len(rows)), Bcol.astype(float))
         # runners-up differ in (n, g, b): the collectives of one point are one group
         group = np.tile(np.arange(len(base)), len(cols))
-        table = core.Table(obj, other, N, rows[:, 0], gates, group)
-        return Priced(table, rows, cols, len(base), ttt, cost)
+        return driver.Rows(self._iteration_times(rows, cols), N, rows[:, 0], Bcol, gates,
+                           group, len(base), single)
+
+    def table(self, explain: bool = False) -> Priced:
+        """The priced table (the driver's objective and training gates over `rows`)."""
+        priced = driver.price(self._ask(), self.rows(explain))
+        rows, cols = self._built
+        return Priced(priced.table, rows, cols, priced.rows.points)
+
+    def _ask(self) -> driver.Ask:
+        p = self.p
+        return driver.Ask(p.objective, p.training, top=p.top,
+                          fewest_nodes_within=p.fewest_nodes_within,
+                          time_limit_s=p.time_limit_s, workers=p.workers, pareto=p.pareto,
+                          knee_tolerance=p.knee_tolerance)
 
     def _iteration_times(self, rows: np.ndarray, cols: list[Collective]) -> np.ndarray:
         """The iteration time of every row, from the expressions."""
@@ -205,15 +200,6 @@ class DataParallelSolver:
             fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
             times[sel] = fn(*(rows[sel][:, i].astype(float) for i in range(3)))
         return times
-
-    def _train_arrays(self, rows: np.ndarray, cols: list[Collective]):
-        """(time to train, cost) per row: iteration time from the expressions x S(B)."""
-        tr = self.p.training
-        times = self._iteration_times(rows, cols)
-        N = (rows[:, 0] * rows[:, 1]).astype(float)
-        ttt = times * tr.steps(N * rows[:, 2])
-        price = tr.price_per_device_hour or 0.0
-        return ttt, ttt / 3600 * N * price
 
     # --- the objective as an expression --------------------------------------------------------
 
@@ -243,10 +229,6 @@ class DataParallelSolver:
         dev = np.asarray(devices, dtype=float)
         return np.broadcast_to(fn(np.ones_like(dev), dev, np.asarray(batch) / dev), dev.shape)
 
-    def _objective_values(self, c: Collective, pts: np.ndarray) -> np.ndarray:
-        fn = self.m.numeric_expr(self.objective_expr(c))
-        return fn(*(pts[:, i].astype(float) for i in range(3)))
-
     def objective_value(self, plan: Plan) -> float:
         """The objective expression evaluated at `plan`."""
         fn = self.m.numeric_expr(self.objective_expr(plan.collective))
@@ -255,40 +237,15 @@ class DataParallelSolver:
     # --- solve -------------------------------------------------------------------------------
 
     def solve(self) -> Solution:
-        t0 = time.perf_counter()
-        priced = self.table()
-        build_time = time.perf_counter() - t0
-        p = self.p
-        found = core.solve(priced.table, top=p.top, within=p.fewest_nodes_within,
-                           time_limit_s=p.time_limit_s, workers=p.workers,
-                           explain=lambda: self.table(explain=True).table, note=self._note)
-        best = self._plan(priced, found.best)
-        prediction = self._predict(best)
-        alternatives = [(alt, self._predict(alt))
-                        for alt in (self._plan(priced, i) for i in found.alternatives)]
-        return Solution(
-            status=found.status, plan=best, prediction=prediction,
-            objective={"name": p.objective.value, "value": self.objective_value(best),
-                       "solver_value": found.value, "unit": p.objective.unit},
-            alternatives=alternatives, solve_time_s=found.solve_time_s,
-            build_time_s=build_time, branches=found.branches, points=priced.points,
-            rows=len(priced.table), gap=found.gap,
-            training=self._training(best, prediction.iteration_time_s),
-            pareto=self._pareto(priced) if p.pareto else None,
-            knee=self._knee(priced, found.best))
+        return driver.solve(self, self._ask(), note=self._note)
 
-    def _knee(self, priced: Priced, chosen: int) -> dict | None:
-        """Where scaling stops, from this priced table (`search.table.knee`): the objective
-        when it is a time, the time to train for cost, the iteration time for efficiency."""
-        obj = self.p.objective
-        if obj is Objective.cost:
-            time_s = priced.time_to_train
-        elif obj is Objective.efficiency:
-            time_s = self._iteration_times(priced.rows, priced.collectives)
-        else:
-            time_s = priced.table.objective
-        return core.knee(time_s, priced.table.devices, priced.table.allowed(), chosen,
-                         self.p.knee_tolerance, core.KNEE_MEASURES[obj.value])
+    def plan(self, row: int) -> Plan:
+        rows, cols = self._built
+        n_val, g_val, b_val, c_idx = (int(x) for x in rows[row])
+        return Plan.data_parallel(n_val, g_val, n_val * g_val * b_val, cols[c_idx],
+                                  self.p.overlap)
+
+    predict = _predict
 
     def explain(self) -> InfeasibleError:
         """The error naming the smallest set of constraints that conflict."""
@@ -299,24 +256,3 @@ class DataParallelSolver:
             return (f" (given global_batch = {self.p.global_batch}, which must split into whole "
                     "local batches over the devices)")
         return ""
-
-    def _training(self, plan: Plan, iteration_s: float) -> dict | None:
-        tr = self.p.training
-        return None if tr is None else tr.report(plan.global_batch, plan.devices, iteration_s)
-
-    def _pareto(self, priced: Priced) -> list[dict]:
-        """The non-dominated (time-to-train, cost) plans among the rows every gate allows."""
-        ok = np.flatnonzero(priced.table.allowed())
-        ttt, cost, N = priced.time_to_train[ok], priced.cost[ok], priced.table.devices[ok]
-        front = []
-        for i in core.pareto_front(ttt, cost, N):
-            plan = self._plan(priced, int(ok[i]))
-            front.append(front_entry(plan, ttt[i], cost[i],
-                                     self.p.training.steps(plan.global_batch)))
-        return front
-
-    def _plan(self, priced: Priced, i: int) -> Plan:
-        n_val, g_val, b_val, c_idx = (int(x) for x in priced.rows[i])
-        return Plan.data_parallel(n_val, g_val, n_val * g_val * b_val,
-                                  priced.collectives[c_idx], self.p.overlap)
-

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 
 import numpy as np
 
@@ -48,11 +47,12 @@ from planner.plan import (
     stage_layers,
 )
 from planner.prediction import Prediction
+from planner.search import driver
 from planner.search import table as core
 from planner.search.hybrid_space import Search, candidate_batches, choices, structures
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
-from planner.search.objective import Objective, objective_for, other_objective
-from planner.search.solution import Solution, front_entry
+from planner.search.objective import Objective, objective_for
+from planner.search.solution import Solution
 from planner.search.training import check_training
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
@@ -345,92 +345,39 @@ class HybridSolver:
             f"{self.q.devices or self.q.devices_max} devices divides {batch} (whole nodes of "
             f"{self.hw.g} beyond one node)", ("global_batch",))
 
-    def _train(self, time_s, devices, B) -> tuple[np.ndarray, np.ndarray]:
-        """(time to train, cost to train) per row (McCandlish et al. 2018: S(B) steps)."""
-        tr = self.q.training
-        ttt = time_s * tr.steps(B.astype(float))
-        return ttt, ttt / 3600 * devices * (tr.price_per_device_hour or 0.0)
+    # --- the family the driver searches (planner.search.driver) -------------------------------
 
-    def table(self) -> tuple[core.Table, np.ndarray, np.ndarray, tuple | None, int]:
-        """(the priced table, its rows, iteration times, (time to train, cost) or None, plans
-        priced)."""
-        q = self.q
-        rows, time_s, priced = self._rows()
-        devices, B = rows[:, 0] * rows[:, 1] * rows[:, 3] * rows[:, 10], rows[:, 5]
-        tr = q.training
-        train = self._train(time_s, devices, B) if tr is not None else None
-        if q.objective is Objective.time_to_train:
-            obj = train[0]
-            other = train[1] if tr.price_per_device_hour else train[0] * devices
-        elif q.objective is Objective.cost:
-            obj, other = train[1], train[0]
-        else:
-            if q.objective is Objective.token_budget:
-                obj = time_s * q.token_budget / (B * self.m.seq_len)
-            elif q.objective is Objective.throughput:
-                obj = time_s / B  # seconds per sample: 1 / throughput
-            else:
-                obj = time_s
-            other = other_objective(q.objective, obj, devices, B)
-        if not np.all(np.isfinite(obj)):
-            raise SpecError("the cost model gave a non-finite value; check the hardware numbers")
-        gates = []
-        if tr is not None and tr.deadline_s is not None:
-            gates.append(core.Gate("deadline", f"time to train <= {tr.deadline_s:g} s (the "
-                                   f"fastest plan that fits takes {train[0].min():.4g} s)",
-                                   train[0] <= tr.deadline_s))
-        if tr is not None and tr.budget_usd is not None:
-            gates.append(core.Gate("budget", f"cost to train <= {tr.budget_usd:g} USD (the "
-                                   f"cheapest plan that fits costs {train[1].min():.4g} USD)",
-                                   train[1] <= tr.budget_usd))
+    def rows(self, explain: bool = False) -> driver.Rows:
+        """The plans that fit, priced (pins that leave no plan and memory no plan meets are
+        named while pricing: `_rows`)."""
+        self.plans, time_s, priced = self._rows()
+        plans = self.plans
+        devices = plans[:, 0] * plans[:, 1] * plans[:, 3] * plans[:, 10]
         group = None
-        if q.top:  # runners-up differ in the split (tp, pp, dp) or the batch
-            group = np.unique(rows[:, [0, 1, 3, 5, 10, 11, 12]], axis=0,
+        if self.q.top:  # runners-up differ in the split (tp, pp, dp, cp, ep, etp) or the batch
+            group = np.unique(plans[:, [0, 1, 3, 5, 10, 11, 12]], axis=0,
                               return_inverse=True)[1].ravel()
-        nodes = np.maximum(1, devices // self.hw.g)
-        return core.Table(obj, other, devices, nodes, gates, group), rows, time_s, train, priced
+        return driver.Rows(time_s, devices, np.maximum(1, devices // self.hw.g), plans[:, 5],
+                           group=group, points=priced)
+
+    def plan(self, row: int) -> Plan:
+        return self._plan(self.plans[row])
+
+    def predict(self, plan: Plan) -> Prediction:
+        return predict(self.m, self.system, self.precision, plan, self.q.memory_headroom)
 
     def solve(self) -> Solution:
-        t0 = time.perf_counter()
-        table, rows, time_s, train, priced = self.table()
-        build = time.perf_counter() - t0
         q = self.q
-        found = core.solve(table, top=q.top, within=q.fewest_nodes_within,
-                           time_limit_s=q.time_limit_s, workers=q.workers)
-        plan = self._plan(rows[found.best])
-        pred = predict(self.m, self.system, self.precision, plan, q.memory_headroom)
-        alternatives = [(p, predict(self.m, self.system, self.precision, p, q.memory_headroom))
-                        for p in (self._plan(rows[i]) for i in found.alternatives)]
-        value = float(table.objective[found.best])
-        return Solution(
-            status=found.status, plan=plan, prediction=pred,
-            objective={"name": q.objective.value, "value": value, "solver_value": value,
-                       "unit": q.objective.unit},
-            alternatives=alternatives, solve_time_s=found.solve_time_s, build_time_s=build,
-            branches=found.branches, points=priced, rows=len(table), gap=found.gap,
-            training=self._report(plan, pred.iteration_time_s),
-            pareto=self._pareto(table, rows, train) if q.pareto else None,
-            knee=core.knee(train[0] if q.objective is Objective.cost else table.objective,
-                           table.devices, table.allowed(), found.best, q.knee_tolerance,
-                           core.KNEE_MEASURES[q.objective.value]))
+        ask = driver.Ask(q.objective, q.training, token_budget=q.token_budget,
+                         tokens_per_sample=self.m.seq_len, top=q.top,
+                         fewest_nodes_within=q.fewest_nodes_within,
+                         time_limit_s=q.time_limit_s, workers=q.workers, pareto=q.pareto,
+                         knee_tolerance=q.knee_tolerance)
+        return driver.solve(self, ask, training_report=self._report)
 
     def _report(self, plan: Plan, iteration_s: float) -> dict | None:
-        tr = self.q.training
-        if tr is None:
-            return None
-        out = tr.report(plan.global_batch, plan.devices, iteration_s)
+        out = self.q.training.report(plan.global_batch, plan.devices, iteration_s)
         return {**out, "tokens": out["samples"] * self.m.seq_len}
-
-    def _pareto(self, table: core.Table, rows: np.ndarray, train) -> list[dict]:
-        """The non-dominated (time-to-train, cost) plans among the rows every gate allows."""
-        ok = np.flatnonzero(table.allowed())
-        ttt, cost = train[0][ok], train[1][ok]
-        front = []
-        for j in core.pareto_front(ttt, cost, table.devices[ok]):
-            plan = self._plan(rows[ok[j]])
-            front.append(front_entry(plan, ttt[j], cost[j],
-                                     self.q.training.steps(plan.global_batch)))
-        return front
 
     def _plan(self, row) -> Plan:
         t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(x) for x in row)
