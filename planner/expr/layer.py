@@ -41,6 +41,32 @@ def overlapped(comm, window, slowdown):
     return _max(comm * slowdown / (1 + slowdown), comm - window)
 
 
+RING, DEVICE = "ring", "device"  # how a group's traffic crosses the NICs (`across_bw`)
+
+
+def across_bw(hw, crossing: str):
+    """The NIC bandwidth one rank's traffic gets where its group leaves the scale-up domain: a
+    ring that enters and leaves each node once (a tp or etp group holding all g devices of
+    its nodes: NCCL runs a channel per NIC) has the node's whole NICs, no faster than the
+    scale-up hops that feed them (`RING`); traffic every device of a node sends at once
+    (all-to-all, point-to-point, the data-parallel sync) a 1 / g share (`DEVICE`)."""
+    return min(hw.nic_bw, hw.intra_bw) if crossing == RING else hw.nic_bw / hw.g
+
+
+def links(hw, crossing: str):
+    """((bandwidth, latency) inside the scale-up domain, the same across it): the one place
+    a group's link is chosen (tp, ep, etp, cp, pp and the data-parallel sync's symbols)."""
+    return (hw.intra_bw, hw.intra_lat), (across_bw(hw, crossing), hw.inter_lat)
+
+
+def hop(hw, within, crossing: str, size, size_across=None):
+    """One message of `size` bytes (`size_across` where it leaves the domain, if that
+    differs): on the scale-up link where `within` holds, else over the NICs."""
+    (bw_in, lat_in), (bw_out, lat_out) = links(hw, crossing)
+    return _if(within, lat_in + size / bw_in,
+               lat_out + (size if size_across is None else size_across) / bw_out)
+
+
 def ring(ranks, size, bw, lat):
     """Ring allreduce of `size` bytes over `ranks` at bandwidth `bw` and latency `lat`: the one
     formula of `planner.expr.collectives` (exactly 0 on one rank)."""
@@ -73,8 +99,8 @@ class LayerCosts:
         being the other bound. A collective is a kernel too (exactly 0 on one rank)."""
         hw = self.hw
         size = self.tokens * self.model.hidden * hw.value_bytes
-        ring_t = _if(t <= hw.scale_up, ring(t, size, hw.intra_bw, hw.intra_lat),
-                     ring(t, size, min(hw.nic_bw, hw.intra_bw), hw.inter_lat))
+        inside, across = links(hw, RING)
+        ring_t = _if(t <= hw.scale_up, ring(t, size, *inside), ring(t, size, *across))
         return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
 
     def _tp_comm(self, blocks) -> sp.Expr:
@@ -116,14 +142,11 @@ class LayerCosts:
         "tp-ep-dp-pp"): the group is inside the scale-up domain while e_t e_p <= u, else the
         share of each rank's peers on other domains goes over the node's NICs."""
         md, hw, ep, et = self.model, self.hw, self.ep, self.etp
-        u, g = hw.scale_up, hw.g
+        u = hw.scale_up
         routed = self.tokens * md.top_k * md.hidden * hw.value_bytes * self.capacity / t
-        inside = hw.intra_lat + routed * (ep - 1) / ep / hw.intra_bw
         leaves = 1 - _max(u / et, 1) / ep
-        across = hw.inter_lat + routed * leaves / (hw.nic_bw / g)
-        a2a = _if(et * ep <= u, inside, across)
-        gather = (et - 1) * _if(et <= u, hw.intra_lat + routed / hw.intra_bw,
-                                hw.inter_lat + routed / min(hw.nic_bw, hw.intra_bw))
+        a2a = hop(hw, et * ep <= u, DEVICE, routed * (ep - 1) / ep, routed * leaves)
+        gather = (et - 1) * hop(hw, et <= u, RING, routed)
         if hw.launch_s:
             a2a, gather = _max(a2a, hw.launch_s), _max(gather, hw.launch_s)
         passes = 6 if self.choices.recompute == "full" else 4

@@ -67,12 +67,15 @@ from planner.expr import symbols as S
 from planner.expr.choices import OUTPUTS
 from planner.expr.collectives import all_gather
 from planner.expr.layer import (
+    DEVICE,
     RECOMPUTE,
     SCHEDULES,
     Choices,
     LayerCosts,
     _if,
     _max,
+    across_bw,
+    hop,
     overlapped,
     ring,
 )
@@ -105,9 +108,9 @@ class TransformerExpressions(LayerCosts):
 
     def _build(self) -> dict[str, sp.Expr]:
         md, hw, c = self.model, self.hw, self.choices
-        # g: devices sharing a node's NICs; u: devices on one scale-up (NVLink) domain, where
+        # u: devices on one scale-up (NVLink) domain, where
         # tp, cp, ep and the first tier of the gradient allreduce stay (u = g but on NVL72)
-        h, g, u, vb, L = md.hidden, hw.g, hw.scale_up, hw.value_bytes, md.layers
+        h, u, vb, L = md.hidden, hw.scale_up, hw.value_bytes, md.layers
         # gradients as accumulated and reduced: fp32 with bf16 weights, unless kept in bf16
         gb = 2 if c.grad_reduce_bf16 and vb == 2 else hw.grad_bytes
         tok = self.tokens
@@ -135,8 +138,7 @@ class TransformerExpressions(LayerCosts):
         # bytes against twice the core); a recomputed forward (full or selective) runs it
         # again. The group sits inside the node next to tp until t c_p > g.
         kv = 2 * tok * sp.Integer(md.kv_dim) / t * vb
-        cp_step = _if(t * self.cp <= u, hw.intra_lat + kv / hw.intra_bw,
-                      hw.inter_lat + kv / (hw.nic_bw / g))
+        cp_step = hop(hw, t * self.cp <= u, DEVICE, kv)
         ring = (self.cp - 1) * cp_step
         slow = hw.overlap_slowdown
         cp_layer = ((2 if full or selective else 1) * overlapped(ring, core, slow)
@@ -229,10 +231,7 @@ class TransformerExpressions(LayerCosts):
         if not c.sequence_parallel:
             regather = all_gather(t, size, hw.intra_lat, hw.intra_bw)
             regather = _if(t > 1, _max(regather, hw.launch_s) if hw.launch_s else regather, 0)
-        p2p = sp.Piecewise((2 * v * (hw.inter_lat + send / (hw.nic_bw / g) + regather),
-                            (p > 1) & (t * self.cp * p > u)),
-                           (2 * v * (hw.intra_lat + send / hw.intra_bw + regather), p > 1),
-                           (0, True))
+        p2p = _if(p > 1, 2 * v * (hop(hw, t * self.cp * p <= u, DEVICE, send) + regather), 0)
         # interleaved, the sends overlap the chunks' compute (Megatron-LM's default
         # overlap_p2p_comm, which it turns off without interleaving: arguments.py at d98e8a6):
         # per chunk, its two sends behind its forward and backward, v of them a slot
@@ -327,7 +326,7 @@ class TransformerExpressions(LayerCosts):
                           else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: smin(_max(sp.floor(u / (t * p)), 1), d * self.cp),
-            S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: hw.nic_bw / g,
+            S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: across_bw(hw, DEVICE),
             S.alpha: hw.inter_lat,
             S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
