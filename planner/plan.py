@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner import switches
+from planner import rules, switches
 from planner.errors import SpecError
 from planner.vocabulary import (  # noqa: F401 (the plan's vocabulary, re-exported)
     TRANSFORMER_OPTIMIZERS,
@@ -101,7 +101,7 @@ class Plan:
                             f"tp({self.tp}) x cp({self.cp}) x dp({self.dp}) = {dense} (the "
                             f"expert grid is folded over the same ranks)")
         if self.dp_shard is not None:
-            check_dp_shard(self.dp_shard, self.dp, self.zero)
+            check_dp_shard(self.dp_shard, self.zero)
             if not hsdp_fits_experts(self.tp, self.cp, self.dp_shard, self.ep, self.etp):
                 expert_dp = dense // expert
                 raise SpecError(f"dp_shard: the {self.dp // self.dp_shard} replicating groups "
@@ -118,10 +118,7 @@ class Plan:
                 raise SpecError(f"interleave: {self.interleave} virtual stages need pp > 1")
             if self.schedule is not Schedule.one_f_one_b:
                 raise SpecError("interleave: virtual stages need --schedule 1f1b")
-            if self.accumulation % self.pp:
-                raise SpecError(f"interleave: the interleaved schedule needs the "
-                                f"{self.accumulation} micro-batches per iteration to be a "
-                                f"multiple of pp({self.pp})")
+        rules.check(None, self)  # the rules tying the split to the choices (planner.rules)
 
     # --- derived sizes ---------------------------------------------------------------------
 
@@ -232,16 +229,14 @@ def hsdp_fits_experts(tp, cp, dp_shard, ep, etp):
     return (tp * cp * dp_shard) % (ep * etp) == 0
 
 
-def check_dp_shard(n: int, dp: int | None, zero: int) -> None:
+def check_dp_shard(n: int, zero: int) -> None:
     """Hybrid sharding (HSDP): ZeRO shards over groups of n data-parallel replicas, which
-    need a ZeRO stage to shard and must tile the dp replicas (Megatron-LM asserts dp cp
-    divisible by its instances)."""
+    need a ZeRO stage to shard (that the groups tile the replicas is a rule of
+    `planner.rules`)."""
     _positive("dp_shard", n)
     if zero == 0:
         raise SpecError(f"dp_shard: sharding over groups of {n} replicas needs ZeRO 1, 2 or 3 "
                         "(got --zero 0)")
-    if dp is not None and dp % n:
-        raise SpecError(f"dp_shard: {n} replicas per shard group do not divide dp({dp})")
 
 
 def check_lora(model, rank: int) -> None:
@@ -274,23 +269,9 @@ def check_for_model(model, plan: Plan) -> None:
     if model.experts <= 1 and (plan.etp != plan.tp or plan.capacity_factor != 1):
         key = "etp" if plan.etp != plan.tp else "capacity_factor"
         raise SpecError(f"{key}: '{model.name}' is a dense model (no experts)")
-    # moe_layer.py refuses MoE with tensor parallelism but no sequence parallelism in training
-    if model.experts > 1 and plan.tp > 1 and not plan.sequence_parallel:
-        raise SpecError(f"sequence_parallel: Megatron-LM trains MoE layers with tp({plan.tp}) > "
-                        "1 only with sequence parallelism")
-    # Megatron-LM (TransformerConfig): the all-to-all overlap needs expert parallelism, two
-    # micro-batches to overlap and no full recomputation
-    if plan.ep_overlap and (plan.ep == 1 or plan.recompute is Recompute.full
-                            or plan.accumulation < 2 or (plan.pp > 1 and plan.interleave == 1)):
-        raise SpecError(f"ep_overlap: overlapping the all-to-alls needs ep > 1 (got "
-                        f"{plan.ep}), 2 or more micro-batches (got {plan.accumulation}), no "
-                        f"full recompute and, with a pipeline, virtual stages (Megatron-LM)")
+    rules.check(model, plan)  # and those that need the model (planner.rules)
     if plan.lora_rank is not None:
         check_lora(model, plan.lora_rank)
-    # Megatron-LM: Transformer Engine's tp communication overlap needs sequence parallelism
-    if plan.tp_overlap and plan.tp > 1 and not plan.sequence_parallel:
-        raise SpecError("tp_overlap: tensor-parallel communication overlap needs sequence "
-                        "parallelism (Megatron-LM)")
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,

@@ -139,9 +139,11 @@ def test_tp_overlap_pays_where_the_chunks_stay_thick(name):
 
 
 def test_tp_overlap_needs_sequence_parallel():
-    plan = Plan.split(4, 1, 2, 1, 8, node_size=8, tp_overlap=True)
+    """A plan that breaks a rule of planner.rules is refused when it is built."""
     with pytest.raises(SpecError, match="tp_overlap: tensor-parallel communication overlap"):
-        predict(LLAMA, load_system("dgx-h100"), Precision.bf16, plan)
+        Plan.split(4, 1, 2, 1, 8, node_size=8, tp_overlap=True)
+    plan = Plan.split(4, 1, 2, 1, 8, node_size=8, tp_overlap=True, sequence_parallel=True)
+    assert predict(LLAMA, load_system("dgx-h100"), Precision.bf16, plan).iteration_time_s > 0
 
 
 def test_uneven_chunks_take_the_largest_chunk_per_bubble_slot():

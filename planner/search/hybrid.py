@@ -194,13 +194,10 @@ class HybridSolver:
         check_recompute_layers(q.recompute_layers, q.recompute or "full",
                                q.offload_activations)
         if q.dp_shard is not None:
-            check_dp_shard(q.dp_shard, q.dp, 1 if q.zero is None else q.zero)
+            check_dp_shard(q.dp_shard, 1 if q.zero is None else q.zero)
         check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
         check_fp8_activations(q.fp8_activations, q.offload_activations)
-        if q.ep_overlap and (q.recompute == "full" or q.recompute_layers):
-            # Plan's rule, refused before the search rather than by every row
-            raise SpecError("ep_overlap: overlapping the all-to-alls needs no full recompute "
-                            "(Megatron-LM); --recompute-layers recomputes whole layers")
+        choices(q)  # pins the rules leave no choice of are refused here
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = q.devices, q.devices_max
         if q.nodes is not None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
-from planner import switches
+from planner import rules, switches
 from planner.cost.transformer import PARTIAL, RECOMPUTE
 from planner.errors import SpecError
 from planner.plan import check_pins, hsdp_fits_experts
@@ -126,9 +127,6 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     degrees, then masked."""
     cap = q.devices or q.devices_max or 1 << 20
     ts = [t for t in _divisors(math.gcd(m.heads, m.kv_heads)) if q.tp in (None, t) and t <= cap]
-    # MoE and tp communication overlap need sequence parallelism with tp > 1 (Megatron-LM)
-    if (m.experts > 1 or q.tp_overlap) and q.sequence_parallel is False:
-        ts = [t for t in ts if t == 1]
     uneven = bool(q.first_stage_layers or q.last_stage_layers)
     tpv = []
     for t, p in itertools.product(ts, range(1, m.layers + 1)):
@@ -137,7 +135,6 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
         vs = [1] + [v for v in range(2, m.layers // p + 1) if p > 1 and stage_ok(m, q, p, v)]
         tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
     pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
-             and (q.dp_shard is None or d % q.dp_shard == 0)
              for mb in _divisors(B // d) if q.micro_batch in (None, mb)]
     if not tpv or not pairs:
         return np.empty((0, 8), dtype=np.int64)
@@ -154,25 +151,32 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     ok &= (mode != 1) | (t > 1)  # etp = 1 at t = 1 is the default row already
     if q.devices is not None:
         ok &= n == q.devices
-    # interleaving needs a multiple of p micro-batches (Megatron-LM)
-    ok &= (v == 1) | ((B // (d * mb)) % p == 0)
     if q.dp_shard is not None:  # HSDP's instances split the expert data-parallel group too
         ok &= hsdp_fits_experts(t, cp, q.dp_shard, ep, etp)
-    if q.ep_overlap:  # the all-to-all overlap's rules (Plan: ep > 1, two micro-batches,
-        # virtual stages with a pipeline)
-        ok &= (ep > 1) & (B // (d * mb) >= 2) & ((p == 1) | (v > 1))
+    # the rules of planner.rules that read the split (and sequence parallelism, one value
+    # for every choice the search prices)
+    (sp,) = {c[1] for c in choices(q)}
+    row = SimpleNamespace(t=t, p=p, v=v, d=d, mb=mb, acc=B // (d * mb), cp=cp, ep=ep, etp=etp,
+                          sp=sp)
+    ok &= rules.mask(m, q, row, rules.SPLIT | {"sp"})
     rows = np.column_stack([t, p, v, d, mb, cp, ep, etp])[ok]
     return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
 
 
 def choices(q: Search) -> list[tuple[int, int, int, int]]:
-    """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring)."""
-    # the all-to-all overlap forbids full recomputation (Megatron-LM), partial included;
+    """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring),
+    those the rules of `planner.rules` reading only them allow; a one-line error where the
+    pins leave none."""
     # partial recomputation is not priced with the activation offload
     recs = ([PARTIAL] if q.recompute_layers else [RECOMPUTE.index(q.recompute)] if q.recompute
-            else [0, 1] if q.ep_overlap else [0, 1, 2] if q.offload_activations
-            else [0, 1, 2, PARTIAL])
+            else [0, 1, 2] if q.offload_activations else [0, 1, 2, PARTIAL])
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
-    return [(r, s, z, k) for r in recs for s in sps for z in zeros for k in gp]
+    every = [(r, s, z, k) for r in recs for s in sps for z in zeros for k in gp]
+    ok = [c for c in every
+          if rules.mask(None, q, SimpleNamespace(rec=c[0], sp=c[1], zero=c[2]), rules.CHOICE)]
+    if not ok:
+        rules.refuse(q, SimpleNamespace(rec=every[0][0], sp=every[0][1], zero=every[0][2]),
+                     rules.CHOICE)
+    return ok
