@@ -233,5 +233,5 @@ def test_partial_search_on_pinned_stages_and_chunks_equals_brute_force(pins, bud
     v = pins.get("interleave", 1)
     chunk = max(stage_layers(m.layers, p, v, pins.get("first_stage_layers"),
                              pins.get("last_stage_layers"))) // v
-    partial = rows[rows[:, 6] == PARTIAL]
-    assert len(partial) and partial[:, 13].min() >= 1 and partial[:, 13].max() < chunk
+    partial = rows[rows["rec"] == PARTIAL]
+    assert len(partial) and partial["rl"].min() >= 1 and partial["rl"].max() < chunk

@@ -58,6 +58,11 @@ from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
 MAX_ROWS = 20_000_000
+# a priced row of the search: the structure, the global batch, the per-row choices (recompute
+# as RECOMPUTE's index or PARTIAL, sequence parallelism, ZeRO, GPipe) and, for PARTIAL rows,
+# the layers of each chunk recomputed (0 otherwise)
+COLUMNS = ("t", "p", "v", "d", "mb", "B", "rec", "sp", "zero", "gpipe", "cp", "ep", "etp", "rl")
+ROW = np.dtype([(k, np.int64) for k in COLUMNS])
 OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.efficiency)
 UNITS = {o.value: o.unit for o in Objective}
 HybridSolution = Solution  # the former name of a transformer search's answer
@@ -213,8 +218,7 @@ class HybridSolver:
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The plans that fit in memory: (rows R x 14: t, p, v, d, mb, B, recompute, sp, zero,
-        gpipe, cp, ep, etp, recomputed layers of each chunk (PARTIAL rows; 0 otherwise);
+        """The plans that fit in memory: (rows, a structured array of the fields of `ROW`;
         iteration time per row; plans priced). Priced one global batch at a time, with the
         structural terms computed once per structure and broadcast over the choices; memory
         is the one constraint every plan must meet, so rows over it are dropped here."""
@@ -230,7 +234,7 @@ class HybridSolver:
             out[:, :5], out[:, 5], out[:, 6:10], out[:, 10:13] = \
                 st[si, :5], B, chosen[ci], st[si, 5:]
             out[:, 13] = 0 if rl is None else rl[si]
-            rows.append(out)
+            rows.append(out.view(ROW).ravel())
             times.append(time_s[si, ci])
 
         for B in self.batches:
@@ -349,12 +353,12 @@ class HybridSolver:
         named while pricing: `_rows`)."""
         self.plans, time_s, priced = self._rows()
         plans = self.plans
-        devices = plans[:, 0] * plans[:, 1] * plans[:, 3] * plans[:, 10]
+        devices = plans["t"] * plans["p"] * plans["d"] * plans["cp"]
         group = None
         if self.q.top:  # runners-up differ in the split (tp, pp, dp, cp, ep, etp) or the batch
-            group = np.unique(plans[:, [0, 1, 3, 5, 10, 11, 12]], axis=0,
-                              return_inverse=True)[1].ravel()
-        return driver.Rows(time_s, devices, np.maximum(1, devices // self.hw.g), plans[:, 5],
+            split = np.column_stack([plans[k] for k in ("t", "p", "d", "B", "cp", "ep", "etp")])
+            group = np.unique(split, axis=0, return_inverse=True)[1].ravel()
+        return driver.Rows(time_s, devices, np.maximum(1, devices // self.hw.g), plans["B"],
                            group=group, points=priced)
 
     def plan(self, row: int) -> Plan:
@@ -377,7 +381,7 @@ class HybridSolver:
         return {**out, "tokens": out["samples"] * self.m.seq_len}
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(x) for x in row)
+        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(row[k]) for k in COLUMNS)
         return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
                           etp=etp, recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
                           sequence_parallel=bool(sp and t > 1), zero=zero,
