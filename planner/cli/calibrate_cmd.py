@@ -40,7 +40,7 @@ def calibrate(csv_path, check, fmt):
     results = cal.report(runs)
     stats = cal.summary(results)
     doc = render.document("calibrate", calibration_doc(results, skipped, fitted, specs, stats))
-    emit(doc, fmt, calibration_text(results, skipped, fitted, specs, stats))
+    emit(doc, fmt, lambda: calibration_text(results, skipped, fitted, specs, stats))
     stale = [f"{d} (spec {specs[d]:.3f}, fit {v:.3f})" for d, v in fitted.items()
              if abs(specs[d] - v) > cal.CHECK_TOLERANCE]
     if check and stale:

@@ -74,7 +74,7 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
     used = precision_used(hardware, precision)
     doc = render.document("evaluate", {"model": model, "hardware": hardware, "precision": used,
                                        **evaluation_doc(ev.plan, ev.prediction)})
-    emit(doc, fmt, evaluation_text(ev.plan, ev.prediction, used),
+    emit(doc, fmt, lambda: evaluation_text(ev.plan, ev.prediction, used),
          launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
 
 

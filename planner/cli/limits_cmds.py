@@ -45,7 +45,8 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
             model, hardware, summary, precision=precision, optimizer=optimizer or "momentum",
             servers=servers, overlap=overlap, global_batch=kw["global_batch"])
     doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
-    emit(doc, fmt, transformer_limits_text(summary) if transformer else limits_text(summary))
+    emit(doc, fmt, lambda: (transformer_limits_text(summary) if transformer
+                            else limits_text(summary)))
 
 
 def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dict:

@@ -12,8 +12,9 @@ from planner.cli.params import LAUNCH_FORMATS
 from planner.report import render
 
 
-def emit(doc: dict, fmt: str, text: str, target=None) -> None:
-    """Print `doc` in `fmt`; a launcher form takes `target` (a `planner.launch.Target`)."""
+def emit(doc: dict, fmt: str, text, target=None) -> None:
+    """Print `doc` in `fmt`; a launcher form takes `target` (a `planner.launch.Target`).
+    `text`: the table form, or a function making it (rendered only when asked for)."""
     if fmt in LAUNCH_FORMATS:
         from planner.launch import render_launch
 
@@ -23,7 +24,7 @@ def emit(doc: dict, fmt: str, text: str, target=None) -> None:
     elif fmt == "yaml":
         click.echo(render.to_yaml(doc), nl=False)
     else:
-        click.echo(text)
+        click.echo(text() if callable(text) else text)
 
 
 def launch_target(model: str, hardware: str, precision: str | None, seq_len: int | None,

@@ -182,7 +182,7 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     doc = render.document("solve", body)
     if plot_path:
         _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
-    emit(doc, fmt, solution_text(sol, used, tokens, price if sol.training else None),
+    emit(doc, fmt, lambda: solution_text(sol, used, tokens, price if sol.training else None),
          launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)

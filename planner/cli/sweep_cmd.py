@@ -127,7 +127,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
 
         sweep_plot(sw, plot_path, f"{model} on {hardware}")
     doc = render.document("sweep", {"model": model, "hardware": hardware, **sweep_doc(sw)})
-    emit(doc, fmt, sweep_text(sw))
+    emit(doc, fmt, lambda: sweep_text(sw))
 
 
 def _cluster_failed(exc, fmt: str) -> None:
