@@ -26,50 +26,15 @@ import json
 import subprocess
 import sys
 
+import upstream_source  # tests/data/upstream_source.py, beside this script
+
 ENTRY = ("deepspeed.runtime.config", "DeepSpeedConfig")
 ENGINE = "deepspeed.runtime.engine"
 BASE_MODEL = ("deepspeed.runtime.config_utils", "DeepSpeedConfigModel")
 READERS = {"get_scalar_param", "get_list_param", "get_dict_param"}  # config_utils: d.get(K, v)
 
 
-class Source:
-    def __init__(self, git_dir: str, commit: str):
-        self.git_dir, self.commit = git_dir, commit
-        self.trees: dict[str, ast.Module] = {}
-        self.paths: dict[str, str] = {}
-
-    def _show(self, path: str) -> str | None:
-        r = subprocess.run(["git", "-C", self.git_dir, "show", f"{self.commit}:{path}"],
-                           capture_output=True, text=True)
-        return r.stdout if r.returncode == 0 else None
-
-    def module(self, name: str) -> ast.Module:
-        if name not in self.trees:
-            base = name.replace(".", "/")
-            for path in (f"{base}.py", f"{base}/__init__.py"):
-                text = self._show(path)
-                if text is not None:
-                    self.trees[name], self.paths[name] = ast.parse(text), path
-                    break
-            else:
-                raise FileNotFoundError(name)
-        return self.trees[name]
-
-    def has(self, name: str) -> bool:
-        try:
-            self.module(name)
-            return True
-        except FileNotFoundError:
-            return False
-
-    def absolute(self, module: str, node: ast.ImportFrom) -> str:
-        if not node.level:
-            return node.module or ""
-        parts = module.split(".")
-        package = self.paths[module].endswith("__init__.py")
-        keep = len(parts) - node.level + (1 if package else 0)
-        return ".".join(parts[:keep] + ([node.module] if node.module else []))
-
+class Source(upstream_source.Source):
     def lookup(self, module: str, name: str, seen=None) -> tuple[str, ast.AST] | None:
         """(module, node) defining `name` as bound at the top of `module`: a class, a function,
         or the value assigned; followed through imports and `import *`."""

@@ -19,6 +19,8 @@ import json
 import subprocess
 import sys
 
+import upstream_source  # tests/data/upstream_source.py, beside this script
+
 # the config classes the torchtitan form constructs or assigns, as (module, dotted class name)
 CLASSES = [
     ("torchtitan.trainer", "Trainer.Config"),
@@ -55,40 +57,7 @@ MODULES = [
 ALIASES = [("torchtitan.distributed.activation_checkpoint", "ActivationCheckpointingConfig")]
 
 
-class Source:
-    def __init__(self, git_dir: str, commit: str):
-        self.git_dir, self.commit = git_dir, commit
-        self.trees: dict[str, ast.Module] = {}
-        self.paths: dict[str, str] = {}
-
-    def _show(self, path: str) -> str | None:
-        r = subprocess.run(["git", "-C", self.git_dir, "show", f"{self.commit}:{path}"],
-                           capture_output=True, text=True)
-        return r.stdout if r.returncode == 0 else None
-
-    def module(self, name: str) -> ast.Module:
-        if name not in self.trees:
-            base = name.replace(".", "/")
-            for path in (f"{base}.py", f"{base}/__init__.py"):
-                text = self._show(path)
-                if text is not None:
-                    self.trees[name], self.paths[name] = ast.parse(text), path
-                    break
-            else:
-                raise FileNotFoundError(name)
-        return self.trees[name]
-
-    def is_package(self, name: str) -> bool:
-        self.module(name)
-        return self.paths[name].endswith("__init__.py")
-
-
-def _absolute(src: Source, module: str, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".")
-    keep = len(parts) - node.level + (1 if src.is_package(module) else 0)
-    return ".".join(parts[:keep] + ([node.module] if node.module else []))
+Source = upstream_source.Source
 
 
 def bound_names(src: Source, module: str) -> dict[str, str | None]:
@@ -96,7 +65,7 @@ def bound_names(src: Source, module: str) -> dict[str, str | None]:
     names: dict[str, str | None] = {}
     for node in src.module(module).body:
         if isinstance(node, ast.ImportFrom):
-            origin = _absolute(src, module, node)
+            origin = src.absolute(module, node)
             for a in node.names:
                 names[a.asname or a.name] = f"{origin}.{a.name}"
         elif isinstance(node, ast.Import):
