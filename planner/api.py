@@ -263,7 +263,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           deadline_s: float | None = None, budget_usd: float | None = None,
           optimizer: str | None = None, servers: int | None = None,
           collective: str | None = None, strategy: str | None = None, stages: int | None = None,
-          seq_len: int | None = None, **problem):
+          seq_len: int | None = None, prefer_supported: float | None = None, **problem):
     """The best plan (a `Solution`: plan, prediction, objective, runners-up with `top`, the
     fewest nodes within a tolerance with `fewest_nodes_within`, the (time-to-train, cost)
     Pareto front with `pareto`). Keys of `problem`: nodes, nodes_max, devices, devices_max,
@@ -276,7 +276,9 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     (E_min) / `target_tokens` (transformers: E_min in tokens), the solution carries steps and
     time to train (McCandlish et al. 2018); the price per device-hour defaults to the device
     spec's. The objective defaults, as on the command line, to token-budget with a token
-    budget (`tokens`), else throughput."""
+    budget (`tokens`), else throughput. A transformer pick no calibration run covers carries
+    `support` (`planner.search.support`): for a ZeRO-3 pick the fastest ZeRO 2 plan beside
+    it, which `prefer_supported` F takes when it is within 1 + F of the fastest."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
@@ -294,9 +296,19 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
                                                                 target_tokens), **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                     objective=objective_for(objective, "transformer"), training=training)
-        return HybridSolver(m, system, prec, q).solve()
-    only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len, **problem},
-             TRANSFORMER_ONLY)
+        if prefer_supported is not None and not 0 <= prefer_supported <= 1:
+            raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
+                            f"{prefer_supported!r}")
+        sol = HybridSolver(m, system, prec, q).solve()
+        if q.zero is not None:  # a pinned stage is the user's
+            return sol
+        from planner.search.support import with_support
+
+        return with_support(sol, lambda: HybridSolver(
+            m, system, prec, dataclasses.replace(q, zero=2)).solve(), prefer_supported)
+    only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len,
+                     "prefer_supported": prefer_supported, **problem},
+             (*TRANSFORMER_ONLY, "prefer_supported"))
     cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
     cols = ((enum_value(Collective, collective, "collective"),) if collective
             else tuple(Collective))

@@ -59,8 +59,6 @@ CLI_ONLY = {
     "plot_path": "draw with planner.plot.plan_plot or sweep_plot",
     "batch": "call evaluate once per line (or planner.batch.batch for many solves)",
     "progress_every": "pass on_progress (with jobs or scheduler)",
-    "prefer_supported": "solve again with zero=0, 1 and 2 and take the fastest of those (the "
-                        "command line does so when it is within the fraction given)",
 }
 
 

@@ -143,6 +143,12 @@ def _solve() -> dict:
     plan = _envelope("solve", {
         **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
         "pareto": pareto(CONFIG), "knee": KNEE, "solve_time_s": NUM, "build_time_s": NUM,
+        # a transformer pick no calibration run covers (planner.search.support)
+        "support": obj({"note": STR, "taken": BOOL, "fastest_iteration_time_s": NUM,
+                        "alternative": {"oneOf": [{"type": "null"}, obj({
+                            "config": CONFIG, "iteration_time_s": NUM,
+                            "time_band": {"oneOf": [{"type": "null"},
+                                                    PREDICTION["properties"]["time_band"]]}})]}}),
         "search": obj({"points": INT, "rows": INT, "branches": INT, "gap": NUM,
                        "build_time_s": NUM, "solve_time_s": NUM},
                       required=["points", "rows", "branches", "gap"]),

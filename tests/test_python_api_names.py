@@ -253,7 +253,8 @@ def test_every_solution_field_reads_as_attributes(solutions):
         for f in dataclasses.fields(sol):
             value = getattr(sol, f.name)
             _attributes(value, f"sol.{f.name}")
-            assert value is not None, f.name  # every optional field is exercised here
+            # every optional field is exercised here (support: by the test below)
+            assert value is not None or f.name == "support", f.name
         assert isinstance(sol.objective, ObjectiveValue)
         assert sol.objective.value == sol.objective["value"] > 0
         assert sol.objective.name in ("time-to-train", "cost")
@@ -278,6 +279,7 @@ def test_every_solution_field_reads_as_attributes(solutions):
                                        "solver_value": sol.objective.solver_value,
                                        "unit": sol.objective.unit}
     assert solutions[1].training.tokens > 0
+    assert solutions[0].support is None  # a CNN's plan: nothing to support
 
 
 def test_a_split_solution_reads_as_attributes(solutions):
@@ -347,3 +349,28 @@ def test_the_command_lines_json_keeps_its_schema(run_json):
     assert _steady(doc["objective"]) == _steady(dict(sol.objective))
     assert doc["config"] == sol.plan.to_json()
     assert set(_doc(sol)) <= set(doc)
+
+
+def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
+    """A ZeRO-3 transformer pick has no calibration run behind it: the solution names the
+    fastest ZeRO 2 plan beside it (`support`), and prefer_supported F takes that plan when it
+    is within 1 + F of the fastest, in the Python API as on the command line."""
+    fast = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256)
+    assert fast.plan.zero == 3 and fast.support.taken is False
+    assert fast.support.note.startswith("not covered")
+    alt = fast.support.alternative
+    assert alt.config.zero == 2 and alt.iteration_time_s > fast.prediction.iteration_time_s
+    assert "low_s" in alt.time_band  # the covered plan has a band
+    took = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256,
+                         prefer_supported=1.0)
+    assert took.plan.zero == 2 and took.support.taken
+    assert took.prediction.iteration_time_s == alt.iteration_time_s
+    assert took.support.fastest_iteration_time_s == fast.prediction.iteration_time_s
+    kept = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256,
+                         prefer_supported=0.0)
+    assert kept.plan == fast.plan and kept.support.taken is False
+    pinned = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256, zero=3)
+    assert pinned.support is None  # a pinned stage is the user's
+    with pytest.raises(SpecError, match="prefer_supported: must be a fraction in"):
+        planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256,
+                      prefer_supported=2.0)

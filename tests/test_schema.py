@@ -11,6 +11,9 @@ CASES = [
     ("evaluate", ("evaluate", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices", "1024",
                   "--tp", "8", "--pp", "8", "--global-batch", "1536", "--recompute", "full")),
     ("solve", ("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--top", "2")),
+    # a ZeRO-3 pick: the covered ZeRO 2 plan beside it (support)
+    ("solve", ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "64",
+               "--global-batch", "256")),
     ("solve", ("solve", "-m", "resnet50", "-H", "dgx-a100-80gb", "--nodes-max", "8",
                "--global-batch-range", "256:4096", "--critical-batch", "4096",
                "--target-samples", "1.2e8", "--objective", "time-to-train", "--pareto")),

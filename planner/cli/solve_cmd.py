@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
 from planner.cli.options import (
@@ -17,7 +15,7 @@ from planner.cli.options import (
 )
 from planner.cli.output import emit, launch_target, precision_used, price_used
 from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt, FiniteFloat, batch_range
-from planner.errors import InfeasibleError, SpecError
+from planner.errors import SpecError
 from planner.report import render
 from planner.report.render import span
 from planner.search.objective import Objective
@@ -156,18 +154,10 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                             "(CNNs: --target-samples)")
         family = {"optimizer": optimizer, "servers": servers, "collective": collective,
                   "strategy": strategy or "data", "stages": stages}
+    if transformer:
+        family["prefer_supported"] = prefer_supported
     sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
-    support = None
-    if transformer and family.get("zero") is None:
-        support = _supported(sol, lambda zero: api.solve(
-            model, hardware, precision=precision, objective=objective, overlap=overlap,
-            pareto=pareto, **training, global_batch_range=rng, **problem,
-            **{**family, "zero": zero}))
-        if support and support[1] and support[1].prediction.iteration_time_s <= (
-                1 + prefer_supported) * sol.prediction.iteration_time_s:
-            support = (support[0], support[1], sol)
-            sol = support[1]
     used = precision_used(hardware, precision)
     price = price_used(hardware, price_per_device_hour)
     tokens = None
@@ -186,44 +176,28 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
          launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)
-    if support:
-        click.echo(_support_line(*support), err=True)
+    if getattr(sol, "support", None) is not None:  # a CNN layer split has none
+        click.echo(_support_line(sol), err=True)
 
 
-def _supported(sol, solve_at):
-    """(why, the fastest plan with the weights whole or None) when no calibration run
-    resembles the chosen plan (its `likely` band is "not covered": a mixture-of-experts model,
-    or weights sharded with ZeRO-3 / FSDP, which no measured run in planner/calibration
-    uses); None when one does. For a ZeRO-3 pick the alternative is the fastest ZeRO 0-2 plan
-    (what the calibration runs do), so a user can take the plan the data supports: the fastest
-    ZeRO 2 plan, as stage 2 moves what 0 and 1 move, holds less and steps a shard (the
-    search's own dominance rule, `planner.search.hybrid`)."""
-    band = getattr(sol.prediction, "time_band", None)
-    if not band or "low_s" in band:
-        return None
-    alt = None
-    if sol.plan.zero == 3:
-        with contextlib.suppress(SpecError, InfeasibleError):
-            alt = solve_at(2)
-    return band["note"], alt
-
-
-def _support_line(why: str, alt, fastest=None) -> str:
-    """The stderr line of `_supported`: the plan taken by --prefer-supported (`fastest`, the
-    plan it was preferred to), or the alternative a user may pin."""
-    if fastest is not None:
-        p, f = alt.plan, fastest.prediction.iteration_time_s
-        return (f"planner: note: took the fastest plan with the weights whole (ZeRO {p.zero}, "
-                f"{alt.prediction.iteration_time_s / f - 1:+.1%} time) over a ZeRO-3 plan that "
-                f"is {why.removeprefix('not covered: ')} (--prefer-supported)")
+def _support_line(sol) -> str:
+    """The stderr line of a plan no calibration run covers (`sol.support`): the covered plan
+    --prefer-supported took, or the one a user may pin beside the fastest."""
+    sup = sol.support
+    why, alt = sup["note"], sup["alternative"]
+    if sup["taken"]:
+        change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
+        return (f"planner: note: took the fastest plan with the weights whole (ZeRO "
+                f"{sol.plan.zero}, {change:+.1%} time) over a ZeRO-3 plan that is "
+                f"{why.removeprefix('not covered: ')} (--prefer-supported)")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
-        p, t = alt.plan, alt.prediction.iteration_time_s
-        b = alt.prediction.time_band or {}
+        c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
-        line += (f"; with the weights whole the fastest plan is tp {p.tp} x cp {p.cp} x pp "
-                 f"{p.pp} x dp {p.dp}, ZeRO {p.zero}: {span(t)}{likely} (--zero {p.zero} pins "
-                 f"it; --prefer-supported F takes it when within F of the fastest)")
+        line += (f"; with the weights whole the fastest plan is tp {c['tp']} x cp {c['cp']} x "
+                 f"pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely} (--zero "
+                 f"{c['zero']} pins it; --prefer-supported F takes it when within F of the "
+                 f"fastest)")
     return line
 
 

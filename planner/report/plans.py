@@ -118,6 +118,7 @@ def solution_doc(sol) -> dict:
         "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
         **({"pareto": sol.pareto} if sol.pareto is not None else {}),
         **({"knee": sol.knee} if sol.knee is not None else {}),
+        **({"support": sol.support} if getattr(sol, "support", None) is not None else {}),
         "solve_time_s": sol.solve_time_s,
         "build_time_s": sol.build_time_s,
         "search": search,

@@ -148,6 +148,9 @@ class Solution:
     training: TrainingReport | None = None  # steps, samples, time_to_train_s (cost_usd, tokens)
     pareto: list[FrontPoint] | None = None  # non-dominated (time-to-train, cost), fastest first
     knee: Knee | None = None  # where scaling stops (`search.table.knee`)
+    # a transformer plan no calibration run covers: the covered alternative and whether it
+    # was taken (`planner.search.support`)
+    support: Record | None = None
 
     def __post_init__(self):
         """The searches build dicts; each becomes its attribute record here."""
@@ -162,6 +165,8 @@ class Solution:
             put("pareto", [record(p, FrontPoint) for p in self.pareto])
         if self.knee is not None:
             put("knee", record(self.knee, Knee))
+        if self.support is not None:
+            put("support", record(self.support))
 
     @property
     def config(self) -> Plan:
