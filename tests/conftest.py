@@ -1,5 +1,7 @@
+import atexit
 import json
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -18,6 +20,7 @@ settings.load_profile("fixed")
 # the compiled-program cache of this test run: empty at its start, never the user's own (the
 # CLI subprocesses the tests start inherit it)
 os.environ["PLANNER_CACHE_DIR"] = tempfile.mkdtemp(prefix="planner-test-cache-")
+atexit.register(shutil.rmtree, os.environ["PLANNER_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture
