@@ -95,9 +95,23 @@ def residuals(path: Path = CSV) -> tuple[dict, ...]:
         return tuple(csv.DictReader(fh))
 
 
+FEATURES = ("family", "precision", "size", "scale", "moe", "sharding")  # as `features` gives
+
+
 def band(feat: dict, rows=None) -> Band:
-    """The band of the most specific group of comparable runs (`feat` from `features`)."""
-    rows = residuals() if rows is None else rows
+    """The band of the most specific group of comparable runs (`feat` from `features`; the
+    shipped residuals unless `rows`)."""
+    if rows is None:  # a handful of feature combinations: each looked up once per process
+        return _shipped(tuple(feat[k] for k in FEATURES))
+    return _band(feat, rows)
+
+
+@functools.lru_cache(maxsize=512)
+def _shipped(values: tuple[str, ...]) -> Band:
+    return _band(dict(zip(FEATURES, values, strict=True)), residuals())
+
+
+def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
     for keys in levels:
