@@ -235,3 +235,17 @@ def test_unfused_gradient_accumulation_moves_two_gradient_widths_per_weight_per_
     assert float(np.ravel(iteration(m, hw, {**lora, "grad_accumulation_fusion": False})
                           ["compute"])[0]) == float(np.ravel(iteration(m, hw, lora)
                                                              ["compute"])[0])
+
+
+def test_batch_lines_take_the_switch_names_and_suggest_a_misspelt_one(run, tmp_path):
+    lines = tmp_path / "b.jsonl"
+    base = {"model": "llama3-8b", "hardware": "dgx-h100", "devices": 16, "global_batch": 64}
+    lines.write_text("\n".join(json.dumps(x) for x in (
+        {**base, "grad_accumulation_fusion": False, "cuda_graphs": True},
+        {**base, "tp_overlapp": True})))
+    code, out, _ = run("evaluate", "--batch", str(lines))
+    first, second = (json.loads(x) for x in out.splitlines())
+    assert first["config"]["grad_accumulation_fusion"] is False
+    assert first["config"]["cuda_graphs"] is True
+    assert second["error"].endswith("unknown key 'tp_overlapp' (did you mean 'tp_overlap'?)")
+    assert code == 2

@@ -138,9 +138,13 @@ def _evaluate_jsonl(path: str) -> None:
                 req = {key: v for key, v in req.items() if v is not None}
             if not isinstance(req, dict):
                 raise SpecError(f"{path}:{k}: expected a JSON object")
-            unknown = sorted(set(req) - EVAL_KEYS - set(TRANSFORMER_KEYS))
+            known = EVAL_KEYS | set(TRANSFORMER_KEYS)
+            unknown = sorted(set(req) - known)
             if unknown:
-                raise SpecError(f"{path}:{k}: unknown key '{unknown[0]}'")
+                from planner.spec.base import did_you_mean
+
+                raise SpecError(f"{path}:{k}: unknown key '{unknown[0]}'"
+                                f"{did_you_mean(unknown[0], sorted(known))}")
             _check_batch_values(req, f"{path}:{k}")
             model, hardware = req.pop("model"), req.pop("hardware")
             if api.is_transformer(model):
