@@ -37,9 +37,14 @@ __all__ = ["DEFAULT_NODES_MAX", "DataParallelSolver", "Objective", "Problem", "S
            "Training"]
 
 
+# a priced row of the CNN data-parallel search: nodes, devices per node, local batch and the
+# collective's index in the problem's collectives
+ROW = np.dtype([(k, np.int64) for k in ("n", "g", "b", "c")])
+
+
 @dataclass
 class Priced:
-    """The table and what its rows are: (n, g, b, collective index) per row."""
+    """The table and what its rows are (`ROW`: n, g, b, collective index)."""
 
     table: core.Table
     rows: np.ndarray
@@ -137,15 +142,15 @@ class DataParallelSolver:
                                   "allowed device count gives the global batch", ("global_batch",))
         cols = list(p.collectives)
         rows = np.concatenate([np.column_stack([base, np.full(len(base), k)])
-                               for k in range(len(cols))])
+                               for k in range(len(cols))]).view(ROW).ravel()
         self._built = (rows, cols)
-        N = rows[:, 0] * rows[:, 1]
-        Bcol = N * rows[:, 2]
+        N = rows["n"] * rows["g"]
+        Bcol = N * rows["b"]
         gates = []
-        mem = m.numeric("memory")(1, 1, rows[:, 2].astype(float))
+        mem = m.numeric("memory")(1, 1, rows["b"].astype(float))
         cap = usable_bytes(sysm.device.memory_bytes, p.memory_headroom)
-        fits = rows[mem <= cap, 2]
-        b_small = int(rows[:, 2].min())
+        fits = rows["b"][mem <= cap]
+        b_small = int(rows["b"].min())
         need = float(m.numeric("memory")(1, 1, float(b_small)))
         gates.append(core.Gate(
             "memory", f"memory: local batch <= {int(fits.max())} fits in the "
@@ -158,10 +163,10 @@ class DataParallelSolver:
         if p.global_batch_range is not None:
             gates.append(core.Gate("global_batch_range", f"global_batch in [{lo}, {hi}]",
                                    (Bcol >= lo) & (Bcol <= hi)))
-        pins = [("nodes", rows[:, 0], "==", p.nodes), ("nodes_max", rows[:, 0], "<=", p.nodes_max),
+        pins = [("nodes", rows["n"], "==", p.nodes), ("nodes_max", rows["n"], "<=", p.nodes_max),
                 ("devices", N, "==", p.devices), ("devices_max", N, "<=", p.devices_max),
-                ("devices_per_node", rows[:, 1], "==", p.devices_per_node),
-                ("local_batch_min", rows[:, 2], ">=", p.local_batch_min)]
+                ("devices_per_node", rows["g"], "==", p.devices_per_node),
+                ("local_batch_min", rows["b"], ">=", p.local_batch_min)]
         for name, col, op, val in pins:
             if val is None:
                 continue
@@ -176,7 +181,7 @@ class DataParallelSolver:
                 np.ones(len(rows)), np.ones(len(rows)), Bcol.astype(float))
         # runners-up differ in (n, g, b): the collectives of one point are one group
         group = np.tile(np.arange(len(base)), len(cols))
-        return driver.Rows(self._iteration_times(rows, cols), N, rows[:, 0], Bcol, gates,
+        return driver.Rows(self._iteration_times(rows, cols), N, rows["n"], Bcol, gates,
                            group, len(base), single)
 
     def table(self, explain: bool = False) -> Priced:
@@ -196,9 +201,9 @@ class DataParallelSolver:
         """The iteration time of every row, from the expressions."""
         times = np.empty(len(rows))
         for k, c in enumerate(cols):
-            sel = rows[:, 3] == k
+            sel = rows["c"] == k
             fn = self.m.numeric_expr(self.m.iteration_time(c, self.p.overlap))
-            times[sel] = fn(*(rows[sel][:, i].astype(float) for i in range(3)))
+            times[sel] = fn(*(rows[sel][f].astype(float) for f in ("n", "g", "b")))
         return times
 
     # --- the objective as an expression --------------------------------------------------------
@@ -241,7 +246,7 @@ class DataParallelSolver:
 
     def plan(self, row: int) -> Plan:
         rows, cols = self._built
-        n_val, g_val, b_val, c_idx = (int(x) for x in rows[row])
+        n_val, g_val, b_val, c_idx = (int(rows[row][f]) for f in ("n", "g", "b", "c"))
         return Plan.data_parallel(n_val, g_val, n_val * g_val * b_val, cols[c_idx],
                                   self.p.overlap)
 

@@ -119,9 +119,9 @@ class SplitSearch:
         if not mask.any():
             raise self.dp_solver.explain()
         rows = built.rows[mask]
-        self.smallest_local_batch = int(rows[:, 2].min())
-        N = rows[:, 0] * rows[:, 1]
-        factor = self.dp_solver.factor_values(N, N * rows[:, 2])
+        self.smallest_local_batch = int(rows["b"].min())
+        N = rows["n"] * rows["g"]
+        factor = self.dp_solver.factor_values(N, N * rows["b"])
         self.collectives = built.collectives
         return rows, factor
 
@@ -224,13 +224,14 @@ class SplitSearch:
         # weightless ones as in data parallelism (the same in every mode), and the least
         # communication any assignment of modes has.
         weighted = a.params > 0
-        floor = weighted_layer_floor(self.m, a, rows[:, 2][:, None],
-                                     (rows[:, 0] * rows[:, 1])[:, None])
-        rest = data_layer_times(self.m, a, rows[:, 2][:, None])
+        floor = weighted_layer_floor(self.m, a, rows["b"][:, None],
+                                     (rows["n"] * rows["g"])[:, None])
+        rest = data_layer_times(self.m, a, rows["b"][:, None])
         comm = np.array([self._least_hybrid_comm(int(n), int(g), int(c))
-                         for n, g, _, c in rows[:, :4]])
+                         for n, g, c in zip(rows["n"], rows["g"], rows["c"], strict=True)])
         lb = (floor + (rest * ~weighted).sum(axis=1) + comm) * factor
-        cands = [(float(lb[i]), (*(int(x) for x in rows[i, :4]), float(factor[i])))
+        cands = [(float(lb[i]), (*(int(rows[i][f]) for f in ("n", "g", "b", "c")),
+                                 float(factor[i])))
                  for i in range(len(rows))]
         incumbent = dp_sol.objective["value"] if dp_sol else float("inf")
         # The data-parallel optimum is the all-data plan; let the search find it again (the
@@ -308,7 +309,7 @@ class SplitSearch:
         grad_total = self.m.grad_bytes  # every stage's gradients together
         cands = []
         for i in range(len(rows)):
-            n, g, b_, c = (int(x) for x in rows[i, :4])
+            n, g, b_, c = (int(rows[i][f]) for f in ("n", "g", "b", "c"))
             N, B = n * g, n * g * b_
             for p in _divisors(N):
                 if not 2 <= p <= n_units or self.stages not in (None, p):
