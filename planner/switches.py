@@ -3,7 +3,7 @@ dp, micro-batch, interleave, recompute, ZeRO, schedule), each with its name, def
 the families it applies to, the upstream flag it mirrors and how `solve` treats it.
 
 From this table come the fields of `planner.plan.Plan`, of the search request
-(`planner.search.hybrid_space.Search`) and of the cost model's `planner.expr.layer.Choices`;
+(`planner.search.hybrid_space.Search`) and of the cost model's `planner.expr.choices.Choices`;
 the command line's options (`planner.cli.options`), the Python API's and the JSONL keys; the
 JSON schema of a plan; the refusals of the closed-form limits; the options line of the text
 report; the launchers' defaults; and the switch table of docs/switches.md. The cost
