@@ -3,11 +3,10 @@
 The free symbols are the plan's integers (t tensor-parallel, p pipeline stages, d data-parallel
 replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks, c_p context-, e_p
 expert- and e_t expert-tensor-parallel ranks); the model and the system enter as numbers. Every
-categorical choice (recompute and its partial layer count, sequence parallel, ZeRO stage and
-its HSDP group, fp8 weight gather, schedule, overlap, flash attention, tp and ep overlap,
-capacity factor, pinned stages, offload: `layer.Choices`) gets
-its own expressions, so `limits` and `derive` read
-plain formulas and the search prices each choice with one compiled numpy program. The physics,
+categorical choice (recompute and its partial layer count, sequence parallel, ZeRO stage, and
+every switch of `planner.switches`: `planner.expr.choices.Choices`) gets its own expressions,
+so `limits` and `derive` read plain formulas and the search prices each choice with one
+compiled numpy program. The physics,
 by term:
 
 - compute: each matmul of a layer by roofline (FLOPs at the achievable matmul rate, or its
