@@ -177,7 +177,7 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
     the layers of each pipeline chunk recomputed, implying full), sequence parallel (default
     on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule. Keywords
     named as the switches of `planner.switches` (overlap, optimizer, tp_overlap, dp_shard,
-    ...; `planner show switches` lists them) set those; each left out takes its default.
+    ...; `planner list switches` lists them) set those; each left out takes its default.
     The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
     given = {**{k: v for k, v in locals().items() if k != "switch_values"}, **switch_values}
@@ -377,20 +377,21 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
         if value not in (None, 1):
             raise SpecError(f"{key}: the transformer limits hold at {key} = 1 (got {value}); "
                             f"use evaluate, solve or sweep for {key} > 1")
-    taken = {}
-    for key, value in (("etp", etp), ("recompute_layers", recompute_layers),
-                       *switches.given(switch_values).items()):
-        switch = switches.BY_NAME.get(key)
-        if switch is not None:
-            value = switch.check(value)
-            if switch.limits:
-                taken[key] = value
-                continue
-            value = None if value == switch.default else value
-        if value is not None:
-            raise SpecError(f"{key}: the transformer limits are derived without "
-                            f"--{key.replace('_', '-')} (an even pipeline split, no expert "
-                            f"or tp-overlap choices); use evaluate, solve or sweep")
+    refused = [k for k, v in (("etp", etp), ("recompute_layers", recompute_layers))
+               if v is not None]
+    taken = {}  # the switches the limits are derived with
+    for key, value in switches.given(switch_values).items():
+        switch = switches.BY_NAME[key]
+        value = switch.check(value)
+        if switch.limits:
+            taken[key] = value
+        elif value != switch.default:
+            refused.append(key)
+    if refused:
+        key = refused[0]
+        raise SpecError(f"{key}: the transformer limits are derived without "
+                        f"--{key.replace('_', '-')} (an even pipeline split, no expert "
+                        f"or tp-overlap choices); use evaluate, solve or sweep")
 
     m, system, prec = transformer_setup(model, hardware, precision, seq_len)
     base = tl.DEFAULT_CHOICES

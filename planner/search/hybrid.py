@@ -80,12 +80,7 @@ def _cfg(plan: Plan) -> dict:
             "recompute": one(PARTIAL if plan.recompute_layers else plan.recompute.code),
             "sp": one(plan.sequence_parallel),
             "zero": one(plan.zero), "gpipe": one(plan.schedule is Schedule.gpipe),
-            **_shared(plan)}
-
-
-def _shared(x) -> dict:
-    """The cost model's switches, shared by every row, from a Plan or a Search."""
-    return switches.values(x)
+            **switches.values(plan)}
 
 
 def _check_system(system: System, precision: Precision, x) -> None:
@@ -269,7 +264,7 @@ class HybridSolver:
         for PARTIAL choices, one per structure)."""
         t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
-               "acc": B // (d * mb), **_shared(self.q),
+               "acc": B // (d * mb), **switches.values(self.q),
                **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe"),
                                                     chosen.T, strict=True)}}
         if rl is not None:
