@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner import switches
-from planner.catalog import load_model, load_system  # noqa: F401  (planner.load_model, ...)
+from planner.catalog import load_model, load_system, pool_nodes  # noqa: F401  (planner.load_model, ...)
 from planner.errors import SpecError
 from planner.inputs import (
     CNN_ONLY,
@@ -281,6 +281,12 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     it, which `prefer_supported` F takes when it is within 1 + F of the fastest."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
+    nodes = pool_nodes(hardware)
+    if nodes is not None:  # a cluster of one pool: that system, at most its nodes
+        problem["nodes_max"] = min(problem.get("nodes_max") or nodes, nodes)
+    elif is_cluster(hardware):
+        return solve_cluster(model, hardware, precision=precision, objective=objective,
+                             seq_len=seq_len, optimizer=optimizer, **problem)
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
@@ -323,6 +329,39 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     if strat is Strategy.data and stages is None:
         return DataParallelSolver(cnn, prob).solve()
     return SplitSearch(cnn, prob, stages).solve(strat)
+
+
+def is_cluster(hardware: str) -> bool:
+    """Whether `hardware` names a cluster of several pools (`planner.spec.cluster`)."""
+    from planner.catalog import load_target
+    from planner.spec.cluster import Cluster
+
+    target = load_target(hardware)
+    return isinstance(target, Cluster) and len(target.pools) > 1
+
+
+def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
+                  objective: str = "throughput", seq_len: int | None = None,
+                  optimizer: str | None = None, **problem):
+    """The best plan over a cluster of several pools (`planner.search.pools`): a
+    `ClusterSolution` with the best plan of every subset of the pools. Keys of `problem`: the
+    transformer search's (`planner.search.hybrid.Search`)."""
+    from planner.catalog import load_target
+    from planner.search.hybrid import Search
+    from planner.search.pools import ClusterSolver
+    from planner.spec.transformer import Transformer, with_seq_len
+
+    m = load_model(model)
+    if not isinstance(m, Transformer):
+        raise SpecError(f"hardware: a cluster of several pools plans transformers; "
+                        f"'{model}' is a CNN (give one pool's system)")
+    m = with_seq_len(m, seq_len)
+    cluster = load_target(hardware)
+    prec = (enum_value(Precision, precision, "precision")
+            or cluster.pools[0].system.device.default_precision)
+    q = request(Search, {**problem, "optimizer": optimizer or "adam"},
+                objective=objective_for(objective, "transformer"))
+    return ClusterSolver(m, cluster, prec, q).solve()
 
 
 def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:

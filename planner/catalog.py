@@ -22,12 +22,13 @@ import yaml
 
 from planner.errors import SpecError
 from planner.spec.base import MAX_NUMBER_CHARS, did_you_mean, short, validate
+from planner.spec.cluster import Cluster, ClusterSpec, Pool
 from planner.spec.hardware import Device, Link, System, SystemSpec
 
 DATA = Path(__file__).parent
 MODELS = DATA / "models"
 HARDWARE = DATA / "hardware"
-HARDWARE_KINDS = ("systems", "devices", "links")
+HARDWARE_KINDS = ("systems", "devices", "links", "clusters")
 
 MAX_BYTES = 4 * 2**20
 MAX_ALIASES = 100
@@ -338,11 +339,58 @@ def load_link(ref: str, base: Path | None = None) -> Link:
     return validate(Link, data, where)
 
 
+HARDWARE_FOLDERS = [HARDWARE / "systems", HARDWARE / "clusters"]
+
+
+def load_target(ref: str) -> System | Cluster:
+    """What `--hardware` names: a system, or a cluster of pools (`planner.spec.cluster`)."""
+    data, where, path = _resolve(ref, HARDWARE_FOLDERS, "hardware")
+    if isinstance(data, dict) and data.get("kind") == "cluster":
+        return _cluster(data, where, path)
+    return load_system(ref)
+
+
+def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
+    spec = validate(ClusterSpec, data, where)
+    base = path.parent if path is not None else None
+    pools = []
+    for i, p in enumerate(spec.pools):
+        try:
+            system = load_system(str(_at(p.system, base)) if _is_path(p.system, base)
+                                 else p.system)
+        except SpecError as exc:
+            raise SpecError(f"{where}: key 'pools.{i}.system': {exc}") from None
+        nodes = int(p.nodes * p.availability)
+        if nodes < 1:
+            raise SpecError(f"{where}: key 'pools.{i}.availability': {p.availability:g} of "
+                            f"{p.nodes} nodes leaves none")
+        price = p.price_per_device_hour_usd or system.device.price_per_hour_usd
+        pools.append(Pool(p.name or system.name, system, nodes, price))
+    between = None
+    if spec.between_pools is not None:
+        try:
+            between = load_link(spec.between_pools.link, base)
+        except SpecError as exc:
+            raise SpecError(f"{where}: key 'between_pools.link': {exc}") from None
+    return Cluster(spec.name, spec.description, tuple(pools), between,
+                   spec.between_pools.count if spec.between_pools else 0)
+
+
 def load_system(ref: str) -> System:
     """A system from a built-in name or a path; its device and links may be names or paths,
-    a path relative to the system file's folder."""
-    data, where, path = _resolve(ref, [HARDWARE / "systems"], "hardware")
+    a path relative to the system file's folder. A cluster of one pool is that pool's system
+    (its node count bounds a search: `pool_nodes`); one of several pools is refused here:
+    only `solve` plans over several kinds of node."""
+    data, where, path = _resolve(ref, HARDWARE_FOLDERS, "hardware")
     data = _without_envelope(data, where)
+    if isinstance(data, dict) and data.get("kind") == "cluster":
+        cluster = _cluster(data, where, path)
+        if len(cluster.pools) > 1:
+            raise SpecError(f"hardware: '{cluster.name}' is a cluster of {len(cluster.pools)} "
+                            f"pools; only `planner solve` plans over several kinds of node "
+                            f"(give one pool's system here, e.g. -H "
+                            f"{cluster.pools[0].system.name})")
+        return cluster.pools[0].system
     _expect_kind(data, where, ("system",))
     data, inline = _inline_parts(data, where)
     spec = validate(SystemSpec, data, where)
@@ -383,6 +431,12 @@ def list_models() -> list[str]:
 
 def list_hardware() -> dict[str, list[str]]:
     return {kind: _builtin_names(HARDWARE / kind) for kind in HARDWARE_KINDS}
+
+
+def pool_nodes(ref: str) -> int | None:
+    """The nodes of a one-pool cluster (None for a system): a search's node budget there."""
+    target = load_target(ref)
+    return target.pools[0].nodes if isinstance(target, Cluster) else None
 
 
 def load_hardware_any(ref: str) -> Device | Link | System:

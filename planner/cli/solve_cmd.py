@@ -14,7 +14,14 @@ from planner.cli.options import (
     transformer_options,
 )
 from planner.cli.output import emit, launch_target, precision_used, price_used
-from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt, FiniteFloat, batch_range
+from planner.cli.params import (
+    COLLECTIVES,
+    LAUNCH_FORMATS,
+    PLAN_FORMATS,
+    DecimalInt,
+    FiniteFloat,
+    batch_range,
+)
 from planner.errors import SpecError
 from planner.report import render
 from planner.report.render import span
@@ -134,6 +141,10 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
+    if api.is_cluster(hardware):
+        _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,
+                       optimizer, training, token_budget, pareto, plot_path)
+        return
     transformer = api.is_transformer(model)
     if transformer:
         if strategy is not None or stages is not None:
@@ -178,6 +189,35 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     _efficiency_warning(sol)
     if getattr(sol, "support", None) is not None:  # a CNN layer split has none
         click.echo(_support_line(sol), err=True)
+
+
+def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,
+                   optimizer, training, token_budget, pareto, plot_path) -> None:
+    """`solve` over a cluster of several pools: the best plan of every subset of pools."""
+    from planner import api
+    from planner.catalog import load_target
+    from planner.report.cluster import cluster_doc, cluster_text
+
+    given = [k for k, v in (("--tokens", token_budget), ("--pareto", pareto or None),
+                            ("--plot", plot_path),
+                            *((f"--{k.replace('_', '-')}", v) for k, v in training.items()))
+             if v is not None]
+    if given:
+        raise SpecError(f"hardware: {given[0]} is not searched over a cluster of several "
+                        f"pools yet (solve ranks its plans by throughput)")
+    if fmt in LAUNCH_FORMATS:
+        raise SpecError(f"format: --format {fmt} cannot express a plan over several pools yet "
+                        f"(per-pool stage layouts and batch shares); use json, yaml or table")
+    seq_len = hybrid.pop("seq_len", None)
+    sol = api.solve_cluster(model, hardware, precision=precision, objective=objective,
+                            seq_len=seq_len, optimizer=optimizer, global_batch_range=rng,
+                            **problem, **hybrid)
+    cluster = load_target(hardware)
+    used = precision or cluster.pools[0].system.device.default_precision.value
+    body = {"model": model, "hardware": hardware, "precision": {"name": used},
+            **cluster_doc(sol, cluster)}
+    doc = render.document("solve", body)
+    emit(doc, fmt, lambda: cluster_text(doc))
 
 
 def _support_line(sol) -> str:

@@ -14,6 +14,12 @@ SCHEDULES = ("1f1b", "gpipe")
 OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bubble", "pp_comm",
            "dp_comm_exposed", "optimizer", "memory", "weights", "gradients", "optimizer_state",
            "activations")
+# one stage's parts per layer (`TransformerExpressions.stage_parts`): what a pipeline whose
+# stages run on different devices is assembled from (`planner.cost.pools`)
+STAGE_OUTPUTS = ("layer_time", "logit_time", "layer_backward", "layer_params",
+                 "embedding_params", "head_params", "single_params", "layer_activations",
+                 "rebuilt_activations", "logit_activations", "send_bytes", "regather",
+                 "grad_bytes", "weight_bytes", "state_bytes", "optimizer_per_param")
 
 
 @dataclass(frozen=True)

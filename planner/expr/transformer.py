@@ -356,7 +356,24 @@ class TransformerExpressions(LayerCosts):
         state_extra = {"weights": experts_unsharded(layer_wb, 3),
                        "gradients": experts_unsharded(gb, 2),
                        "optimizer_state": experts_unsharded(kappa, 1)}
+        # one stage's parts per layer, for plans whose stages differ (`planner.cost.pools`
+        # assembles them with the forms above): a pipeline over several kinds of device
+        self.stage_parts = {
+            "layer_time": sum(kept), "logit_time": logit,
+            "layer_backward": grads * proj + core_bwd + elem_bwd,
+            "layer_params": (md.layer_params() - experts_per_layer) / t
+            + experts_per_layer / (self.etp * ep),
+            "embedding_params": sp.Integer(emb) / t, "head_params": sp.Integer(head_copy) / t,
+            "single_params": sp.Integer(emb + head) / t,
+            "layer_activations": act_layer, "rebuilt_activations": sp.sympify(rebuilt),
+            "logit_activations": 4 * tok * sp.Integer(md.vocab) / t,
+            "send_bytes": send, "regather": regather,
+            "grad_bytes": sp.Integer(gb), "weight_bytes": sp.sympify(wb),
+            "state_bytes": sp.sympify(kappa),
+            "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
+        }
         return {
+            **self.stage_parts,
             "time": substitute(self.forms["time"], {**self.aggregates, d: d * self.cp,
                                                     v: chunks}) + opt_extra,
             "compute": m * compute_stage,

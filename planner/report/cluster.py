@@ -1,0 +1,137 @@
+"""A plan over several pools (`planner.search.pools.ClusterSolution`) as a JSON document and
+as text: the plan with the pool of every stage or replica group, the best plan of every
+subset of pools beside it, what each pool adds, and the cost per token at each pool's price."""
+
+from __future__ import annotations
+
+from planner.cost.pools import MixedPlan
+from planner.report.render import table
+
+
+def _plan(found, names) -> dict:
+    plan = found.plan
+    if not isinstance(plan, MixedPlan):
+        c = plan
+        return {"kind": found.kind, "pools": list(found.pools), "tp": c.tp, "cp": c.cp,
+                "pp": c.pp, "dp": c.dp, "micro_batch": c.micro_batch,
+                "global_batch": c.global_batch, "recompute": c.recompute.value,
+                "sequence_parallel": c.sequence_parallel, "zero": c.zero,
+                "interleave": c.interleave, "devices": found.devices,
+                "nodes": {found.pools[0]: c.nodes}}
+    s = plan.shape
+    out = {"kind": found.kind, "pools": list(found.pools), "tp": s.tp, "pp": plan.pp,
+           "micro_batch": s.micro_batch, "global_batch": plan.global_batch,
+           "recompute": s.recompute, "sequence_parallel": s.sequence_parallel, "zero": s.zero,
+           "devices": found.devices}
+    out["groups"] = [{"replicas": g.replicas, "micro_batches": g.micro_batches,
+                      "samples": g.replicas * g.micro_batches * s.micro_batch,
+                      "stages": [{"pool": names[st.pool], "layers": st.layers}
+                                 for st in g.stages]} for g in plan.groups]
+    return out
+
+
+def _cost_per_million_tokens(found, sol) -> float | None:
+    prices = [sol.prices[p] for p in found.devices]
+    if any(p is None for p in prices):
+        return None
+    usd_per_s = sum(n * sol.prices[p] for p, n in found.devices.items()) / 3600
+    return usd_per_s * found.iteration_time_s / (found.global_batch * sol.seq_len) * 1e6
+
+
+def _entry(found, sol) -> dict:
+    tokens = found.global_batch * sol.seq_len / found.iteration_time_s
+    return {"pools": list(found.pools), "kind": found.kind, "status": found.status,
+            "iteration_time_s": found.iteration_time_s, "global_batch": found.global_batch,
+            "tokens_per_s": tokens, "devices": found.devices,
+            "memory_bytes_per_device": found.memory_bytes,
+            "cost_per_million_tokens_usd": _cost_per_million_tokens(found, sol)}
+
+
+def worth(sol) -> list[dict]:
+    """Per pool: the best plan with every pool against the best without it (what it adds)."""
+    every = tuple(n for n in sol.prices)
+    best_all = max((f for f in sol.subsets), key=lambda f: 1 / f.seconds_per_sample)
+    out = []
+    for name in every:
+        without = [f for f in sol.subsets if name not in f.pools]
+        if not without:
+            continue
+        other = min(without, key=lambda f: f.seconds_per_sample)
+        out.append({"pool": name, "best_without_tokens_per_s":
+                    other.global_batch * sol.seq_len / other.iteration_time_s,
+                    "adds": other.seconds_per_sample / best_all.seconds_per_sample - 1})
+    return out
+
+
+def cluster_doc(sol, cluster) -> dict:
+    names = [p.name for p in cluster.pools]
+    singles = [f for f in sol.subsets if len(f.pools) == 1]
+    best_single = min(singles, key=lambda f: f.seconds_per_sample, default=None)
+    doc = {"cluster": cluster.name, "status": sol.status, "plan": _plan(sol.best, names),
+           "prediction": _entry(sol.best, sol),
+           "subsets": [_entry(f, sol) for f in sol.subsets]}
+    if best_single is not None:
+        doc["best_single_pool"] = best_single.pools[0]
+        doc["gain_over_best_single_pool"] = (best_single.seconds_per_sample
+                                             / sol.best.seconds_per_sample - 1)
+    doc["pools_add"] = worth(sol)
+    if sol.missing:
+        doc["no_plan"] = sol.missing
+    if sol.mixed_note:
+        doc["mixed_not_searched"] = sol.mixed_note
+    doc["search"] = {"cp_sat_models": sol.models_solved, "shapes_priced": sol.shapes_priced,
+                     "solve_time_s": sol.solve_time_s}
+    return doc
+
+
+def _describe(entry: dict, plan: dict | None = None) -> str:
+    if plan is None or "groups" not in plan:
+        return entry["kind"]
+    if plan["kind"].startswith("pipeline"):
+        runs, last = [], None
+        for st in plan["groups"][0]["stages"]:
+            if runs and st["pool"] == last[0] and st["layers"] == last[1]:
+                runs[-1][2] += 1
+            else:
+                runs.append([st["pool"], st["layers"], 1])
+            last = (st["pool"], st["layers"])
+        return " | ".join(f"{c} x {n} layers on {p}" for p, n, c in runs)
+    return ", ".join(f"{g['replicas']} replicas x {g['micro_batches']} micro-batches on "
+                     f"{g['stages'][0]['pool']}" for g in plan["groups"])
+
+
+def cluster_text(doc: dict) -> str:
+    plan, pred = doc["plan"], doc["prediction"]
+    lines = [f"cluster {doc['cluster']}: {doc['status']} plan, {plan['kind']} on "
+             f"{' + '.join(plan['pools'])}"]
+    size = (f"tp {plan['tp']} x pp {plan['pp']}, micro-batch {plan['micro_batch']}, global "
+            f"batch {plan['global_batch']}, recompute {plan['recompute']}, ZeRO {plan['zero']}")
+    lines.append(f"  {size}")
+    if "groups" in plan:
+        lines.append(f"  {_describe(pred, plan)}")
+    else:
+        lines.append(f"  dp {plan['dp']}")
+    lines.append(f"  iteration {pred['iteration_time_s']:.4g} s, "
+                 f"{pred['tokens_per_s']:,.0f} tokens/s on "
+                 + ", ".join(f"{n} x {p}" for p, n in pred["devices"].items()))
+    if "gain_over_best_single_pool" in doc:
+        lines.append(f"  {doc['gain_over_best_single_pool']:+.1%} throughput over the best "
+                     f"single pool ({doc['best_single_pool']})")
+    rows = [[" + ".join(e["pools"]), e["kind"], f"{e['iteration_time_s']:.4g}",
+             f"{e['tokens_per_s']:,.0f}",
+             "-" if e["cost_per_million_tokens_usd"] is None
+             else f"{e['cost_per_million_tokens_usd']:.3g}"] for e in doc["subsets"]]
+    lines += ["", table(["pools", "best plan", "iteration s", "tokens/s", "USD / M tokens"],
+                        rows)]
+    adds = doc.get("pools_add") or []
+    if adds:
+        lines.append("")
+        lines += [f"  adding {a['pool']}: {a['adds']:+.1%} throughput" for a in adds]
+    for subset, why in (doc.get("no_plan") or {}).items():
+        lines.append(f"  no plan on {subset}: {why}")
+    if doc.get("mixed_not_searched"):
+        lines.append(f"  mixed plans not searched: {doc['mixed_not_searched']}")
+    s = doc["search"]
+    lines.append(f"  search: {s['cp_sat_models']} CP-SAT models over {s['shapes_priced']:,} "
+                 f"priced shapes, {s['solve_time_s']:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,475 @@
+"""Plans over a cluster of several kinds of node, solved exactly.
+
+For every subset of the pools (every pool alone, every pair, ..., all of them) the best plan
+that uses each pool of the subset:
+
+- one pool: the one-system search (`planner.search.hybrid`) with the pool's node count as the
+  budget;
+- several pools, two shapes, each a CP-SAT model per (tensor-parallel degree, micro-batch,
+  recomputation, pipeline depth, replicas, global batch):
+  * a pipeline across pools: integer layers per stage and the pool of every stage (one-hot),
+    each stage priced from its own device's per-layer costs, sends across pools on the link
+    between them, the stage's gradient sync and optimizer step as a table over its layer
+    count (element constraints), memory per stage on its own device; the iteration time,
+    (m + p - 1) x the slowest stage plus the slowest sync, minimised;
+  * replicas across pools: the same pipeline on each pool, an integer number of replicas and
+    of micro-batches per replica on each (their products summing to the batch), the
+    cross-pool sync as a table over the replicas in all.
+  The pool sizes are upper bounds (whole nodes), so leaving slow nodes idle is a choice.
+
+The shapes are priced in numpy first with a lower bound of each (layers spread at the pools'
+combined speed, no memory limit, no sync); CP-SAT solves them in the order of their bounds
+until the next bound is no better than the best plan found, which is what makes the answer
+proven: every shape left unsolved has a bound at or above it. The best of the subsets that
+contain a subset is never slower than that subset's best (the mixed search starts from it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.cost import pools as cost
+from planner.cost.pools import Group, MixedPlan, Shape, Stage
+from planner.cost.transformer import RECOMPUTE, Hardware, iteration
+from planner.errors import InfeasibleError, SpecError
+from planner.plan import stage_layers
+from planner.search.hybrid import HybridSolver
+from planner.search.hybrid_space import Search, candidate_batches
+from planner.search.memory_fit import usable_bytes
+from planner.search.objective import Objective
+from planner.spec.cluster import Cluster
+from planner.spec.hardware import Precision
+from planner.spec.transformer import Transformer
+
+SCALE = 1e7  # CP-SAT works in integers: times in units of 0.1 us
+MICRO_BATCHES = (1, 2, 4, 8)
+MAX_MODELS = 4000  # CP-SAT models one subset may solve before it reports `feasible`
+# switches a mixed plan prices (at the values given); the others must keep their defaults
+MIXED_SWITCHES = {"overlap", "flash_attention", "tp_overlap", "kernels", "cuda_graphs",
+                  "grad_accumulation_fusion", "grad_reduce_bf16", "fp8_activations",
+                  "capacity_factor"}
+
+
+@dataclass
+class Found:
+    """The best plan of one subset of pools."""
+
+    pools: tuple[str, ...]
+    kind: str  # "one pool", "pipeline across pools", "replicas across pools"
+    plan: object  # a Plan (one pool) or a MixedPlan
+    iteration_time_s: float
+    global_batch: int
+    devices: dict[str, int]
+    memory_bytes: dict[str, float] = field(default_factory=dict)  # fullest device per pool
+    solution: object | None = None  # the one-pool search's Solution
+    status: str = "optimal"
+
+    @property
+    def seconds_per_sample(self) -> float:
+        return self.iteration_time_s / self.global_batch
+
+
+@dataclass
+class ClusterSolution:
+    status: str
+    best: Found
+    subsets: list[Found]  # the best of each subset that has a plan
+    missing: dict[str, str]  # subset -> why it has no plan
+    mixed_note: str | None  # why mixed plans were not searched, if they were not
+    models_solved: int
+    shapes_priced: int
+    solve_time_s: float
+    seq_len: int
+    prices: dict[str, float | None]
+
+    def of(self, pools: tuple[str, ...]) -> Found | None:
+        return next((f for f in self.subsets if f.pools == pools), None)
+
+
+def _unsupported(m: Transformer, q: Search) -> str | None:
+    """Why the mixed shapes cannot express this request (None: they can)."""
+    from planner import switches
+
+    for s in switches.SWITCHES:
+        value = getattr(q, s.name)
+        if s.name == "optimizer" and value in (None, "adam"):
+            continue  # the transformer default
+        if s.name not in MIXED_SWITCHES and value != s.default:
+            return f"{s.flag} is not priced across pools"
+    pins = {"cp": 1, "ep": 1, "interleave": 1, "schedule": "1f1b"}
+    for key, ok in pins.items():
+        value = getattr(q, key)
+        if value is not None and value != ok:
+            return f"{key} = {value} is not priced across pools (only {key} {ok})"
+    for key in ("etp", "dp", "recompute_layers", "devices", "nodes"):
+        if getattr(q, key) is not None:
+            return f"a pinned {key} is not priced across pools"
+    if q.zero == 3:
+        return "ZeRO-3 is not priced across pools"
+    if m.experts > 1:
+        return "mixture-of-experts layers are not priced across pools (expert parallelism)"
+    return None
+
+
+class ClusterSolver:
+    def __init__(self, m: Transformer, cluster: Cluster, precision: Precision, q: Search):
+        objective = q.objective if isinstance(q.objective, Objective) else Objective(q.objective)
+        if objective is not Objective.throughput:
+            raise SpecError(f"objective: over several pools solve ranks plans by throughput "
+                            f"(the cost per token is reported per plan); got {objective.value}")
+        if q.training is not None or q.pareto or q.top or q.fewest_nodes_within is not None:
+            raise SpecError("a cluster of several pools: --top, --within, --pareto and the "
+                            "time to train are not searched across pools yet")
+        for pool in cluster.pools:
+            pool.system.device.peak_flops(precision)
+        self.m, self.cluster, self.precision, self.q = m, cluster, precision, q
+        lo, hi = q.global_batch_range or (q.global_batch, q.global_batch)
+        if lo is None:
+            raise SpecError("global_batch: give --global-batch or --global-batch-range")
+        self.batches = candidate_batches(lo, hi)
+        self.note = _unsupported(m, q)
+        self.models = 0
+        self.priced = 0
+        self.hws = [Hardware.of(p.system, precision) for p in cluster.pools]
+        self.caps = [usable_bytes(hw.memory_bytes, q.memory_headroom) for hw in self.hws]
+
+    # --- every subset ----------------------------------------------------------------------
+
+    def solve(self) -> ClusterSolution:
+        t0 = time.perf_counter()
+        names = [p.name for p in self.cluster.pools]
+        found: dict[tuple[int, ...], Found | None] = {}
+        missing, status = {}, "optimal"
+        for size in range(1, len(names) + 1):
+            for subset in itertools.combinations(range(len(names)), size):
+                within = [found[s] for s in found if set(s) < set(subset) and found[s]]
+                best = min(within, key=lambda f: f.seconds_per_sample, default=None)
+                if size == 1:
+                    here, why = self._one_pool(subset[0])
+                elif self.note is None:
+                    here, why = self._mixed(subset, best)
+                else:
+                    here, why = None, self.note
+                if here is not None and here.status != "optimal":
+                    status = "feasible"
+                found[subset] = here
+                if here is None:
+                    missing[" + ".join(names[k] for k in subset)] = why
+        plans = [f for f in found.values() if f is not None]
+        if not plans:
+            raise InfeasibleError("infeasible: no plan fits on any pool or mix of pools: "
+                                  + "; ".join(f"{k}: {v}" for k, v in missing.items()),
+                                  ("memory",))
+        best = min(plans, key=lambda f: f.seconds_per_sample)
+        return ClusterSolution(
+            status=status, best=best, subsets=plans, missing=missing, mixed_note=self.note,
+            models_solved=self.models, shapes_priced=self.priced,
+            solve_time_s=time.perf_counter() - t0, seq_len=self.m.seq_len,
+            prices={p.name: p.price_per_device_hour for p in self.cluster.pools})
+
+    def _one_pool(self, k: int) -> tuple[Found | None, str]:
+        pool = self.cluster.pools[k]
+        q = replace(self.q, nodes_max=min(self.q.nodes_max or pool.nodes, pool.nodes))
+        try:
+            sol = HybridSolver(self.m, pool.system, self.precision, q).solve()
+        except InfeasibleError as exc:
+            return None, str(exc)
+        plan, pred = sol.plan, sol.prediction
+        return Found((pool.name,), "one pool", plan, pred.iteration_time_s, plan.global_batch,
+                     {pool.name: plan.devices}, {pool.name: pred.memory_bytes_per_device},
+                     solution=sol, status=sol.status), ""
+
+    def _mixed(self, subset, incumbent: Found | None) -> tuple[Found | None, str]:
+        bound = incumbent.seconds_per_sample if incumbent else math.inf
+        best = None
+        for form in (self._pipeline_rows, self._replica_rows):
+            rows = form(subset)
+            self.priced += len(rows["lb"])
+            for i in np.argsort(rows["lb"], kind="stable"):
+                if rows["lb"][i] >= bound * (1 - 1e-9):
+                    break
+                if self.models >= MAX_MODELS:
+                    if best is not None:
+                        best.status = "feasible"
+                    break
+                self.models += 1
+                plan = rows["solve"](i, bound)
+                if plan is None:
+                    continue
+                priced = cost.price(self.m, self.cluster, self.precision, plan, self.caps)
+                value = priced.iteration_time_s / plan.global_batch
+                if priced.fits and value < bound:
+                    bound, best = value, (plan, priced, rows["kind"])
+        if best is None:
+            return (incumbent, "") if incumbent else (None, "no mixed plan fits")
+        plan, priced, kind = best
+        names = [p.name for p in self.cluster.pools]
+        memory = {}
+        for g, mem in zip(plan.groups, priced.memory_bytes, strict=True):
+            for s, x in zip(g.stages, mem, strict=True):
+                memory[names[s.pool]] = max(memory.get(names[s.pool], 0.0), x)
+        return Found(tuple(names[k] for k in subset), kind, plan, priced.iteration_time_s,
+                     plan.global_batch, {names[k]: plan.devices_on(k) for k in subset},
+                     memory), ""
+
+    # --- the shapes, priced in numpy with their lower bounds ---------------------------------
+
+    def _grid(self, subset):
+        """(t, mb, recompute) combinations and the per-layer parts of each pool on them."""
+        q, m = self.q, self.m
+        g_min = min(self.cluster.pools[k].system.devices_per_node for k in subset)
+        ts = [t for t in (1, 2, 4, 8, 16, 32, 64) if math.gcd(m.heads, m.kv_heads) % t == 0
+              and t <= g_min and q.tp in (None, t)]
+        mbs = [b for b in MICRO_BATCHES if q.micro_batch in (None, b)]
+        if q.micro_batch is not None and q.micro_batch not in mbs:
+            mbs = [q.micro_batch]
+        recs = [q.recompute] if q.recompute else list(RECOMPUTE)
+        combos = [(t, b, r) for t in ts for b in mbs for r in recs]
+        sp = True if q.sequence_parallel is None else q.sequence_parallel
+        zero = 2 if q.zero is None else q.zero
+        shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap) for t, b, r in combos]
+        values = {}
+        for k in subset:
+            hw = self.hws[k]
+            t, b, r = (np.array(x) for x in zip(*combos, strict=True)) if combos else ([],) * 3
+            cfg = {"t": t, "p": 2, "d": 1, "mb": b, "acc": 1, "v": 1,
+                   "recompute": np.array([RECOMPUTE.index(x) for x in r]),
+                   "sp": np.array([int(s.sequence_parallel) for s in shapes]), "zero": zero,
+                   "gpipe": 0, "overlap": q.overlap}
+            values[k] = iteration(m, hw, cfg, ("layer_time", "logit_time", "send_bytes",
+                                               "regather")) if combos else {}
+        return shapes, values
+
+    def _capacity(self, k: int) -> int:
+        return self.cluster.pools[k].devices
+
+    def _pipeline_rows(self, subset) -> dict:
+        """Pipelines across the pools of `subset`, each pool holding at least one stage."""
+        shapes, values = self._grid(subset)
+        L, K = self.m.layers, len(subset)
+        rows = []
+        for si, shape in enumerate(shapes):
+            lt = np.array([values[k]["layer_time"][si] for k in subset])
+            hop = np.array([2 * (self.hws[k].intra_lat + values[k]["send_bytes"][si]
+                                 / self.hws[k].intra_bw + values[k]["regather"][si])
+                            for k in subset])
+            order = np.argsort(lt)
+            for B in self.batches:
+                for d in _divisors(B // shape.micro_batch):
+                    mcount = B // (shape.micro_batch * d)
+                    caps = np.array([self._capacity(k) // (d * shape.tp) for k in subset])
+                    if caps.min() < 1:
+                        continue
+                    for p in range(K, min(L, int(caps.sum())) + 1):
+                        # one stage on each pool, the rest on the fastest pools that have room
+                        speed = (1 / lt).sum()
+                        left = p - K
+                        for j in order:
+                            take = min(left, caps[j] - 1)
+                            speed += take / lt[j]
+                            left -= take
+                        slot = L / speed + hop.min()
+                        rows.append((si, B, d, p, (mcount + p - 1) * slot / B))
+        return self._rows(rows, shapes, subset, "pipeline across pools", self._solve_pipeline)
+
+    def _replica_rows(self, subset) -> dict:
+        """The same pipeline on every pool of `subset`, replicas and micro-batches per pool."""
+        shapes, values = self._grid(subset)
+        L = self.m.layers
+        rows = []
+        for si, shape in enumerate(shapes):
+            lt = np.array([values[k]["layer_time"][si] for k in subset])
+            for p in range(1, L + 1):
+                dmax = np.array([self._capacity(k) // (shape.tp * p) for k in subset])
+                if dmax.min() < 1:
+                    continue
+                slot = math.ceil(L / p) * lt
+                for B in self.batches:
+                    if B % shape.micro_batch:
+                        continue
+                    lb = (B / shape.micro_batch + (p - 1) * dmax.sum()) / (dmax / slot).sum()
+                    rows.append((si, B, 0, p, lb / B))
+        return self._rows(rows, shapes, subset, "replicas across pools", self._solve_replicas)
+
+    def _rows(self, rows, shapes, subset, kind, solver) -> dict:
+        arr = np.array(rows, dtype=float).reshape(-1, 5)
+
+        def solve(i, bound):
+            si, B, d, p = (int(x) for x in arr[i, :4])
+            return solver(shapes[si], subset, B, d, p, bound)
+
+        return {"lb": arr[:, 4], "solve": solve, "kind": kind}
+
+    # --- the CP-SAT models ------------------------------------------------------------------
+
+    def _solver(self, model: cp_model.CpModel):
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = self.q.workers
+        s.parameters.max_time_in_seconds = self.q.time_limit_s
+        return s
+
+    def _solve_pipeline(self, shape: Shape, subset, B: int, d: int, p: int, bound: float):
+        """The best pipeline of p stages over the pools of `subset` (each holding one at
+        least) for d replicas of B / d samples: layers and pool per stage."""
+        m, L, pools = self.m, self.m.layers, self.cluster.pools
+        mcount = B // (shape.micro_batch * d)
+        part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
+        model = cp_model.CpModel()
+        x = {(j, k): model.NewBoolVar(f"x{j}_{k}") for j in range(p) for k in subset}
+        n = [model.NewIntVar(1, L, f"n{j}") for j in range(p)]
+        nk = {(j, k): model.NewIntVar(0, L, f"n{j}_{k}") for j in range(p) for k in subset}
+        model.Add(sum(n) == L)
+        for j in range(p):
+            model.AddExactlyOne(x[j, k] for k in subset)
+            model.Add(sum(nk[j, k] for k in subset) == n[j])
+            for k in subset:
+                model.Add(nk[j, k] <= L * x[j, k])
+        fits = {}
+        for k in subset:
+            pool, hw = pools[k], self.hws[k]
+            s_k = sum(x[j, k] for j in range(p))
+            model.Add(s_k >= 1)
+            model.Add(s_k * d * shape.tp <= pool.devices)
+            nodes = model.NewIntVar(0, pool.nodes, f"N{k}")
+            model.Add(s_k * d * shape.tp == hw.g * nodes)
+            fits[k] = model.NewBoolVar(f"fit{k}")
+            model.Add(s_k * shape.tp <= hw.scale_up).OnlyEnforceIf(fits[k])
+        # each stage's time, sends, sync and memory from its own pool's parts
+        slot = model.NewIntVar(0, 1 << 50, "slot")
+        tails = []
+        layers = np.arange(L + 1)
+        for j in range(p):
+            last = j == p - 1
+            tau = sum(_int(part[k].layer_time) * nk[j, k]
+                      + (_int(part[k].logit_time) * x[j, k] if last else 0) for k in subset)
+            sends = model.NewIntVar(0, 1 << 50, f"send{j}")
+            a, b = (j, j + 1) if j + 1 < p else (j - 1, j)
+            for k in subset:
+                pk, own = part[k], cost.pool_links(part[k])
+                inside = cost.hop(pk, own, pk.send_bytes, True)
+                nic = cost.hop(pk, own, pk.send_bytes, False)
+                model.Add(sends >= _int(2 * (inside + pk.regather))).OnlyEnforceIf(x[j, k])
+                model.Add(sends >= _int(2 * (nic + pk.regather))).OnlyEnforceIf(
+                    [x[j, k], fits[k].Not()])
+                for o in subset:
+                    if o == k:
+                        continue
+                    cross = cost.hop(pk, cost.between_links(self.cluster, sorted({k, o}),
+                                                            part), pk.send_bytes, False)
+                    hop = 2 * (max(cross, inside) + pk.regather)
+                    other = b if j == a else a
+                    model.Add(sends >= _int(hop)).OnlyEnforceIf([x[j, k], x[other, o]])
+            model.Add(slot >= tau + sends)
+            # sync + optimizer step: a table over (pool, layers); memory: linear in layers
+            table = []
+            for k in subset:
+                pk = part[k]
+                agg = cost.stage_aggregates(pk, layers, j, p, min(p - j, mcount))
+                per_node = cost.replicas_per_node(pk, shape.tp, p, d)
+                tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
+                                                 per_node, mcount, p)
+                table += [_int(v) for v in np.broadcast_to(tail, layers.shape)]
+                mem = np.broadcast_to(mem, layers.shape)
+                slope = mem[2] - mem[1]
+                model.Add(math.ceil(slope) * n[j] + math.ceil(mem[1] - slope)
+                          <= int(self.caps[k])).OnlyEnforceIf(x[j, k])
+            index = model.NewIntVar(0, len(table) - 1, f"i{j}")
+            model.Add(index == n[j] + sum(i * (L + 1) * x[j, k] for i, k in enumerate(subset)))
+            tail = model.NewIntVar(0, max(table), f"tail{j}")
+            model.AddElement(index, table, tail)
+            tails.append(tail)
+        worst = model.NewIntVar(0, 1 << 50, "tail")
+        model.AddMaxEquality(worst, tails)
+        objective = (mcount + p - 1) * slot + worst
+        if math.isfinite(bound):
+            model.Add(objective <= _int(bound * B) + 1)
+        model.Minimize(objective)
+        s = self._solver(model)
+        if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        stages = []
+        for j in range(p):
+            k = next(k for k in subset if s.Value(x[j, k]))
+            stages.append(Stage(k, int(s.Value(n[j]))))
+        return MixedPlan(shape, (Group(tuple(stages), d, mcount),))
+
+    def _solve_replicas(self, shape: Shape, subset, B: int, _d: int, p: int, bound: float):
+        """The best split of B samples over replicas of one p-stage pipeline on every pool of
+        `subset`: replicas and micro-batches per replica on each pool."""
+        m, pools = self.m, self.cluster.pools
+        per = B // shape.micro_batch
+        split = stage_layers(m.layers, p)
+        part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
+        model = cp_model.CpModel()
+        dmax = {k: pools[k].devices // (shape.tp * p) for k in subset}
+        total = sum(dmax.values())
+        d = {k: model.NewIntVar(1, dmax[k], f"d{k}") for k in subset}
+        mc = {k: model.NewIntVar(1, per, f"m{k}") for k in subset}
+        y = {k: model.NewIntVar(1, per, f"y{k}") for k in subset}
+        pipe = model.NewIntVar(0, 1 << 55, "pipe")
+        D = model.NewIntVar(len(subset), total, "D")
+        model.Add(sum(d.values()) == D)
+        for k in subset:
+            hw = self.hws[k]
+            model.AddMultiplicationEquality(y[k], [d[k], mc[k]])
+            nodes = model.NewIntVar(0, pools[k].nodes, f"N{k}")
+            model.Add(d[k] * shape.tp * p == hw.g * nodes)
+            group = Group(tuple(Stage(k, n) for n in split), 1, 1)
+            slot = max(cost.stage_time(part[k], n, j == p - 1)
+                       + cost.sends(self.cluster, part, group, j, shape.tp)
+                       for j, n in enumerate(split))
+            model.Add(pipe >= _int(slot) * (mc[k] + p - 1))
+        model.Add(sum(y.values()) == per)
+        # sync + step over D replicas across the pools; memory of the first and last stage
+        ranks = np.arange(len(subset), total + 1)
+        links = cost.between_links(self.cluster, list(subset), part)
+        tail = np.zeros(ranks.shape)
+        for k in subset:
+            pk = part[k]
+            per_node = min(cost.replicas_per_node(part[o], shape.tp, p, 1 << 30)
+                           for o in subset)
+            per_node = np.minimum(per_node, ranks)
+            for j in sorted({0, p - 1}):
+                in_flight = min(p - j, per)
+                agg = cost.stage_aggregates(pk, split[j], j, p, in_flight)
+                sync, _ = cost.sync_and_memory(shape, agg, pk, links, ranks, per_node, per, p)
+                tail = np.maximum(tail, sync)
+                # memory: the static part over D, the activations in flight over m_k
+                still = {**agg, "A_act": agg["A_act"] - split[j] * pk.layer_activations
+                         * in_flight}
+                _, static = cost.sync_and_memory(shape, still, pk, links, ranks, per_node,
+                                                 per, p)
+                static_var = model.NewIntVar(0, 1 << 60, f"mem{k}_{j}")
+                model.AddElement(D - len(subset), [int(math.ceil(v)) for v in
+                                                   np.broadcast_to(static, ranks.shape)],
+                                 static_var)
+                flight = model.NewIntVar(1, p - j, f"f{k}_{j}")
+                model.AddMinEquality(flight, [mc[k], model.NewConstant(p - j)])
+                act = int(math.ceil(split[j] * pk.layer_activations))
+                model.Add(static_var + act * flight <= int(self.caps[k]))
+        sync = model.NewIntVar(0, 1 << 50, "sync")
+        model.AddElement(D - len(subset), [_int(v) for v in tail], sync)
+        objective = pipe + sync
+        if math.isfinite(bound):
+            model.Add(objective <= _int(bound * B) + 1)
+        model.Minimize(objective)
+        s = self._solver(model)
+        if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        groups = tuple(Group(tuple(Stage(k, n) for n in split), int(s.Value(d[k])),
+                             int(s.Value(mc[k]))) for k in subset)
+        return MixedPlan(shape, groups)
+
+
+def _int(seconds: float) -> int:
+    return int(round(float(seconds) * SCALE))
+
+
+def _divisors(x: int) -> list[int]:
+    return [k for k in range(1, x + 1) if x % k == 0]
