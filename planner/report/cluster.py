@@ -40,7 +40,8 @@ def _cost_per_million_tokens(found, sol) -> float | None:
 
 def _entry(found, sol) -> dict:
     tokens = found.global_batch * sol.seq_len / found.iteration_time_s
-    return {"pools": list(found.pools), "kind": found.kind, "status": found.status,
+    return {"pools": list(found.subset), "uses": list(found.pools), "kind": found.kind,
+            "status": found.status,
             "iteration_time_s": found.iteration_time_s, "global_batch": found.global_batch,
             "tokens_per_s": tokens, "devices": found.devices,
             "memory_bytes_per_device": found.memory_bytes,
@@ -50,10 +51,10 @@ def _entry(found, sol) -> dict:
 def worth(sol) -> list[dict]:
     """Per pool: the best plan with every pool against the best without it (what it adds)."""
     every = tuple(n for n in sol.prices)
-    best_all = max((f for f in sol.subsets), key=lambda f: 1 / f.seconds_per_sample)
+    best_all = min(sol.subsets, key=lambda f: f.seconds_per_sample)
     out = []
     for name in every:
-        without = [f for f in sol.subsets if name not in f.pools]
+        without = [f for f in sol.subsets if name not in f.subset]
         if not without:
             continue
         other = min(without, key=lambda f: f.seconds_per_sample)
@@ -117,7 +118,9 @@ def cluster_text(doc: dict) -> str:
     if "gain_over_best_single_pool" in doc:
         lines.append(f"  {doc['gain_over_best_single_pool']:+.1%} throughput over the best "
                      f"single pool ({doc['best_single_pool']})")
-    rows = [[" + ".join(e["pools"]), e["kind"], f"{e['iteration_time_s']:.4g}",
+    rows = [[" + ".join(e["pools"]), e["kind"] + ("" if e["uses"] == e["pools"] else
+                                                  f" ({' + '.join(e['uses'])} alone)"),
+             f"{e['iteration_time_s']:.4g}",
              f"{e['tokens_per_s']:,.0f}",
              "-" if e["cost_per_million_tokens_usd"] is None
              else f"{e['cost_per_million_tokens_usd']:.3g}"] for e in doc["subsets"]]

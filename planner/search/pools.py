@@ -69,6 +69,10 @@ class Found:
     memory_bytes: dict[str, float] = field(default_factory=dict)  # fullest device per pool
     solution: object | None = None  # the one-pool search's Solution
     status: str = "optimal"
+    subset: tuple[str, ...] = ()  # the pools it was searched over (default: `pools`)
+
+    def __post_init__(self):
+        self.subset = self.subset or self.pools
 
     @property
     def seconds_per_sample(self) -> float:
@@ -89,7 +93,8 @@ class ClusterSolution:
     prices: dict[str, float | None]
 
     def of(self, pools: tuple[str, ...]) -> Found | None:
-        return next((f for f in self.subsets if f.pools == pools), None)
+        """The best plan searched over exactly these pools."""
+        return next((f for f in self.subsets if f.subset == pools), None)
 
 
 def _unsupported(m: Transformer, q: Search) -> str | None:
@@ -206,10 +211,12 @@ class ClusterSolver:
                 value = priced.iteration_time_s / plan.global_batch
                 if priced.fits and value < bound:
                     bound, best = value, (plan, priced, rows["kind"])
-        if best is None:
-            return (incumbent, "") if incumbent else (None, "no mixed plan fits")
-        plan, priced, kind = best
         names = [p.name for p in self.cluster.pools]
+        if best is None:  # no mix beats the best of the smaller subsets: that is this one's
+            if incumbent is None:
+                return None, "no mixed plan fits"
+            return replace(incumbent, subset=tuple(names[k] for k in subset)), ""
+        plan, priced, kind = best
         memory = {}
         for g, mem in zip(plan.groups, priced.memory_bytes, strict=True):
             for s, x in zip(g.stages, mem, strict=True):

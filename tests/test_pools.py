@@ -1,0 +1,204 @@
+"""Clusters of several pools: the spec, the mixed-plan cost against the one-system model, the
+CP-SAT models against brute force, the bound-ordered search against solving every shape, and
+the command line."""
+
+import itertools
+import json
+import math
+
+import pytest
+
+from planner.catalog import load_model, load_target
+from planner.cost import pools as cost
+from planner.cost.pools import Group, MixedPlan, Shape, Stage
+from planner.errors import SpecError
+from planner.plan import Plan, stage_layers
+from planner.search.hybrid import predict
+from planner.search.hybrid_space import Search
+from planner.search.pools import ClusterSolver
+from planner.spec.hardware import Precision
+
+BF16 = Precision.bf16
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Two nodes of A100 and two of H100, joined by one 100 GbE link per node."""
+    path = tmp_path_factory.mktemp("cluster") / "small.yaml"
+    path.write_text("kind: cluster\nname: small\npools:\n"
+                    "  - {system: dgx-a100-80gb, nodes: 2}\n"
+                    "  - {system: dgx-h100, nodes: 2}\n"
+                    "between_pools: {link: 100gbe, count: 1}\n")
+    return str(path)
+
+
+def test_builtin_cluster_loads():
+    c = load_target("lab-a100-h100")
+    assert [(p.name, p.nodes, p.devices) for p in c.pools] == [
+        ("dgx-a100-80gb", 32, 256), ("dgx-h100", 16, 128)]
+    # 8 NDR links per node (8 x 50 GB/s x 0.9), no faster than the A100 pool's own 8 HDR
+    # NICs (8 x 25 GB/s x 0.9)
+    assert c.between_node_Bps(*c.pools) == pytest.approx(8 * 25e9 * 0.9)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("pools:\n  - {system: dgx-h100, nodes: 2}\n  - {system: dgx-h100, nodes: 3}\n",
+     "two pools named 'dgx-h100'"),
+    ("pools:\n  - {system: dgx-h900, nodes: 2}\n", "key 'pools.0.system': unknown hardware"),
+    ("pools:\n  - {system: dgx-h100, nodes: 2, availability: 0.1}\n",
+     "key 'pools.0.availability'"),
+    ("pools: []\n", "pools"),
+    ("pools:\n  - {system: dgx-h100, nodes: 2}\nbetween_pools: {link: nvlink9, count: 1}\n",
+     "key 'between_pools.link'"),
+])
+def test_bad_cluster_is_one_line(tmp_path, body, message):
+    path = tmp_path / "c.yaml"
+    path.write_text("kind: cluster\nname: c\n" + body)
+    with pytest.raises(SpecError, match=message) as err:
+        load_target(str(path))
+    assert "\n" not in str(err.value).split(":", 1)[0]
+
+
+@pytest.mark.parametrize("t, p, d, mb, B, rec", [
+    (8, 8, 4, 1, 512, "full"), (8, 12, 2, 2, 256, "selective"), (4, 16, 2, 1, 64, "full"),
+    (8, 6, 1, 1, 32, "full"), (8, 1, 1, 1, 8, "full"), (2, 16, 4, 1, 1536, "none")])
+def test_one_pool_mixed_plan_is_the_one_system_model(t, p, d, mb, B, rec):
+    """Assembled stage by stage from the per-layer parts and the forms, a plan on one pool
+    costs exactly what the one-system model says (time and memory)."""
+    m, c = load_model("gpt3-175b"), load_target("lab-a100-h100")
+    for k, pool in enumerate(c.pools):
+        shape = Shape(t, mb, rec, True, 2, True)
+        plan = MixedPlan(shape, (Group(tuple(Stage(k, n) for n in stage_layers(96, p)), d,
+                                       B // (d * mb)),))
+        priced = cost.price(m, c, BF16, plan)
+        ref = predict(m, pool.system, BF16, Plan.split(
+            t, p, d, mb, B, node_size=8, recompute=rec, sequence_parallel=True, zero=2))
+        assert priced.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+        assert max(priced.memory_bytes[0]) == pytest.approx(ref.memory_bytes_per_device,
+                                                            rel=1e-12)
+
+
+def _value(m, c, plan, caps):
+    priced = cost.price(m, c, BF16, plan, caps)
+    return priced.iteration_time_s if priced.fits else math.inf
+
+
+def test_pipeline_model_matches_brute_force(small):
+    """Every pool assignment and layer split of a 4-stage gpt2 pipeline over two pools: the
+    CP-SAT model's plan is the cheapest that fits."""
+    m, c = load_model("gpt2"), load_target(small)
+    solver = ClusterSolver(m, c, BF16, Search(global_batch=64))
+    shape, d, p, B = Shape(4, 2, "none", True, 2, True), 2, 4, 64
+    got = solver._solve_pipeline(shape, (0, 1), B, d, p, math.inf)
+    mcount = B // (shape.micro_batch * d)
+    best = math.inf
+    for pools in itertools.product((0, 1), repeat=p):
+        if len(set(pools)) < 2 or any(pools.count(k) * d * 4 > 16 for k in (0, 1)):
+            continue
+        for cut in itertools.combinations(range(1, m.layers), p - 1):
+            sizes = [b - a for a, b in zip((0, *cut), (*cut, m.layers), strict=True)]
+            plan = MixedPlan(shape, (Group(tuple(Stage(k, n) for k, n in zip(
+                pools, sizes, strict=True)), d, mcount),))
+            best = min(best, _value(m, c, plan, solver.caps))
+    assert math.isfinite(best)
+    assert _value(m, c, got, solver.caps) == pytest.approx(best, rel=1e-6)
+
+
+def test_replica_model_matches_brute_force(small):
+    """Every split of 64 samples over replicas on two pools: the CP-SAT model's is the best."""
+    m, c = load_model("gpt2"), load_target(small)
+    solver = ClusterSolver(m, c, BF16, Search(global_batch=64))
+    shape, p, B = Shape(2, 2, "none", True, 2, True), 2, 64
+    got = solver._solve_replicas(shape, (0, 1), B, 0, p, math.inf)
+    split, per = stage_layers(m.layers, p), B // shape.micro_batch
+    best = math.inf
+    for d0, d1 in itertools.product(range(1, 5), repeat=2):  # 16 devices / (tp 2 x pp 2)
+        if (d0 * 4) % 8 or (d1 * 4) % 8:
+            continue  # whole nodes
+        for m0 in range(1, per // d0 + 1):
+            rest = per - d0 * m0
+            if rest <= 0 or rest % d1:
+                continue
+            plan = MixedPlan(shape, (Group(tuple(Stage(0, n) for n in split), d0, m0),
+                                     Group(tuple(Stage(1, n) for n in split), d1, rest // d1)))
+            best = min(best, _value(m, c, plan, solver.caps))
+    assert math.isfinite(best)
+    assert got.global_batch == B
+    assert _value(m, c, got, solver.caps) == pytest.approx(best, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_bound_order_loses_nothing(small):
+    """The search stops at the first shape whose lower bound is no better than its best plan:
+    solving every shape to the end finds nothing better, and no shape beats its bound."""
+    m, c = load_model("gpt2"), load_target(small)
+    solver = ClusterSolver(m, c, BF16, Search(global_batch_range=(32, 64), tp=4))
+    found, _ = solver._mixed((0, 1), None)
+    for form in (solver._pipeline_rows, solver._replica_rows):
+        rows = form((0, 1))
+        for i in range(len(rows["lb"])):
+            plan = rows["solve"](i, math.inf)
+            if plan is None:
+                continue
+            value = _value(m, c, plan, solver.caps) / plan.global_batch
+            assert value >= rows["lb"][i] * (1 - 1e-9)
+            assert value >= found.seconds_per_sample * (1 - 1e-6)
+
+
+def test_mixed_is_never_slower_than_one_pool(run_json):
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    assert doc["status"] == "optimal"
+    singles = [s for s in doc["subsets"] if len(s["pools"]) == 1]
+    assert len(singles) == 2 and len(doc["subsets"]) == 3
+    best = doc["prediction"]
+    assert all(best["tokens_per_s"] >= s["tokens_per_s"] for s in singles)
+    assert doc["gain_over_best_single_pool"] > 0.2  # the A100 pool is worth adding
+    plan = doc["plan"]
+    assert plan["kind"] == "pipeline across pools"
+    stages = plan["groups"][0]["stages"]
+    assert sum(s["layers"] for s in stages) == 96 and len(stages) == plan["pp"]
+    assert {s["pool"] for s in stages} == {"dgx-a100-80gb", "dgx-h100"}
+    # an H100 stage holds more layers than an A100 stage: its device is faster
+    most = {p: max(s["layers"] for s in stages if s["pool"] == p) for p in plan["pools"]}
+    assert most["dgx-h100"] > most["dgx-a100-80gb"]
+    assert plan["devices"]["dgx-h100"] <= 128 and plan["devices"]["dgx-a100-80gb"] <= 256
+    assert {a["pool"] for a in doc["pools_add"]} == {"dgx-a100-80gb", "dgx-h100"}
+
+
+def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):
+    path = tmp_path / "one.yaml"
+    path.write_text("kind: cluster\nname: one\npools:\n  - {system: dgx-h100, nodes: 4}\n")
+    got = run_json("solve", "-m", "gpt2", "-H", str(path), "--global-batch", "256")
+    ref = run_json("solve", "-m", "gpt2", "-H", "dgx-h100", "--nodes-max", "4",
+                   "--global-batch", "256")
+    assert got["config"] == ref["config"]
+    assert got["prediction"]["iteration_time_s"] == ref["prediction"]["iteration_time_s"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("evaluate", "-m", "gpt2", "-H", "lab-a100-h100", "--devices", "8", "--global-batch",
+      "8"), "is a cluster of 2 pools"),
+    (("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "64", "--format",
+      "megatron"), "cannot express a plan over several pools"),
+    (("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "64", "--objective",
+      "iteration-time"), "ranks plans by throughput"),
+    (("solve", "-m", "resnet50", "-H", "lab-a100-h100", "--global-batch", "64"),
+     "plans transformers"),
+])
+def test_cluster_refusals_are_one_line(run, args, message):
+    code, out, err = run(*args)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_unsupported_switch_still_solves_each_pool(run_json):
+    doc = run_json("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "256",
+                   "--optimizer", "muon")
+    assert "optimizer" in doc["mixed_not_searched"]
+    assert [s["kind"] for s in doc["subsets"]] == ["one pool", "one pool"]
+
+
+def test_text_report_names_every_subset(run):
+    code, out, err = run("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "256")
+    assert code == 0, err
+    assert "dgx-a100-80gb + dgx-h100" in out and "USD / M tokens" in out
+    json.dumps(out)
