@@ -249,41 +249,107 @@ class ClusterSolver:
                    "recompute": np.array([RECOMPUTE.index(x) for x in r]),
                    "sp": np.array([int(s.sequence_parallel) for s in shapes]), "zero": zero,
                    "gpipe": 0, "overlap": q.overlap}
-            values[k] = iteration(m, hw, cfg, ("layer_time", "logit_time", "send_bytes",
-                                               "regather")) if combos else {}
+            names = ("layer_time", "logit_time", "send_bytes", "regather", "layer_params",
+                     "layer_backward", "optimizer_per_param", "grad_bytes", "weight_bytes",
+                     "state_bytes", "layer_activations", "rebuilt_activations")
+            values[k] = iteration(m, hw, cfg, names) if combos else {}
         return shapes, values
 
     def _capacity(self, k: int) -> int:
         return self.cluster.pools[k].devices
 
     def _pipeline_rows(self, subset) -> dict:
-        """Pipelines across the pools of `subset`, each pool holding at least one stage."""
+        """Pipelines across the pools of `subset`, each pool holding at least one stage. The
+        bound: the layers spread at the speed of p stages (one on each pool, the rest on the
+        fastest pools with room), and the sync and step of the stage holding the most layers
+        (at least ceil(L / p)): no less than either piece of the exposed sync at its least
+        over [ceil(L / p), L] (the slowed compute's share grows with the layers; the sync
+        beyond the backward is affine in them)."""
         shapes, values = self._grid(subset)
         L, K = self.m.layers, len(subset)
         rows = []
         for si, shape in enumerate(shapes):
-            lt = np.array([values[k]["layer_time"][si] for k in subset])
-            hop = np.array([2 * (self.hws[k].intra_lat + values[k]["send_bytes"][si]
-                                 / self.hws[k].intra_bw + values[k]["regather"][si])
-                            for k in subset])
-            order = np.argsort(lt)
             for B in self.batches:
                 for d in _divisors(B // shape.micro_batch):
-                    mcount = B // (shape.micro_batch * d)
-                    caps = np.array([self._capacity(k) // (d * shape.tp) for k in subset])
-                    if caps.min() < 1:
+                    caps = [self._capacity(k) // (d * shape.tp) for k in subset]
+                    if min(caps) < 1:
                         continue
-                    for p in range(K, min(L, int(caps.sum())) + 1):
-                        # one stage on each pool, the rest on the fastest pools that have room
-                        speed = (1 / lt).sum()
-                        left = p - K
-                        for j in order:
-                            take = min(left, caps[j] - 1)
-                            speed += take / lt[j]
-                            left -= take
-                        slot = L / speed + hop.min()
-                        rows.append((si, B, d, p, (mcount + p - 1) * slot / B))
-        return self._rows(rows, shapes, subset, "pipeline across pools", self._solve_pipeline)
+                    rows += [(si, B, d, p) for p in range(K, min(L, sum(caps)) + 1)]
+        rows = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        si, B, d, p = rows.T
+        mb = np.array([s.micro_batch for s in shapes])[si]
+        tp = np.array([s.tp for s in shapes])[si]
+        mcount = B // (mb * d)
+        at = {k: {name: np.asarray(v)[si] for name, v in values[k].items()} for k in subset}
+        lt = np.stack([at[k]["layer_time"] for k in subset])  # (K, rows)
+        caps = np.stack([self._capacity(k) // (d * tp) for k in subset])
+        # whole nodes: a pool holds a multiple of g / gcd(g, d t) stages, at least that many
+        least = np.stack([self.hws[k].g // np.gcd(self.hws[k].g, d * tp) for k in subset])
+        speed, left = (least / lt).sum(axis=0), p - least.sum(axis=0)
+        for rank in range(K):  # the fastest pools take the stages left, as room allows
+            pick = np.argsort(lt, axis=0)[rank]
+            cols = np.arange(len(rows))
+            take = np.clip(np.minimum(left, caps[pick, cols] - least[pick, cols]), 0, None)
+            speed, left = speed + take / lt[pick, cols], left - take
+        hop = np.min([2 * (self.hws[k].intra_lat + at[k]["send_bytes"] / self.hws[k].intra_bw
+                           + at[k]["regather"]) for k in subset], axis=0)
+        tail = np.full(len(rows), np.inf)
+        n0 = -(-L // p)
+        for k in subset:
+            tail = np.minimum(tail, self._tail_bound(shapes, si, at[k], k, d, p, n0, mcount))
+        lb = ((mcount + p - 1) * (L / speed + hop) + tail) / B
+        lb[self._room(shapes, si, at, subset, d, p, mcount) < L] = np.inf  # cannot fit
+        lb[(left > 0) | (least > caps).any(axis=0)] = np.inf  # no room for p stages
+        return self._rows(rows, lb, shapes, subset, "pipeline across pools",
+                          self._solve_pipeline)
+
+    def _room(self, shapes, si, at, subset, d, p, mcount) -> np.ndarray:
+        """An upper bound of the layers p stages can hold in memory: stage j holds the
+        activations of min(p - j, m) micro-batches; each position on the pool that fits the
+        most there, without the embedding or output layer."""
+        per = {}
+        for k in subset:
+            part = cost.Parts(at[k], self.hws[k])
+            links = cost.pool_links(part)
+
+            def memory(n, part=part, links=links, k=k):
+                agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
+                       "A_act": at[k]["rebuilt_activations"], "ell": n}
+                return cost.sync_and_memory(shapes[0], agg, part, links, d, 1, mcount, p)[1]
+
+            one, two = memory(1.0), memory(2.0)
+            per[k] = (two - one, 2 * one - two, at[k]["layer_activations"])
+        room = np.zeros(len(si))
+        for i in range(1, int(p.max()) + 1):
+            flight = np.minimum(i, mcount)
+            most = np.max([np.floor((self.caps[k] - base) / (slope + act * flight))
+                           for k, (slope, base, act) in per.items()], axis=0)
+            room += np.where(i <= p, np.maximum(most, 0), 0)
+        return room
+
+    def _tail_bound(self, shapes, si, at, k, d, p, n0, mcount) -> np.ndarray:
+        """A lower bound of the sync and step of a middle stage of n >= n0 layers on pool k."""
+        L, hw, zero, overlap = self.m.layers, self.hws[k], shapes[0].zero, shapes[0].overlap
+        part = cost.Parts(at, hw)
+        links = cost.pool_links(part)
+        per_node = np.minimum(np.maximum(hw.scale_up // (np.array(
+            [s.tp for s in shapes])[si] * p), 1), d)
+        plain = replace(shapes[0], overlap=False)
+
+        def pieces(n):
+            agg = {"Psi": n * at["layer_params"], "H": n * at["layer_backward"], "A_act": 0.0,
+                   "ell": n}
+            step = agg["Psi"] * at["optimizer_per_param"] / (d if zero else 1)
+            sync = cost.sync_and_memory(plain, agg, part, links, d, per_node, mcount, p)[0]
+            return sync - step, agg["H"], step
+
+        sync0, h0, step0 = pieces(n0)
+        if not overlap:
+            return sync0 + step0
+        sigma = hw.overlap_slowdown / (1 + hw.overlap_slowdown)
+        syncL, hL, stepL = pieces(np.full_like(n0, L))
+        beyond = np.minimum(sync0 - h0 + step0, syncL - hL + stepL)
+        return np.maximum(sigma * sync0 + step0, beyond)
 
     def _replica_rows(self, subset) -> dict:
         """The same pipeline on every pool of `subset`, replicas and micro-batches per pool."""
@@ -302,16 +368,16 @@ class ClusterSolver:
                         continue
                     lb = (B / shape.micro_batch + (p - 1) * dmax.sum()) / (dmax / slot).sum()
                     rows.append((si, B, 0, p, lb / B))
-        return self._rows(rows, shapes, subset, "replicas across pools", self._solve_replicas)
-
-    def _rows(self, rows, shapes, subset, kind, solver) -> dict:
         arr = np.array(rows, dtype=float).reshape(-1, 5)
+        return self._rows(arr[:, :4].astype(np.int64), arr[:, 4], shapes, subset,
+                          "replicas across pools", self._solve_replicas)
 
+    def _rows(self, rows, lb, shapes, subset, kind, solver) -> dict:
         def solve(i, bound):
-            si, B, d, p = (int(x) for x in arr[i, :4])
+            si, B, d, p = (int(x) for x in rows[i])
             return solver(shapes[si], subset, B, d, p, bound)
 
-        return {"lb": arr[:, 4], "solve": solve, "kind": kind}
+        return {"lb": lb, "solve": solve, "kind": kind}
 
     # --- the CP-SAT models ------------------------------------------------------------------
 
@@ -337,6 +403,16 @@ class ClusterSolver:
             model.Add(sum(nk[j, k] for k in subset) == n[j])
             for k in subset:
                 model.Add(nk[j, k] <= L * x[j, k])
+        # each pool's stages are one contiguous run of the pipeline (at most K - 1 changes of
+        # pool along it): interleaving pools only adds crossings
+        change = [model.NewBoolVar(f"c{j}") for j in range(p - 1)]
+        for j in range(p - 1):
+            for k in subset:
+                model.Add(change[j] >= x[j, k] - x[j + 1, k])
+        model.Add(sum(change) <= len(subset) - 1)
+        cross = {(k, o): cost.hop(part[k], cost.between_links(self.cluster, sorted({k, o}),
+                                                                part), part[k].send_bytes,
+                                  False) for k in subset for o in subset if o != k}
         fits = {}
         for k in subset:
             pool, hw = pools[k], self.hws[k]
@@ -347,12 +423,26 @@ class ClusterSolver:
             model.Add(s_k * d * shape.tp == hw.g * nodes)
             fits[k] = model.NewBoolVar(f"fit{k}")
             model.Add(s_k * shape.tp <= hw.scale_up).OnlyEnforceIf(fits[k])
-        # each stage's time, sends, sync and memory from its own pool's parts
+        # per pool and stage class (first, middle, last): the sync + optimizer step as a
+        # table over the stage's layers, and memory without the activations in flight (both
+        # read the class only through the embedding / output layer the stage holds)
+        layers = np.arange(L + 1)
+        tables, static = {}, {}
+        for k in subset:
+            pk = part[k]
+            per_node = cost.replicas_per_node(pk, shape.tp, p, d)
+            for c, j in (("first", 0), ("middle", 1), ("last", p - 1)):
+                agg = cost.stage_aggregates(pk, layers, j, p, 0)
+                tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
+                                                 per_node, mcount, p)
+                tables[k, c] = [_int(v) for v in np.broadcast_to(tail, layers.shape)]
+                mem = np.broadcast_to(mem, layers.shape)
+                static[k, c] = (mem[2] - mem[1], mem[1] - (mem[2] - mem[1]))
         slot = model.NewIntVar(0, 1 << 50, "slot")
         tails = []
-        layers = np.arange(L + 1)
         for j in range(p):
             last = j == p - 1
+            c = "first" if j == 0 else "last" if last else "middle"
             tau = sum(_int(part[k].layer_time) * nk[j, k]
                       + (_int(part[k].logit_time) * x[j, k] if last else 0) for k in subset)
             sends = model.NewIntVar(0, 1 << 50, f"send{j}")
@@ -365,27 +455,17 @@ class ClusterSolver:
                 model.Add(sends >= _int(2 * (nic + pk.regather))).OnlyEnforceIf(
                     [x[j, k], fits[k].Not()])
                 for o in subset:
-                    if o == k:
-                        continue
-                    cross = cost.hop(pk, cost.between_links(self.cluster, sorted({k, o}),
-                                                            part), pk.send_bytes, False)
-                    hop = 2 * (max(cross, inside) + pk.regather)
-                    other = b if j == a else a
-                    model.Add(sends >= _int(hop)).OnlyEnforceIf([x[j, k], x[other, o]])
-            model.Add(slot >= tau + sends)
-            # sync + optimizer step: a table over (pool, layers); memory: linear in layers
-            table = []
-            for k in subset:
-                pk = part[k]
-                agg = cost.stage_aggregates(pk, layers, j, p, min(p - j, mcount))
-                per_node = cost.replicas_per_node(pk, shape.tp, p, d)
-                tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
-                                                 per_node, mcount, p)
-                table += [_int(v) for v in np.broadcast_to(tail, layers.shape)]
-                mem = np.broadcast_to(mem, layers.shape)
-                slope = mem[2] - mem[1]
-                model.Add(math.ceil(slope) * n[j] + math.ceil(mem[1] - slope)
+                    if o != k:
+                        hop = 2 * (max(cross[k, o], inside) + pk.regather)
+                        other = b if j == a else a
+                        model.Add(sends >= _int(hop)).OnlyEnforceIf([x[j, k], x[other, o]])
+                # memory: linear in the layers, the activations of min(p - j, m) in flight
+                slope, base = static[k, c]
+                slope += pk.layer_activations * min(p - j, mcount)
+                model.Add(math.ceil(slope) * n[j] + math.ceil(base)
                           <= int(self.caps[k])).OnlyEnforceIf(x[j, k])
+            model.Add(slot >= tau + sends)
+            table = [v for k in subset for v in tables[k, c]]
             index = model.NewIntVar(0, len(table) - 1, f"i{j}")
             model.Add(index == n[j] + sum(i * (L + 1) * x[j, k] for i, k in enumerate(subset)))
             tail = model.NewIntVar(0, max(table), f"tail{j}")
