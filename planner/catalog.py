@@ -436,7 +436,9 @@ def list_hardware() -> dict[str, list[str]]:
 def pool_nodes(ref: str) -> int | None:
     """The nodes of a one-pool cluster (None for a system): a search's node budget there."""
     target = load_target(ref)
-    return target.pools[0].nodes if isinstance(target, Cluster) else None
+    if isinstance(target, Cluster) and len(target.pools) == 1:
+        return target.pools[0].nodes
+    return None
 
 
 def load_hardware_any(ref: str) -> Device | Link | System:

@@ -202,3 +202,11 @@ def test_text_report_names_every_subset(run):
     assert code == 0, err
     assert "dgx-a100-80gb + dgx-h100" in out and "USD / M tokens" in out
     json.dumps(out)
+
+
+def test_python_api_solves_a_cluster():
+    from planner import api
+
+    sol = api.solve("gpt2", "lab-a100-h100", global_batch=256)
+    assert sol.status == "optimal" and len(sol.subsets) == 3
+    assert sol.of(("dgx-a100-80gb", "dgx-h100")) is not None
