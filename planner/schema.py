@@ -1,7 +1,8 @@
 """JSON Schema (draft 2020-12) of the JSON documents the commands print: `planner schema`.
 
 One schema per command; a plan and its prediction have one form for every model family
-(`CONFIG`, `PREDICTION`); `solve` has a second form for the CNN's layer splits. Tests validate
+(`CONFIG`, `PREDICTION`); `solve` has a second form for the CNN's layer splits and a third
+for a cluster of several pools. Tests validate
 real outputs against these, so a key added to an output without its schema fails CI.
 """
 
@@ -162,7 +163,38 @@ def _solve() -> dict:
             "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
         "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
     }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
-    return {"oneOf": [plan, split]}
+    return {"oneOf": [plan, split, _cluster(spec)]}
+
+
+def _cluster(spec: dict) -> dict:
+    """`solve` over a cluster of several pools (`planner.report.cluster`)."""
+    per_pool = {"type": "object", "additionalProperties": INT}
+    stage = obj({"pool": STR, "layers": INT})
+    group = obj({"replicas": INT, "micro_batches": INT, "samples": INT,
+                 "stages": {"type": "array", "items": stage}})
+    plan = obj({"kind": STR, "pools": {"type": "array", "items": STR}, "tp": INT, "cp": INT,
+                "pp": INT, "dp": INT, "micro_batch": INT, "global_batch": INT,
+                "recompute": STR, "sequence_parallel": BOOL, "zero": INT, "interleave": INT,
+                "devices": per_pool, "nodes": per_pool,
+                "groups": {"type": "array", "items": group}},
+               ["kind", "pools", "tp", "pp", "micro_batch", "global_batch", "devices"])
+    entry = obj({"pools": {"type": "array", "items": STR},
+                 "uses": {"type": "array", "items": STR}, "kind": STR,
+                 "status": {"enum": ["optimal", "feasible"]}, "iteration_time_s": NUM,
+                 "global_batch": INT, "tokens_per_s": NUM, "devices": per_pool,
+                 "memory_bytes_per_device": {"type": "object", "additionalProperties": NUM},
+                 "cost_per_million_tokens_usd": {"type": ["number", "null"]}})
+    return _envelope("solve", {
+        "model": STR, "hardware": STR, "precision": obj({"name": STR}), "cluster": STR,
+        "status": spec["status"], "plan": plan, "prediction": entry,
+        "subsets": {"type": "array", "items": entry},
+        "best_single_pool": STR, "gain_over_best_single_pool": NUM,
+        "pools_add": {"type": "array", "items": obj({
+            "pool": STR, "best_without_tokens_per_s": NUM, "adds": NUM})},
+        "no_plan": {"type": "object", "additionalProperties": STR},
+        "mixed_not_searched": STR,
+        "search": obj({"cp_sat_models": INT, "shapes_priced": INT, "solve_time_s": NUM}),
+    }, ["cluster", "status", "plan", "prediction", "subsets", "pools_add", "search"])
 
 
 SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_batch": INT,

@@ -146,7 +146,12 @@ def test_bound_order_loses_nothing(small):
 
 
 def test_mixed_is_never_slower_than_one_pool(run_json):
+    import jsonschema
+
+    from planner.schema import schemas
+
     doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    jsonschema.validate(doc, schemas()["solve"])
     assert doc["status"] == "optimal"
     singles = [s for s in doc["subsets"] if len(s["pools"]) == 1]
     assert len(singles) == 2 and len(doc["subsets"]) == 3
@@ -194,6 +199,11 @@ def test_unsupported_switch_still_solves_each_pool(run_json):
     doc = run_json("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "256",
                    "--optimizer", "muon")
     assert "optimizer" in doc["mixed_not_searched"]
+    import jsonschema
+
+    from planner.schema import schemas
+
+    jsonschema.validate(doc, schemas()["solve"])
     assert [s["kind"] for s in doc["subsets"]] == ["one pool", "one pool"]
 
 
