@@ -365,11 +365,11 @@ class TransformerExpressions(LayerCosts):
             + experts_per_layer / (self.etp * ep),
             "embedding_params": sp.Integer(emb) / t, "head_params": sp.Integer(head_copy) / t,
             "single_params": sp.Integer(emb + head) / t,
-            "layer_activations": act_layer, "rebuilt_activations": sp.sympify(rebuilt),
+            "layer_activations": act_layer, "rebuilt_activations": rebuilt,
             "logit_activations": 4 * tok * sp.Integer(md.vocab) / t,
             "send_bytes": send, "regather": regather,
-            "grad_bytes": sp.Integer(gb), "weight_bytes": sp.sympify(wb),
-            "state_bytes": sp.sympify(kappa),
+            "grad_bytes": sp.Integer(gb), "weight_bytes": wb,
+            "state_bytes": kappa,
             "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
         }
         return {
