@@ -336,7 +336,8 @@ def _list() -> dict:
     return {"oneOf": [
         _envelope("list", {"models": names}, ["models"]),
         _envelope("list", {"hardware": obj({"systems": names, "devices": names,
-                                            "links": names})}, ["hardware"]),
+                                            "links": names, "clusters": names})},
+                  ["hardware"]),
         _envelope("list", {"switches": {"type": "array", "items": obj({
             "name": STR, "flag": STR, "default": {}, "values": {"type": ["array", "null"]},
             "families": {"type": "array", "items": STR}, "what": STR, "upstream": STR,
