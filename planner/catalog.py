@@ -451,6 +451,10 @@ def load_hardware_any(ref: str) -> Device | Link | System:
                          ("links", load_link)):
         if path_exists(HARDWARE / kind / f"{ref}.yaml"):
             return loader(ref)
+    if path_exists(HARDWARE / "clusters" / f"{ref}.yaml"):
+        pools = ", ".join(p.system.name for p in load_target(ref).pools)
+        raise SpecError(f"hardware: '{ref}' is a cluster; show hardware shows a system, "
+                        f"device or link (its pools' systems: {pools})")
     names = [n for kind_names in list_hardware().values() for n in kind_names]
     raise SpecError(f"unknown hardware {short(ref)}{did_you_mean(ref, names)} (built-in "
                     f"systems: {', '.join(list_hardware()['systems'])}; devices and links: "
