@@ -381,11 +381,16 @@ class ClusterSolver:
 
     # --- the CP-SAT models ------------------------------------------------------------------
 
-    def _solver(self, model: cp_model.CpModel):
+    def _minimise(self, model: cp_model.CpModel, objective, bound_s: float):
+        """Solve `model` for the least `objective` (seconds x SCALE) no worse than `bound_s`;
+        the solver, or None when nothing beats the bound."""
+        if math.isfinite(bound_s):
+            model.Add(objective <= _int(bound_s) + 1)
+        model.Minimize(objective)
         s = cp_model.CpSolver()
         s.parameters.num_workers = self.q.workers
         s.parameters.max_time_in_seconds = self.q.time_limit_s
-        return s
+        return s if s.Solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
 
     def _solve_pipeline(self, shape: Shape, subset, B: int, d: int, p: int, bound: float):
         """The best pipeline of p stages over the pools of `subset` (each holding one at
@@ -474,11 +479,8 @@ class ClusterSolver:
         worst = model.NewIntVar(0, 1 << 50, "tail")
         model.AddMaxEquality(worst, tails)
         objective = (mcount + p - 1) * slot + worst
-        if math.isfinite(bound):
-            model.Add(objective <= _int(bound * B) + 1)
-        model.Minimize(objective)
-        s = self._solver(model)
-        if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        s = self._minimise(model, objective, bound * B)
+        if s is None:
             return None
         stages = []
         for j in range(p):
@@ -543,11 +545,8 @@ class ClusterSolver:
         sync = model.NewIntVar(0, 1 << 50, "sync")
         model.AddElement(D - len(subset), [_int(v) for v in tail], sync)
         objective = pipe + sync
-        if math.isfinite(bound):
-            model.Add(objective <= _int(bound * B) + 1)
-        model.Minimize(objective)
-        s = self._solver(model)
-        if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        s = self._minimise(model, objective, bound * B)
+        if s is None:
             return None
         groups = tuple(Group(tuple(Stage(k, n) for n in split), int(s.Value(d[k])),
                              int(s.Value(mc[k]))) for k in subset)
