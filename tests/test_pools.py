@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 
 from planner.catalog import load_model, load_target
@@ -15,7 +16,7 @@ from planner.errors import SpecError
 from planner.plan import Plan, stage_layers
 from planner.search.hybrid import predict
 from planner.search.hybrid_space import Search
-from planner.search.pools import ClusterSolver
+from planner.search.pools import ClusterSolver, _slot_bound
 from planner.spec.hardware import Precision
 
 BF16 = Precision.bf16
@@ -127,6 +128,51 @@ def test_replica_model_matches_brute_force(small):
     assert _value(m, c, got, solver.caps) == pytest.approx(best, rel=1e-6)
 
 
+def _least_slot(L, lt, logit, hop, least, caps, room):
+    """The brute-force least slowest-stage time: every pool per stage and layer split."""
+    K, best = len(lt), math.inf
+    p = sum(least) + 1
+    for pools in itertools.product(range(K), repeat=p):
+        if any(not least[k] <= pools.count(k) <= caps[k] for k in range(K)):
+            continue
+        for cut in itertools.combinations(range(1, L), p - 1):
+            sizes = [b - a for a, b in zip((0, *cut), (*cut, L), strict=True)]
+            if any(n > room[k] for n, k in zip(sizes, pools, strict=True)):
+                continue
+            best = min(best, max(n * lt[k] + hop + (logit[k] if j == p - 1 else 0)
+                                 for j, (n, k) in enumerate(zip(sizes, pools, strict=True))))
+    return best
+
+
+def test_slot_bound_is_the_brute_force_least_slot():
+    """The pipeline bound's slot against every placement of small pipelines: never above the
+    least slowest stage, and equal to it without an output layer (the bound is exact then)."""
+    rng = np.random.default_rng(7)
+    exact = 0
+    for case in range(150):
+        K = int(rng.integers(1, 4))
+        L = int(rng.integers(K + 1, 10))
+        least = rng.integers(1, 3, K)
+        if least.sum() + 1 > L:
+            continue
+        caps = least + rng.integers(0, 3, K)
+        lt = rng.uniform(1, 3, K)
+        logit = rng.uniform(0, 2, K) * (case % 2)
+        room = rng.integers(1, L + 1, K)
+        hop = float(rng.uniform(0, 0.5))
+        p = int(least.sum()) + 1
+        want = _least_slot(L, lt, logit, hop, least, caps, room)
+        got = _slot_bound(L, lt[:, None], logit[:, None], np.array([hop]), least[:, None],
+                          caps[:, None], np.array([p]), room[:, None])[0]
+        if not math.isfinite(want):
+            continue
+        assert got <= want * (1 + 1e-12)
+        if case % 2 == 0:
+            assert got == pytest.approx(want, rel=1e-9)
+            exact += 1
+    assert exact > 20
+
+
 @pytest.mark.slow
 def test_bound_order_loses_nothing(small):
     """The search stops at the first shape whose lower bound is no better than its best plan:
@@ -134,14 +180,21 @@ def test_bound_order_loses_nothing(small):
     m, c = load_model("gpt2"), load_target(small)
     solver = ClusterSolver(m, c, BF16, Search(global_batch_range=(32, 64), tp=4))
     found, _ = solver._mixed((0, 1), None)
+    # the bounds sharpened against an incumbent hold for every plan that beats it
+    incumbent = found.seconds_per_sample * 1.25
     for form in (solver._pipeline_rows, solver._replica_rows):
-        rows = form((0, 1))
-        for i in range(len(rows["lb"])):
-            plan = rows["solve"](i, math.inf)
+        plain, sharp = form((0, 1)), form((0, 1), incumbent)
+        below = plain["lb"] < incumbent  # where the incumbent sharpens the bound
+        assert (sharp["lb"][below] >= plain["lb"][below]).all()
+        assert (sharp["lb"][below] > plain["lb"][below]).any() or form == solver._replica_rows
+        for i in range(len(plain["lb"])):
+            plan = plain["solve"](i, math.inf)
             if plan is None:
                 continue
             value = _value(m, c, plan, solver.caps) / plan.global_batch
-            assert value >= rows["lb"][i] * (1 - 1e-9)
+            assert value >= plain["lb"][i] * (1 - 1e-9)
+            if value < incumbent:
+                assert value >= sharp["lb"][i] * (1 - 1e-9)
             assert value >= found.seconds_per_sample * (1 - 1e-6)
 
 

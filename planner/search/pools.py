@@ -194,7 +194,7 @@ class ClusterSolver:
         bound = incumbent.seconds_per_sample if incumbent else math.inf
         best = None
         for form in (self._pipeline_rows, self._replica_rows):
-            rows = form(subset)
+            rows = form(subset, bound)
             self.priced += len(rows["lb"])
             for i in np.argsort(rows["lb"], kind="stable"):
                 if rows["lb"][i] >= bound * (1 - 1e-9):
@@ -258,13 +258,14 @@ class ClusterSolver:
     def _capacity(self, k: int) -> int:
         return self.cluster.pools[k].devices
 
-    def _pipeline_rows(self, subset) -> dict:
+    def _pipeline_rows(self, subset, incumbent: float = math.inf) -> dict:
         """Pipelines across the pools of `subset`, each pool holding at least one stage. The
-        bound: the layers spread at the speed of p stages (one on each pool, the rest on the
-        fastest pools with room), and the sync and step of the stage holding the most layers
-        (at least ceil(L / p)): no less than either piece of the exposed sync at its least
-        over [ceil(L / p), L] (the slowed compute's share grows with the layers; the sync
-        beyond the backward is affine in them)."""
+        bound: the slowest stage at least the least slot that holds the integer layers
+        (`_slot_bound`; computed for the rows whose continuous bound, the layers spread at
+        the speed of p stages, is below `incumbent`), and the sync and step of the stage
+        holding the most layers (at least ceil(L / p)): no less than either piece of the
+        exposed sync at its least over [ceil(L / p), L] (the slowed compute's share grows
+        with the layers; the sync beyond the backward is affine in them)."""
         shapes, values = self._grid(subset)
         L, K = self.m.layers, len(subset)
         rows = []
@@ -297,16 +298,73 @@ class ClusterSolver:
         n0 = -(-L // p)
         for k in subset:
             tail = np.minimum(tail, self._tail_bound(shapes, si, at[k], k, d, p, n0, mcount))
+        room = self._room(shapes, si, at, subset, d, p, mcount)
+        logit = np.stack([at[k]["logit_time"] for k in subset])
         lb = ((mcount + p - 1) * (L / speed + hop) + tail) / B
-        lb[self._room(shapes, si, at, subset, d, p, mcount) < L] = np.inf  # cannot fit
+        lb[room["total"] < L] = np.inf  # cannot fit
         lb[(left > 0) | (least > caps).any(axis=0)] = np.inf  # no room for p stages
+        # the integer bound, where the continuous one does not already rule the row out
+        sharp = np.flatnonzero(lb < incumbent)
+        most = room["per_stage"]
+        slot = _slot_bound(L, lt[:, sharp], logit[:, sharp], hop[sharp], least[:, sharp],
+                           caps[:, sharp], p[sharp], most[:, sharp])
+        lb[sharp] = np.maximum(lb[sharp], ((mcount + p - 1)[sharp] * slot + tail[sharp])
+                               / B[sharp])
+        # the sync bound: a plan below `incumbent` has a slot short enough to cap the
+        # layers of every stage, so its busiest stage's sync is at least the least that
+        # such stages reach
+        near = lb[sharp] < incumbent
+        sharp, slot = sharp[near], slot[near]
+        if len(sharp):
+            longest = (incumbent * B[sharp] - tail[sharp]) / (mcount + p - 1)[sharp]
+            hold = np.clip(np.floor((longest - hop[sharp]) / lt[:, sharp]), 0,
+                           most[:, sharp])
+            sync = self._sync_bound(shapes[0], {k: {n: v[sharp] for n, v in at[k].items()}
+                                                for k in subset}, subset, tp[sharp],
+                                    d[sharp], p[sharp], mcount[sharp], hold,
+                                    least[:, sharp], caps[:, sharp])
+            lb[sharp] = np.maximum(lb[sharp], ((mcount + p - 1)[sharp] * slot + sync)
+                                   / B[sharp])
         return self._rows(rows, lb, shapes, subset, "pipeline across pools",
                           self._solve_pipeline)
 
-    def _room(self, shapes, si, at, subset, d, p, mcount) -> np.ndarray:
-        """An upper bound of the layers p stages can hold in memory: stage j holds the
+    def _sync_bound(self, shape, at, subset, tp, d, p, mcount, hold, least, caps):
+        """The least sync and step of the busiest stage, per row: the least tau at which the
+        stages, each on pool k at most min(hold_k, the most layers whose sync and step is
+        within tau) layers, still hold the model (`_stages_hold`); lower end of a
+        bisection. The sync of n layers is the stage's own table (no embedding or output
+        layer: those only add)."""
+        L = self.m.layers
+        n = np.arange(L + 1)[:, None]
+        tables = []
+        for k in subset:
+            part = cost.Parts(at[k], self.hws[k])
+            agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
+                   "A_act": 0.0, "ell": n}
+            per_node = np.minimum(np.maximum(self.hws[k].scale_up // (tp * p), 1), d)
+            tail = cost.sync_and_memory(shape, agg, part, cost.pool_links(part), d,
+                                        per_node, mcount, p)[0]
+            tables.append(np.broadcast_to(tail, (L + 1, len(p))))
+        tables = np.stack(tables)  # (K, L + 1, rows)
+        n = n[None]
+
+        def holds(tau):
+            within = np.where((tables <= tau) & (n >= 1), n, 0).max(axis=1)
+            return _stages_hold(np.minimum(hold, within), least, caps, p) >= L
+
+        lo = np.nextafter(tables[:, 1].max(axis=0), 0)  # every pool holds a layer
+        hi = tables.max(axis=(0, 1))
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            yes = holds(mid)
+            hi, lo = np.where(yes, mid, hi), np.where(yes, lo, mid)
+        return np.where(holds(hi), np.maximum(lo, 0), np.inf)
+
+    def _room(self, shapes, si, at, subset, d, p, mcount) -> dict:
+        """Upper bounds of the layers in memory: `total`, of p stages (stage j holds the
         activations of min(p - j, m) micro-batches; each position on the pool that fits the
-        most there, without the embedding or output layer."""
+        most there), and `per_stage`, of one stage on each pool (one micro-batch in flight),
+        both without the embedding or output layer."""
         per = {}
         for k in subset:
             part = cost.Parts(at[k], self.hws[k])
@@ -319,13 +377,16 @@ class ClusterSolver:
 
             one, two = memory(1.0), memory(2.0)
             per[k] = (two - one, 2 * one - two, at[k]["layer_activations"])
-        room = np.zeros(len(si))
+
+        def fits(k, flight):
+            slope, base, act = per[k]
+            return np.maximum(np.floor((self.caps[k] - base) / (slope + act * flight)), 0)
+
+        total = np.zeros(len(si))
         for i in range(1, int(p.max()) + 1):
-            flight = np.minimum(i, mcount)
-            most = np.max([np.floor((self.caps[k] - base) / (slope + act * flight))
-                           for k, (slope, base, act) in per.items()], axis=0)
-            room += np.where(i <= p, np.maximum(most, 0), 0)
-        return room
+            most = np.max([fits(k, np.minimum(i, mcount)) for k in subset], axis=0)
+            total += np.where(i <= p, most, 0)
+        return {"total": total, "per_stage": np.stack([fits(k, 1) for k in subset])}
 
     def _tail_bound(self, shapes, si, at, k, d, p, n0, mcount) -> np.ndarray:
         """A lower bound of the sync and step of a middle stage of n >= n0 layers on pool k."""
@@ -351,33 +412,70 @@ class ClusterSolver:
         beyond = np.minimum(sync0 - h0 + step0, syncL - hL + stepL)
         return np.maximum(sigma * sync0 + step0, beyond)
 
-    def _replica_rows(self, subset) -> dict:
-        """The same pipeline on every pool of `subset`, replicas and micro-batches per pool."""
+    def _replica_rows(self, subset, _incumbent: float = math.inf) -> dict:
+        """The same pipeline on every pool of `subset`, replicas and micro-batches per pool.
+        The bound: each pool's slot s_k exact (its even split, output layer and sends); with
+        T the pipeline's time, a pool's replicas run m_k <= T / s_k - p + 1 micro-batches, at
+        least one, so T >= p s_k on every pool, and B / mb = sum d_k m_k is at most
+        sum dmax_k (T / s_k - p + 1) (each term grows with d_k there): T >= (B / mb +
+        (p - 1) sum dmax) / sum (dmax / s). A pool whose smallest stage does not fit at the
+        most sharding (every replica of the subset) and one micro-batch in flight rules the
+        row out, as does a pool with no whole node of replicas."""
         shapes, values = self._grid(subset)
         L = self.m.layers
-        rows = []
+        p = np.arange(1, L + 1)
+        split = [stage_layers(L, int(x)) for x in p]
+        most = np.array([max(s[:-1], default=0) for s in split])
+        final = np.array([s[-1] for s in split])
+        rows, bounds = [], []
         for si, shape in enumerate(shapes):
-            lt = np.array([values[k]["layer_time"][si] for k in subset])
-            for p in range(1, L + 1):
-                dmax = np.array([self._capacity(k) // (shape.tp * p) for k in subset])
-                if dmax.min() < 1:
+            dmax, slot = [], []
+            for k in subset:
+                hw, at = self.hws[k], {n: v[si] for n, v in values[k].items()}
+                per = self._capacity(k) // (shape.tp * p)
+                whole = hw.g // np.gcd(hw.g, shape.tp * p)
+                dmax.append(per // whole * whole)
+                inside = shape.tp * p <= hw.scale_up
+                hop = np.where(inside, hw.intra_lat + at["send_bytes"] / hw.intra_bw,
+                               hw.inter_lat + at["send_bytes"] * hw.g / hw.nic_bw)
+                slot.append(np.maximum(most * at["layer_time"], final * at["layer_time"]
+                                       + at["logit_time"]) + np.where(
+                                           p > 1, 2 * (hop + at["regather"]), 0.0))
+            dmax, slot = np.array(dmax), np.array(slot)
+            ok = (dmax >= 1).all(axis=0)
+            ok &= self._replica_memory(shape, si, values, subset, p, dmax.sum(axis=0))
+            for B in self.batches:
+                if B % shape.micro_batch:
                     continue
-                slot = math.ceil(L / p) * lt
-                for B in self.batches:
-                    if B % shape.micro_batch:
-                        continue
-                    lb = (B / shape.micro_batch + (p - 1) * dmax.sum()) / (dmax / slot).sum()
-                    rows.append((si, B, 0, p, lb / B))
-        arr = np.array(rows, dtype=float).reshape(-1, 5)
-        return self._rows(arr[:, :4].astype(np.int64), arr[:, 4], shapes, subset,
-                          "replicas across pools", self._solve_replicas)
+                T = np.maximum(p * slot.max(axis=0), (B / shape.micro_batch + (
+                    p - 1) * dmax.sum(axis=0)) / np.maximum((dmax / slot).sum(axis=0), 1e-300))
+                rows += [(si, B, 0, int(x)) for x in p]
+                bounds.append(np.where(ok, T / B, np.inf))
+        rows = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        lb = np.concatenate(bounds) if bounds else np.zeros(0)
+        return self._rows(rows, lb, shapes, subset, "replicas across pools",
+                          self._solve_replicas)
+
+    def _replica_memory(self, shape, si, values, subset, p, ranks) -> np.ndarray:
+        """Per pipeline depth: whether every pool's smallest stage (floor(L / p) layers, no
+        embedding or output layer, one micro-batch in flight) fits, sharded over `ranks`."""
+        ok = np.ones(len(p), dtype=bool)
+        n = self.m.layers // p
+        for k in subset:
+            part = cost.Parts({name: v[si] for name, v in values[k].items()}, self.hws[k])
+            agg = {"Psi": n * part.layer_params, "H": n * part.layer_backward,
+                   "A_act": n * part.layer_activations + part.rebuilt_activations, "ell": n}
+            _, mem = cost.sync_and_memory(shape, agg, part, cost.pool_links(part),
+                                          np.maximum(ranks, 1), 1, 1, p)
+            ok &= np.asarray(mem) <= self.caps[k]
+        return ok
 
     def _rows(self, rows, lb, shapes, subset, kind, solver) -> dict:
         def solve(i, bound):
             si, B, d, p = (int(x) for x in rows[i])
             return solver(shapes[si], subset, B, d, p, bound)
 
-        return {"lb": lb, "solve": solve, "kind": kind}
+        return {"lb": lb, "solve": solve, "kind": kind, "rows": rows}
 
     # --- the CP-SAT models ------------------------------------------------------------------
 
@@ -398,6 +496,22 @@ class ClusterSolver:
         m, L, pools = self.m, self.m.layers, self.cluster.pools
         mcount = B // (shape.micro_batch * d)
         part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
+        # per pool and stage class (first, middle, last): the sync + optimizer step as a
+        # table over the stage's layers, and memory without the activations in flight (both
+        # read the class only through the embedding / output layer the stage holds)
+        layers = np.arange(L + 1)
+        tables, static = {}, {}
+        for k in subset:
+            pk = part[k]
+            per_node = cost.replicas_per_node(pk, shape.tp, p, d)
+            for c, j in (("first", 0), ("middle", 1), ("last", p - 1)):
+                agg = cost.stage_aggregates(pk, layers, j, p, 0)
+                tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
+                                                 per_node, mcount, p)
+                tables[k, c] = [_int(v) for v in np.broadcast_to(tail, layers.shape)]
+                mem = np.broadcast_to(mem, layers.shape)
+                static[k, c] = (mem[2] - mem[1], mem[1] - (mem[2] - mem[1]))
+        classes = ["first"] + ["middle"] * (p - 2) + ["last"]
         model = cp_model.CpModel()
         x = {(j, k): model.NewBoolVar(f"x{j}_{k}") for j in range(p) for k in subset}
         n = [model.NewIntVar(1, L, f"n{j}") for j in range(p)]
@@ -428,26 +542,11 @@ class ClusterSolver:
             model.Add(s_k * d * shape.tp == hw.g * nodes)
             fits[k] = model.NewBoolVar(f"fit{k}")
             model.Add(s_k * shape.tp <= hw.scale_up).OnlyEnforceIf(fits[k])
-        # per pool and stage class (first, middle, last): the sync + optimizer step as a
-        # table over the stage's layers, and memory without the activations in flight (both
-        # read the class only through the embedding / output layer the stage holds)
-        layers = np.arange(L + 1)
-        tables, static = {}, {}
-        for k in subset:
-            pk = part[k]
-            per_node = cost.replicas_per_node(pk, shape.tp, p, d)
-            for c, j in (("first", 0), ("middle", 1), ("last", p - 1)):
-                agg = cost.stage_aggregates(pk, layers, j, p, 0)
-                tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
-                                                 per_node, mcount, p)
-                tables[k, c] = [_int(v) for v in np.broadcast_to(tail, layers.shape)]
-                mem = np.broadcast_to(mem, layers.shape)
-                static[k, c] = (mem[2] - mem[1], mem[1] - (mem[2] - mem[1]))
         slot = model.NewIntVar(0, 1 << 50, "slot")
         tails = []
         for j in range(p):
             last = j == p - 1
-            c = "first" if j == 0 else "last" if last else "middle"
+            c = classes[j]
             tau = sum(_int(part[k].layer_time) * nk[j, k]
                       + (_int(part[k].logit_time) * x[j, k] if last else 0) for k in subset)
             sends = model.NewIntVar(0, 1 << 50, f"send{j}")
@@ -498,6 +597,8 @@ class ClusterSolver:
         model = cp_model.CpModel()
         dmax = {k: pools[k].devices // (shape.tp * p) for k in subset}
         total = sum(dmax.values())
+        if min(dmax.values()) < 1:
+            return None  # a pool without room for one replica
         d = {k: model.NewIntVar(1, dmax[k], f"d{k}") for k in subset}
         mc = {k: model.NewIntVar(1, per, f"m{k}") for k in subset}
         y = {k: model.NewIntVar(1, per, f"y{k}") for k in subset}
@@ -551,6 +652,39 @@ class ClusterSolver:
         groups = tuple(Group(tuple(Stage(k, n) for n in split), int(s.Value(d[k])),
                              int(s.Value(mc[k]))) for k in subset)
         return MixedPlan(shape, groups)
+
+
+def _stages_hold(most, least, caps, p) -> np.ndarray:
+    """The most layers p stages hold when a stage on pool k holds at most `most[k]`: every
+    pool `least[k]` stages, those beyond on the pools that hold the most (as `caps` allow).
+    Arrays (K, rows) but `p`; a pool that holds no layer holds no stage (0)."""
+    cols = np.arange(most.shape[1])
+    total, left = (least * most).sum(axis=0), p - least.sum(axis=0)
+    for pick in np.argsort(-most, axis=0):
+        take = np.clip(np.minimum(left, caps[pick, cols] - least[pick, cols]), 0, None)
+        total, left = total + take * most[pick, cols], left - take
+    return np.where((most >= 1).all(axis=0), total, 0)
+
+
+def _slot_bound(L, lt, logit, hop, least, caps, p, room) -> np.ndarray:
+    """A lower bound of the slowest stage's time of p stages over the pools (arrays (K, rows)
+    but `hop` and `p`, per row): the least T at which the stages can hold L layers, a stage
+    on pool k at most min(floor((T - hop) / lt_k), room_k) of them (`_stages_hold`), and the
+    last stage also its output layer. The layers held grow with T, so bisection finds it;
+    the lower end (where they do not fit) is returned; inf: no T fits."""
+
+    def holds(T):
+        return _stages_hold(np.clip(np.floor((T - hop) / lt), 0, room), least, caps, p) >= L
+
+    # every pool's stages hold a layer; the last stage also the output layer
+    lo = np.maximum((hop + lt).max(axis=0), (hop + lt + logit).min(axis=0))
+    hi = hop + L * lt.max(axis=0) + logit.max(axis=0)
+    lo = np.where(holds(lo), lo, np.nextafter(lo, 0))  # lo: where the layers do not fit
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        yes = holds(mid)
+        hi, lo = np.where(yes, mid, hi), np.where(yes, lo, mid)
+    return np.where(holds(hi), lo, np.inf)
 
 
 def _int(seconds: float) -> int:
