@@ -79,6 +79,23 @@ def test_one_pool_mixed_plan_is_the_one_system_model(t, p, d, mb, B, rec):
                                                             rel=1e-12)
 
 
+def test_switches_reach_every_stage():
+    """A switch the request sets (flash attention off, tensor-parallel overlap on) prices
+    the stages of a mixed plan as it prices the one-system plan."""
+    m, c = load_model("gpt3-175b"), load_target("lab-a100-h100")
+    given = (("flash_attention", False), ("tp_overlap", True))
+    shape = Shape(8, 1, "full", True, 2, True, given)
+    plan = MixedPlan(shape, (Group(tuple(Stage(1, n) for n in stage_layers(96, 8)), 2, 64),))
+    ref = predict(m, c.pools[1].system, BF16, Plan.split(
+        8, 8, 2, 1, 128, node_size=8, recompute="full", sequence_parallel=True, zero=2,
+        flash_attention=False, tp_overlap=True))
+    plain = cost.price(m, c, BF16, MixedPlan(Shape(8, 1, "full", True, 2, True),
+                                             plan.groups))
+    assert cost.price(m, c, BF16, plan).iteration_time_s == pytest.approx(
+        ref.iteration_time_s, rel=1e-12)
+    assert plain.iteration_time_s != pytest.approx(ref.iteration_time_s, rel=1e-3)
+
+
 def _value(m, c, plan, caps):
     priced = cost.price(m, c, BF16, plan, caps)
     return priced.iteration_time_s if priced.fits else math.inf

@@ -67,6 +67,9 @@ class Shape:
     sequence_parallel: bool = True
     zero: int = 1
     overlap: bool = True
+    # the other switches every stage is priced with, (name, value) pairs in name order (only
+    # those off their defaults; `planner.switches` names them)
+    switches: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def parts(m: Transformer, pool: Pool, precision: Precision, shape: Shape) -> Par
 def _parts(m: Transformer, hw: Hardware, shape: Shape) -> Parts:
     cfg = {"t": shape.tp, "p": 2, "d": 1, "mb": shape.micro_batch, "acc": 1, "v": 1,
            "recompute": RECOMPUTE.index(shape.recompute), "sp": int(shape.sequence_parallel),
-           "zero": shape.zero, "gpipe": 0, "overlap": shape.overlap}
+           "zero": shape.zero, "gpipe": 0, "overlap": shape.overlap, **dict(shape.switches)}
     values = iteration(m, hw, cfg, STAGE_OUTPUTS)
     return Parts({k: float(np.asarray(v).ravel()[0]) for k, v in values.items()}, hw)
 

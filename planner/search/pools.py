@@ -122,6 +122,16 @@ def _unsupported(m: Transformer, q: Search) -> str | None:
     return None
 
 
+def _priced_switches(q: Search) -> tuple[tuple[str, object], ...]:
+    """The switches of `MIXED_SWITCHES` (but overlap, a `Shape` field) that the request sets
+    off their defaults, as `Shape.switches` carries them to every stage's prices."""
+    from planner import switches
+
+    return tuple(sorted((s.name, getattr(q, s.name)) for s in switches.SWITCHES
+                        if s.name in MIXED_SWITCHES and s.name != "overlap"
+                        and getattr(q, s.name) != s.default))
+
+
 class ClusterSolver:
     def __init__(self, m: Transformer, cluster: Cluster, precision: Precision, q: Search):
         objective = q.objective if isinstance(q.objective, Objective) else Objective(q.objective)
@@ -139,6 +149,7 @@ class ClusterSolver:
             raise SpecError("global_batch: give --global-batch or --global-batch-range")
         self.batches = candidate_batches(lo, hi)
         self.note = _unsupported(m, q)
+        self.switches = _priced_switches(q)
         self.models = 0
         self.priced = 0
         self.hws = [Hardware.of(p.system, precision) for p in cluster.pools]
@@ -240,7 +251,9 @@ class ClusterSolver:
         combos = [(t, b, r) for t in ts for b in mbs for r in recs]
         sp = True if q.sequence_parallel is None else q.sequence_parallel
         zero = 2 if q.zero is None else q.zero
-        shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap) for t, b, r in combos]
+        given = self.switches
+        shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap, given)
+                  for t, b, r in combos]
         values = {}
         for k in subset:
             hw = self.hws[k]
@@ -248,7 +261,7 @@ class ClusterSolver:
             cfg = {"t": t, "p": 2, "d": 1, "mb": b, "acc": 1, "v": 1,
                    "recompute": np.array([RECOMPUTE.index(x) for x in r]),
                    "sp": np.array([int(s.sequence_parallel) for s in shapes]), "zero": zero,
-                   "gpipe": 0, "overlap": q.overlap}
+                   "gpipe": 0, "overlap": q.overlap, **dict(given)}
             names = ("layer_time", "logit_time", "send_bytes", "regather", "layer_params",
                      "layer_backward", "optimizer_per_param", "grad_bytes", "weight_bytes",
                      "state_bytes", "layer_activations", "rebuilt_activations")
