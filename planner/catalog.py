@@ -365,7 +365,7 @@ def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
             raise SpecError(f"{where}: key 'pools.{i}.availability': {p.availability:g} of "
                             f"{p.nodes} nodes leaves none")
         price = p.price_per_device_hour_usd or system.device.price_per_hour_usd
-        pools.append(Pool(p.name or system.name, system, nodes, price))
+        pools.append(Pool(p.name or system.name, system, nodes, price, p.partition))
     between = None
     if spec.between_pools is not None:
         try:

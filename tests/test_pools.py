@@ -253,8 +253,6 @@ def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):
 @pytest.mark.parametrize("args, message", [
     (("evaluate", "-m", "gpt2", "-H", "lab-a100-h100", "--devices", "8", "--global-batch",
       "8"), "is a cluster of 2 pools"),
-    (("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "64", "--format",
-      "megatron"), "cannot express a plan over several pools"),
     (("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "64", "--objective",
       "iteration-time"), "ranks plans by throughput"),
     (("solve", "-m", "resnet50", "-H", "lab-a100-h100", "--global-batch", "64"),

@@ -205,9 +205,6 @@ def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, prob
     if given:
         raise SpecError(f"hardware: {given[0]} is not searched over a cluster of several "
                         f"pools yet (solve ranks its plans by throughput)")
-    if fmt in LAUNCH_FORMATS:
-        raise SpecError(f"format: --format {fmt} cannot express a plan over several pools yet "
-                        f"(per-pool stage layouts and batch shares); use json, yaml or table")
     seq_len = hybrid.pop("seq_len", None)
     sol = api.solve_cluster(model, hardware, precision=precision, objective=objective,
                             seq_len=seq_len, optimizer=optimizer, global_batch_range=rng,
@@ -216,6 +213,14 @@ def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, prob
     used = precision or cluster.pools[0].system.device.default_precision.value
     body = {"model": model, "hardware": hardware, "precision": {"name": used},
             **cluster_doc(sol, cluster)}
+    if fmt in LAUNCH_FORMATS:
+        from planner.launch import Target
+        from planner.launch.pools import cluster_launch
+        from planner.spec.transformer import with_seq_len
+
+        target = Target(with_seq_len(api.load_model(model), seq_len), used)
+        click.echo(cluster_launch(fmt, sol, cluster, target, model))
+        return
     doc = render.document("solve", body)
     emit(doc, fmt, lambda: cluster_text(doc))
 

@@ -38,6 +38,14 @@ def pipeline_layout(layers: int, pp: int, v: int) -> str:
     return "|".join(chunks)
 
 
+def stage_layout(layers: list[int]) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout for one chunk per stage holding the given
+    layer counts: the embedding with the first stage, the loss with the last."""
+    stages = ["t" * n for n in layers]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
 def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
     """(first, last) stage sizes for Megatron's uneven pipeline (the middle stages equal), no
     stage over ceil(layers / pp) and the last, which runs the output layer too, at most
@@ -211,7 +219,9 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     if plan.get("etp", plan["tp"]) != plan["tp"]:  # Megatron's default is tp
         a += ["--expert-tensor-parallel-size", plan["etp"]]
     first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
-    if plan["interleave"] > 1 and not (first or last) and m.layers % (
+    if plan.get("stage_layers"):  # a pipeline over pools: each stage its own layer count
+        a += ["--pipeline-model-parallel-layout", stage_layout(plan["stage_layers"])]
+    elif plan["interleave"] > 1 and not (first or last) and m.layers % (
             plan["pp"] * plan["interleave"]):
         # exclusive with the other layout flags (arguments.py)
         a += ["--pipeline-model-parallel-layout",
@@ -221,7 +231,7 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     if first or last:  # pinned by the plan (checked against Megatron's rules there)
         a += ["--decoder-first-pipeline-num-layers", first] if first else []
         a += ["--decoder-last-pipeline-num-layers", last] if last else []
-    elif plan["interleave"] == 1 and plan["pp"] > 1:
+    elif plan["interleave"] == 1 and plan["pp"] > 1 and not plan.get("stage_layers"):
         uneven = uneven_stages(m.layers, plan["pp"])
         if uneven:
             a += ["--decoder-first-pipeline-num-layers", uneven[0],
@@ -299,6 +309,7 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
     value wins)."""
     model = megatron_args(doc, plan, target)
     n, g = plan["nodes"], plan["devices_per_node"]
+    runs = plan.get("pool_nodes")  # a plan over pools: [(pool, nodes, stages)] in stage order
     lines = [
         "#!/bin/bash",
         f"# Megatron-LM pretrain_gpt.py; flags checked against NVIDIA/Megatron-LM "
@@ -306,8 +317,12 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
         *(f"# {line}" for line in summary(doc, plan)),
         f"# precision {target.precision}",
         f"# Run once on each of the {n} node(s), in a Megatron-LM checkout (or set MEGATRON_LM):",
-        "#   one node: bash THIS; more: MASTER_ADDR=<first node> bash THIS on each, or",
-        "#   TRAIN_SCRIPT=THIS sbatch job.sh, job.sh from planner --format slurm.",
+        *([
+            "#   MASTER_ADDR=<node rank 0> NODE_RANK=<its rank below> bash THIS on each, or",
+            "#   TRAIN_SCRIPT=THIS sbatch job.sh, job.sh from planner --format slurm (one "
+            "component per pool)."] if runs else [
+            "#   one node: bash THIS; more: MASTER_ADDR=<first node> bash THIS on each, or",
+            "#   TRAIN_SCRIPT=THIS sbatch job.sh, job.sh from planner --format slurm."]),
         "# Arguments to this script follow the plan's (the last value of a flag wins).",
         "# PLACEHOLDER marks what the planner does not choose (data, tokenizer, learning rate,",
         "# iterations, checkpoints); the script stops until the required ones are set.",
@@ -344,11 +359,29 @@ def megatron(doc: dict, plan: dict, target: Target) -> str:
         *_bash_array("PLAN_ARGS", model),
         "",
         'MEGATRON_LM="${MEGATRON_LM:-.}"',
-        f"exec torchrun --nnodes={n} --nproc-per-node={g} --rdzv-backend=c10d \\",
-        '  --rdzv-endpoint="${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}" '
-        '--rdzv-id="${SLURM_JOB_ID:-planner}" \\',
+        *(_static_ranks(runs, n, g) if runs else [
+            f"exec torchrun --nnodes={n} --nproc-per-node={g} --rdzv-backend=c10d \\",
+            '  --rdzv-endpoint="${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}" '
+            '--rdzv-id="${SLURM_JOB_ID:-planner}" \\']),
         '  "$MEGATRON_LM/pretrain_gpt.py" "${PLAN_ARGS[@]}" "${TOKENIZER_ARGS[@]}" '
         '"${DATA_ARGS[@]}" \\',
         '  "${SCHEDULE_ARGS[@]}" "${CHECKPOINT_ARGS[@]}" "$@"',
     ]
     return "\n".join(lines)
+
+
+def _static_ranks(runs: list[tuple[str, int, str]], n: int, g: int) -> list[str]:
+    """torchrun with fixed node ranks for a plan over pools: Megatron-LM places pipeline stage
+    j on global ranks [j, j + 1) x tp x dp (pp is the outermost of its rank order), so node
+    ranks in stage order put each stage on its own pool's nodes; a rendezvous that ranks
+    nodes as they join would not."""
+    lines, first = ["# node ranks, in pipeline order (each stage's ranks on its pool's nodes):"], 0
+    for pool, nodes, stages in runs:
+        lines.append(f"#   {first}-{first + nodes - 1}: {pool} ({stages})")
+        first += nodes
+    return [*lines,
+            'NODE_RANK="${NODE_RANK:?set NODE_RANK to the rank of this node in the order above '
+            '(planner --format slurm sets it)}"',
+            f"exec torchrun --nnodes={n} --nproc-per-node={g} --node-rank=\"$NODE_RANK\" \\",
+            '  --master-addr="${MASTER_ADDR:-localhost}" --master-port="${MASTER_PORT:-29500}" '
+            '\\']

@@ -8,7 +8,7 @@ YAML (the keys scripts write):
     name: lab
     pools:
       - {system: dgx-a100-80gb, nodes: 32}
-      - {system: dgx-h100, nodes: 16, price_per_device_hour_usd: 8.0}
+      - {system: dgx-h100, nodes: 16, price_per_device_hour_usd: 8.0, partition: h100}
     between_pools: {link: ndr-ib, count: 8}   # links per node between pools
 
 Without `between_pools` the pools share one fabric: traffic between them runs at the slower
@@ -35,6 +35,8 @@ class PoolSpec(Spec):
     price_per_device_hour_usd: float | None = Field(default=None, gt=0, le=1e6)
     # the share of the nodes a job can have (spot capacity, maintenance): floor(nodes x it)
     availability: float = Field(default=1.0, gt=0, le=1)
+    # the Slurm partition holding the pool's nodes (the sbatch form of a plan over pools)
+    partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.,-]+$")
 
 
 class BetweenPools(Spec):
@@ -67,6 +69,7 @@ class Pool:
     system: System
     nodes: int
     price_per_device_hour: float | None
+    partition: str | None = None
 
     @property
     def devices(self) -> int:
