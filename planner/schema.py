@@ -193,6 +193,16 @@ def _cluster(spec: dict) -> dict:
             "pool": STR, "best_without_tokens_per_s": NUM, "adds": NUM})},
         "no_plan": {"type": "object", "additionalProperties": STR},
         "mixed_not_searched": STR,
+        "limits": obj({
+            "bottleneck": obj({"pool": STR, "measure": STR, "by_pool": {
+                "type": "object", "additionalProperties": NUM}}),
+            "between_node_Bps": NUM, "against": STR,
+            "break_even_between_node_Bps": {"type": ["number", "null"]},
+            "balanced_micro_batches": {"type": "object", "additionalProperties": NUM},
+            "at_own_fabric": obj({"pools": {"type": "array", "items": STR}, "kind": STR,
+                                  "gain_over_best_single_pool": NUM,
+                                  "break_even_between_node_Bps": {
+                                      "type": ["number", "null"]}})}, []),
         "search": obj({"cp_sat_models": INT, "shapes_priced": INT, "solve_time_s": NUM}),
     }, ["cluster", "status", "plan", "prediction", "subsets", "pools_add", "search"])
 

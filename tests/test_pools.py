@@ -238,6 +238,67 @@ def test_mixed_is_never_slower_than_one_pool(run_json):
     assert most["dgx-h100"] > most["dgx-a100-80gb"]
     assert plan["devices"]["dgx-h100"] <= 128 and plan["devices"]["dgx-a100-80gb"] <= 256
     assert {a["pool"] for a in doc["pools_add"]} == {"dgx-a100-80gb", "dgx-h100"}
+    # the slowest stage is the bottleneck's; the break-even bandwidth is below the link's
+    limits = doc["limits"]
+    by_pool = limits["bottleneck"]["by_pool"]
+    assert by_pool[limits["bottleneck"]["pool"]] == max(by_pool.values())
+    assert limits["against"] == "dgx-h100"
+    assert 0 < limits["break_even_between_node_Bps"] < limits["between_node_Bps"]
+
+
+def test_break_even_bandwidth_bisection_is_the_closed_form():
+    """The least bandwidth between pools at which the lab pipeline still beats the H100 pool
+    alone: bisection on the plan's price equals the closed form per boundary stage, and the
+    plan is faster just above it, not just below."""
+    from planner import api
+    from planner.analysis import pools as limits
+
+    sol = api.solve("gpt3-175b", "lab-a100-h100", global_batch=1536)
+    m, c, plan = load_model("gpt3-175b"), load_target("lab-a100-h100"), sol.best.plan
+    target = sol.of(("dgx-h100",)).seconds_per_sample
+    prec = Precision.fp16  # the A100 pool's default, which the search priced
+    bisected = limits.break_even_between_Bps(m, c, prec, plan, target)
+    assert bisected == pytest.approx(limits.pipeline_break_even_Bps(m, c, prec, plan, target),
+                                     rel=1e-7)
+    assert bisected == pytest.approx(sol.limits["break_even_between_node_Bps"], rel=1e-12)
+    for scale, faster in ((1.001, True), (0.999, False)):
+        t = cost.price(m, c.at_between(bisected * scale), prec, plan).iteration_time_s
+        assert (t / plan.global_batch < target) is faster
+
+
+@pytest.mark.slow
+def test_replicas_balance_in_closed_form_and_need_their_link(run_json):
+    """Replicas on three pools: each pool's integer micro-batches within one of the closed
+    form that makes all pools finish together; the plan needs a link between pools."""
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
+                   "--global-batch", "3072")
+    plan, limits = doc["plan"], doc["limits"]
+    assert plan["kind"] == "replicas across pools"
+    got = {g["stages"][0]["pool"]: g["micro_batches"] for g in plan["groups"]}
+    assert got.keys() == limits["balanced_micro_batches"].keys()
+    for pool, x in limits["balanced_micro_batches"].items():
+        assert abs(got[pool] - x) < 1
+    assert 0 < limits["break_even_between_node_Bps"] < limits["between_node_Bps"]
+
+
+def test_slow_link_between_pools_names_the_mix_it_blocks(tmp_path, run_json):
+    """One 10 GbE link per node between an A100 and an H100 pool: the H100 pool alone wins,
+    and the report says what the mix would gain at the pools' own NIC speed and what link it
+    needs."""
+    import jsonschema
+
+    from planner.schema import schemas
+
+    path = tmp_path / "far.yaml"
+    path.write_text("kind: cluster\nname: far\npools:\n  - {system: dgx-a100-80gb, nodes: 4}\n"
+                    "  - {system: dgx-h100, nodes: 4}\nbetween_pools: {link: 10gbe, count: 1}\n")
+    doc = run_json("solve", "-m", "llama3-8b", "-H", str(path), "--global-batch", "128")
+    jsonschema.validate(doc, schemas()["solve"])
+    assert doc["plan"]["kind"] == "one pool" and doc["plan"]["pools"] == ["dgx-h100"]
+    mix = doc["limits"]["at_own_fabric"]
+    assert mix["gain_over_best_single_pool"] > 0
+    far = load_target(str(path))
+    assert mix["break_even_between_node_Bps"] > far.between_node_Bps(*far.pools)
 
 
 def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):

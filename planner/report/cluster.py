@@ -76,6 +76,8 @@ def cluster_doc(sol, cluster) -> dict:
         doc["gain_over_best_single_pool"] = (best_single.seconds_per_sample
                                              / sol.best.seconds_per_sample - 1)
     doc["pools_add"] = worth(sol)
+    if sol.limits:
+        doc["limits"] = sol.limits
     if sol.missing:
         doc["no_plan"] = sol.missing
     if sol.mixed_note:
@@ -130,6 +132,7 @@ def cluster_text(doc: dict) -> str:
     if adds:
         lines.append("")
         lines += [f"  adding {a['pool']}: {a['adds']:+.1%} throughput" for a in adds]
+    lines += _limit_lines(doc.get("limits") or {})
     for subset, why in (doc.get("no_plan") or {}).items():
         lines.append(f"  no plan on {subset}: {why}")
     if doc.get("mixed_not_searched"):
@@ -138,3 +141,30 @@ def cluster_text(doc: dict) -> str:
     lines.append(f"  search: {s['cp_sat_models']} CP-SAT models over {s['shapes_priced']:,} "
                  f"priced shapes, {s['solve_time_s']:.2f} s")
     return "\n".join(lines)
+
+
+def _limit_lines(limits: dict) -> list[str]:
+    lines = []
+    if "bottleneck" in limits:
+        b = limits["bottleneck"]
+        others = ", ".join(f"{p} {t:.4g}" for p, t in b["by_pool"].items() if p != b["pool"])
+        lines.append(f"  bottleneck: {b['pool']} ({b['measure']}: {b['by_pool'][b['pool']]:.4g}; "
+                     f"{others})")
+    if "break_even_between_node_Bps" in limits:
+        need, now = limits["break_even_between_node_Bps"], limits["between_node_Bps"]
+        lines.append(f"  beats {limits['against']} alone while the links between pools carry "
+                     f"at least {need / 1e9:.3g} GB/s per node (now {now / 1e9:.3g})"
+                     if need is not None else
+                     f"  does not beat {limits['against']} alone at the links between pools")
+    if "balanced_micro_batches" in limits:
+        lines.append("  balanced micro-batches per replica (closed form): " + ", ".join(
+            f"{x:.4g} on {p}" for p, x in limits["balanced_micro_batches"].items()))
+    if "at_own_fabric" in limits:
+        f = limits["at_own_fabric"]
+        lines.append(f"  with links between pools as fast as their own NICs: "
+                     f"{f['kind']} on {' + '.join(f['pools'])}, "
+                     f"{f['gain_over_best_single_pool']:+.1%} over the best single pool")
+        if f.get("break_even_between_node_Bps") is not None:
+            lines.append(f"  (that mix needs at least {f['break_even_between_node_Bps'] / 1e9:.3g}"
+                         " GB/s per node between pools to beat it)")
+    return lines

@@ -91,6 +91,8 @@ class ClusterSolution:
     solve_time_s: float
     seq_len: int
     prices: dict[str, float | None]
+    # what limits the best plan and what would change it (`_limits`); empty when nothing to say
+    limits: dict = field(default_factory=dict)
 
     def of(self, pools: tuple[str, ...]) -> Found | None:
         """The best plan searched over exactly these pools."""
@@ -183,11 +185,62 @@ class ClusterSolver:
                                   + "; ".join(f"{k}: {v}" for k, v in missing.items()),
                                   ("memory",))
         best = min(plans, key=lambda f: f.seconds_per_sample)
+        singles = [f for f in plans if len(f.subset) == 1]
         return ClusterSolution(
             status=status, best=best, subsets=plans, missing=missing, mixed_note=self.note,
             models_solved=self.models, shapes_priced=self.priced,
             solve_time_s=time.perf_counter() - t0, seq_len=self.m.seq_len,
-            prices={p.name: p.price_per_device_hour for p in self.cluster.pools})
+            prices={p.name: p.price_per_device_hour for p in self.cluster.pools},
+            limits=self._limits(best, min(singles, key=lambda f: f.seconds_per_sample,
+                                          default=None)))
+
+    def _limits(self, best: Found, single: Found | None) -> dict:
+        """The bottleneck of a mixed best plan, the bandwidth between pools it needs to beat
+        the best pool alone, and (replicas) the balanced micro-batches per pool; for a
+        one-pool best over links between pools slower than the pools' own, the best mix at
+        the pools' own speed (`planner.analysis.pools`)."""
+        from planner.analysis import pools as limits
+
+        m, cluster, prec = self.m, self.cluster, self.precision
+        if best.kind == "one pool":
+            if single is None or self.note is not None or not self._slow_between():
+                return {}
+            fast = ClusterSolver(m, cluster.at_between(math.inf), prec, self.q).solve()
+            mixed = [f for f in fast.subsets if f.kind != "one pool" and f.pools == f.subset]
+            if not mixed:
+                return {}
+            top = min(mixed, key=lambda f: f.seconds_per_sample)
+            gain = single.seconds_per_sample / top.seconds_per_sample - 1
+            need = limits.break_even_between_Bps(m, cluster.at_between(math.inf), prec,
+                                                 top.plan, single.seconds_per_sample)
+            return {"at_own_fabric": {"pools": list(top.pools), "kind": top.kind,
+                                      "gain_over_best_single_pool": gain,
+                                      "break_even_between_node_Bps": need}}
+        out = {"bottleneck": limits.bottleneck(m, cluster, prec, best.plan)}
+        if single is not None:
+            used = sorted({s.pool for g in best.plan.groups for s in g.stages})
+            out["between_node_Bps"] = min(cluster.between_node_Bps(
+                cluster.pools[a], cluster.pools[b]) for a in used for b in used if a < b)
+            out["against"] = single.pools[0]
+            out["break_even_between_node_Bps"] = limits.break_even_between_Bps(
+                m, cluster, prec, best.plan, single.seconds_per_sample)
+        if len(best.plan.groups) > 1:
+            plan = best.plan
+            slots = [max(x) for x in limits.stage_slots(m, cluster, prec, plan)]
+            even = limits.balanced_micro_batches(
+                slots, [g.replicas for g in plan.groups], plan.pp,
+                sum(g.replicas * g.micro_batches for g in plan.groups))
+            out["balanced_micro_batches"] = {
+                cluster.pools[g.stages[0].pool].name: x for g, x in zip(plan.groups, even,
+                                                                       strict=True)}
+        return out
+
+    def _slow_between(self) -> bool:
+        """Whether a link between pools is slower than the pools' own NICs."""
+        pools = self.cluster.pools
+        full = self.cluster.at_between(math.inf)
+        return any(self.cluster.between_node_Bps(a, b) < full.between_node_Bps(a, b)
+                   for a, b in itertools.combinations(pools, 2))
 
     def _one_pool(self, k: int) -> tuple[Found | None, str]:
         pool = self.cluster.pools[k]

@@ -17,7 +17,7 @@ pool's own NICs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import Field, model_validator
 
@@ -83,20 +83,27 @@ class Cluster:
     pools: tuple[Pool, ...]
     between: Link | None  # None: one fabric (the pools' own NICs)
     between_count: int = 0
+    # a what-if (`at_between`): the links between pools at this many bytes/s per node
+    between_Bps: float | None = None
 
     def between_node_Bps(self, a: Pool, b: Pool) -> float:
         """Achievable bandwidth per direction of one node's traffic to the other pool: its
         links to the other pools, never faster than either pool's own NICs."""
         own = min(a.system.inter_node_bandwidth_Bps, b.system.inter_node_bandwidth_Bps)
+        if self.between_Bps is not None:
+            return min(own, self.between_Bps)
         if self.between is None:
             return own
         return min(own, self.between.bandwidth_Bps * self.between_count)
+
+    def at_between(self, node_Bps: float | None) -> Cluster:
+        """This cluster with its links between pools at `node_Bps` per node (None: as
+        specified)."""
+        return replace(self, between_Bps=node_Bps)
 
     def between_latency_s(self, a: Pool, b: Pool) -> float:
         own = max(a.system.inter_node.latency_s, b.system.inter_node.latency_s)
         return own if self.between is None else max(own, self.between.latency_s)
 
     def subset(self, names) -> Cluster:
-        return Cluster(self.name, self.description,
-                       tuple(p for p in self.pools if p.name in names), self.between,
-                       self.between_count)
+        return replace(self, pools=tuple(p for p in self.pools if p.name in names))
