@@ -18,6 +18,7 @@ from planner.search.hybrid import predict
 from planner.search.hybrid_space import Search
 from planner.search.pools import ClusterSolver, _slot_bound
 from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
 
 BF16 = Precision.bf16
 
@@ -79,6 +80,32 @@ def test_one_pool_mixed_plan_is_the_one_system_model(t, p, d, mb, B, rec):
                                                             rel=1e-12)
 
 
+@pytest.mark.parametrize("t, cp, p, d, rec, zero", [
+    (4, 2, 8, 4, "full", 2), (2, 4, 10, 2, "selective", 1), (8, 2, 4, 1, "none", 2),
+    (1, 8, 16, 2, "full", 0)])
+def test_context_parallel_stages_are_the_one_system_model(t, cp, p, d, rec, zero):
+    """With context parallelism a mixed plan on one pool still costs what the one-system
+    model says: stages of tp x cp devices, gradients reduced over dp x cp ranks."""
+    m, c = load_model("llama3-70b"), load_target("lab-a100-h100")
+    m = with_seq_len(m, 16384)
+    for k, pool in enumerate(c.pools):
+        shape = Shape(t, 1, rec, t > 1, zero, True, (), cp)
+        B = 8 * d
+        plan = MixedPlan(shape, (Group(tuple(Stage(k, n) for n in stage_layers(80, p)), d,
+                                       B // d),))
+        priced = cost.price(m, c, BF16, plan)
+        ref = predict(m, pool.system, BF16, Plan.split(
+            t, p, d, 1, B, node_size=8, recompute=rec, sequence_parallel=t > 1, zero=zero,
+            cp=cp))
+        assert priced.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+        # the one-system model puts max(embedding, output layer) on its fullest stage, the
+        # mixed plan each on its own stage: Llama's output layer has the final norm (h / t
+        # parameters) more than its embedding
+        gap = ref.memory_bytes_per_device - max(priced.memory_bytes[0])
+        assert 0 <= gap <= m.hidden / t * 18  # 18 bytes per parameter at most (ZeRO 0)
+        assert plan.devices_on(k) == t * cp * p * d
+
+
 def test_switches_reach_every_stage():
     """A switch the request sets (flash attention off, tensor-parallel overlap on) prices
     the stages of a mixed plan as it prices the one-system plan."""
@@ -101,17 +128,18 @@ def _value(m, c, plan, caps):
     return priced.iteration_time_s if priced.fits else math.inf
 
 
-def test_pipeline_model_matches_brute_force(small):
+@pytest.mark.parametrize("tp, cp", [(4, 1), (2, 2)])
+def test_pipeline_model_matches_brute_force(small, tp, cp):
     """Every pool assignment and layer split of a 4-stage gpt2 pipeline over two pools: the
-    CP-SAT model's plan is the cheapest that fits."""
+    CP-SAT model's plan is the cheapest that fits (stages of tp x cp devices)."""
     m, c = load_model("gpt2"), load_target(small)
-    solver = ClusterSolver(m, c, BF16, Search(global_batch=64))
-    shape, d, p, B = Shape(4, 2, "none", True, 2, True), 2, 4, 64
+    solver = ClusterSolver(m, c, BF16, Search(global_batch=64, cp=cp))
+    shape, d, p, B = Shape(tp, 2, "none", True, 2, True, (), cp), 2, 4, 64
     got = solver._solve_pipeline(shape, (0, 1), B, d, p, math.inf)
     mcount = B // (shape.micro_batch * d)
     best = math.inf
     for pools in itertools.product((0, 1), repeat=p):
-        if len(set(pools)) < 2 or any(pools.count(k) * d * 4 > 16 for k in (0, 1)):
+        if len(set(pools)) < 2 or any(pools.count(k) * d * shape.width > 16 for k in (0, 1)):
             continue
         for cut in itertools.combinations(range(1, m.layers), p - 1):
             sizes = [b - a for a, b in zip((0, *cut), (*cut, m.layers), strict=True)]

@@ -70,6 +70,12 @@ class Shape:
     # the other switches every stage is priced with, (name, value) pairs in name order (only
     # those off their defaults; `planner.switches` names them)
     switches: tuple[tuple[str, object], ...] = ()
+    cp: int = 1  # context parallel: each stage's sequence split over cp ranks beside its tp
+
+    @property
+    def width(self) -> int:
+        """Devices of one stage of one replica: tp x cp."""
+        return self.tp * self.cp
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class MixedPlan:
         return sum(g.replicas * g.micro_batches for g in self.groups) * self.shape.micro_batch
 
     def devices_on(self, pool: int) -> int:
-        return sum(g.replicas * self.shape.tp * sum(s.pool == pool for s in g.stages)
+        return sum(g.replicas * self.shape.width * sum(s.pool == pool for s in g.stages)
                    for g in self.groups)
 
 
@@ -111,7 +117,8 @@ def parts(m: Transformer, pool: Pool, precision: Precision, shape: Shape) -> Par
 
 @functools.lru_cache(maxsize=1024)
 def _parts(m: Transformer, hw: Hardware, shape: Shape) -> Parts:
-    cfg = {"t": shape.tp, "p": 2, "d": 1, "mb": shape.micro_batch, "acc": 1, "v": 1,
+    cfg = {"t": shape.tp, "cp": shape.cp, "p": 2, "d": 1, "mb": shape.micro_batch, "acc": 1,
+           "v": 1,
            "recompute": RECOMPUTE.index(shape.recompute), "sp": int(shape.sequence_parallel),
            "zero": shape.zero, "gpipe": 0, "overlap": shape.overlap, **dict(shape.switches)}
     values = iteration(m, hw, cfg, STAGE_OUTPUTS)
@@ -183,9 +190,10 @@ def stage_time(p: Parts, layers: int, last: bool) -> float:
     return layers * p.layer_time + (p.logit_time if last else 0.0)
 
 
-def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, tp: int) -> float:
+def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, width: int) -> float:
     """Stage j's sends per slot: its boundary with the next stage (the last stage: with the
-    one before), forward and backward, and without sequence parallelism the re-gather."""
+    one before), forward and backward, and without sequence parallelism the re-gather
+    (`width`: a stage's tp x cp devices)."""
     st = group.stages
     if len(st) == 1:
         return 0.0
@@ -193,7 +201,7 @@ def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, tp: int) ->
     k = st[j].pool
     p = part[k]
     on_pool = sum(s.pool == k for s in st)
-    inside = tp * on_pool <= p.hw.scale_up
+    inside = width * on_pool <= p.hw.scale_up
     one = hop(p, pool_links(p), p.send_bytes, inside)
     if st[a].pool != st[b].pool:
         pair = sorted({st[a].pool, st[b].pool})
@@ -201,24 +209,27 @@ def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, tp: int) ->
     return 2 * (one + p.regather)
 
 
-def stage_aggregates(p: Parts, layers: int, j: int, pp: int, in_flight: int) -> dict:
-    """The forms' aggregates of stage j (of pp) holding `layers` layers."""
+def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
+    """The forms' aggregates of stage j (of pp) holding `layers` layers (j, layers and
+    in_flight scalars or arrays of stages)."""
+    j = np.asarray(j)
     if pp == 1:
         outer = p.single_params
     else:
-        outer = (p.embedding_params if j == 0 else 0.0) + (p.head_params if j == pp - 1
-                                                           else 0.0)
+        outer = np.where(j == 0, p.embedding_params, 0.0) + np.where(j == pp - 1,
+                                                                      p.head_params, 0.0)
     psi = layers * p.layer_params + outer
-    acts = layers * p.layer_activations * in_flight + p.rebuilt_activations
-    if j == pp - 1:
-        acts += p.logit_activations
+    acts = (layers * p.layer_activations * in_flight + p.rebuilt_activations
+            + np.where(j == pp - 1, p.logit_activations, 0.0))
     return {"Psi": psi, "H": layers * p.layer_backward, "A_act": acts, "ell": layers}
 
 
 def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,
                     per_node: int, micro_batches: int, pp: int):
-    """(exposed sync + optimizer step, memory) of one stage through the one-system forms."""
-    zero = shape.zero
+    """(exposed sync + optimizer step, memory) of one stage through the one-system forms;
+    `ranks` replicas of it, whose gradients are reduced and ZeRO-sharded over ranks x cp
+    (Megatron-LM's data-parallel group with context parallelism, as the forms' d)."""
+    zero, ranks = shape.zero, ranks * shape.cp
     size = agg["Psi"] * (p.grad_bytes if not zero else (p.grad_bytes + p.weight_bytes) / 2)
     out = forms(shape.overlap, zero)(
         size, ranks, per_node, links.intra_bw, links.intra_lat, links.bw, links.lat, agg["H"],
@@ -228,9 +239,10 @@ def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,
     return out["exposed"] + step, out["memory"]
 
 
-def replicas_per_node(p: Parts, tp: int, pp: int, ranks: int) -> int:
-    """Replicas of one stage on a node, as the one-system model counts them."""
-    return int(min(max(p.hw.scale_up // (tp * pp), 1), ranks))
+def replicas_per_node(p: Parts, shape: Shape, pp: int, ranks) -> int:
+    """Ranks of one stage's gradient group on a node, as the one-system model counts them
+    (min(max(floor(u / (t p)), 1), d cp)); `ranks` replicas (scalar or array)."""
+    return np.minimum(max(p.hw.scale_up // (shape.tp * pp), 1), np.asarray(ranks) * shape.cp)
 
 
 def price(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPlan,
@@ -244,30 +256,33 @@ def price(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPla
     slots, pipes = [], []
     for g in plan.groups:
         slot = max(stage_time(part[s.pool], s.layers, j == pp - 1)
-                   + sends(cluster, part, g, j, shape.tp) for j, s in enumerate(g.stages))
+                   + sends(cluster, part, g, j, shape.width) for j, s in enumerate(g.stages))
         slots.append(slot)
         pipes.append((g.micro_batches + pp - 1) * slot)
-    tails, memory = [], [[0.0] * pp for _ in plan.groups]
-    for j in range(pp):
-        pools_here = sorted({g.stages[j].pool for g in plan.groups})
-        ranks = sum(g.replicas for g in plan.groups)
+    # the sync and memory of every stage position, at once for the positions that share
+    # their pools (so their links): the slowest group's sync sets each position's
+    ranks = sum(g.replicas for g in plan.groups)
+    tails, memory = np.zeros(pp), np.zeros((len(plan.groups), pp))
+    here = [tuple(sorted({g.stages[j].pool for g in plan.groups})) for j in range(pp)]
+    for pools_here in dict.fromkeys(here):
+        js = np.array([j for j in range(pp) if here[j] == pools_here])
         links = (pool_links(part[pools_here[0]]) if len(pools_here) == 1
-                 else between_links(cluster, pools_here, part))
-        per_node = min(replicas_per_node(part[k], shape.tp, pp, ranks) for k in pools_here)
-        tail = 0.0
+                 else between_links(cluster, list(pools_here), part))
+        per_node = min(int(replicas_per_node(part[k], shape, pp, ranks)) for k in pools_here)
         for gi, g in enumerate(plan.groups):
-            s = g.stages[j]
-            p = part[s.pool]
-            agg = stage_aggregates(p, s.layers, j, pp, min(pp - j, g.micro_batches))
-            # the sync overlaps the backward of the group whose window is shortest
-            sync, mem = sync_and_memory(shape, agg, p, links, ranks, per_node,
-                                        g.micro_batches, pp)
-            tail, memory[gi][j] = max(tail, float(sync)), float(mem)
-        tails.append(tail)
+            for k in dict.fromkeys(g.stages[j].pool for j in js):
+                on = np.array([j for j in js if g.stages[j].pool == k])
+                layers = np.array([g.stages[j].layers for j in on])
+                agg = stage_aggregates(part[k], layers, on, pp,
+                                       np.minimum(pp - on, g.micro_batches))
+                sync, mem = sync_and_memory(shape, agg, part[k], links, ranks, per_node,
+                                            g.micro_batches, pp)
+                tails[on] = np.maximum(tails[on], sync)
+                memory[gi, on] = mem
     fits = True
     if memory_cap is not None:
         fits = all(memory[gi][j] <= memory_cap[s.pool] for gi, g in enumerate(plan.groups)
                    for j, s in enumerate(g.stages))
-    pipeline = max(pipes)
-    return Priced(pipeline + max(tails), pipeline, max(tails), tuple(slots),
-                  tuple(tuple(x) for x in memory), fits)
+    pipeline, tail = max(pipes), float(tails.max())
+    return Priced(pipeline + tail, pipeline, tail, tuple(slots),
+                  tuple(tuple(float(v) for v in x) for x in memory), fits)

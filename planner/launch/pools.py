@@ -77,7 +77,7 @@ def pipeline_plan(sol, cluster) -> dict:
     for k in dict.fromkeys(s.pool for s in stages):
         mine = [j for j, s in enumerate(stages) if s.pool == k]
         order += mine
-        nodes = len(mine) * group.replicas * shape.tp // g
+        nodes = len(mine) * group.replicas * shape.width // g
         layers = sorted({stages[j].layers for j in mine})
         runs.append((cluster.pools[k].name, nodes, f"stages {mine[0]}-{mine[-1]}, "
                      f"{'/'.join(map(str, layers))} layers each"))
@@ -87,7 +87,7 @@ def pipeline_plan(sol, cluster) -> dict:
     devices = sum(n for _, n, _ in runs) * g
     given = dict(shape.switches)
     config = {"devices": devices, "devices_per_node": g, "nodes": devices // g,
-              "tp": shape.tp, "pp": len(stages), "dp": group.replicas,
+              "tp": shape.tp, "cp": shape.cp, "pp": len(stages), "dp": group.replicas,
               "micro_batch": shape.micro_batch, "global_batch": mixed.global_batch,
               "gradient_accumulation": group.micro_batches, "interleave": 1,
               "recompute": shape.recompute, "sequence_parallel": shape.sequence_parallel,

@@ -19,7 +19,7 @@ def _plan(found, names) -> dict:
                 "interleave": c.interleave, "devices": found.devices,
                 "nodes": {found.pools[0]: c.nodes}}
     s = plan.shape
-    out = {"kind": found.kind, "pools": list(found.pools), "tp": s.tp, "pp": plan.pp,
+    out = {"kind": found.kind, "pools": list(found.pools), "tp": s.tp, "cp": s.cp, "pp": plan.pp,
            "micro_batch": s.micro_batch, "global_batch": plan.global_batch,
            "recompute": s.recompute, "sequence_parallel": s.sequence_parallel, "zero": s.zero,
            "devices": found.devices}
@@ -107,7 +107,8 @@ def cluster_text(doc: dict) -> str:
     plan, pred = doc["plan"], doc["prediction"]
     lines = [f"cluster {doc['cluster']}: {doc['status']} plan, {plan['kind']} on "
              f"{' + '.join(plan['pools'])}"]
-    size = (f"tp {plan['tp']} x pp {plan['pp']}, micro-batch {plan['micro_batch']}, global "
+    cp = f" x cp {plan['cp']}" if plan.get("cp", 1) > 1 else ""
+    size = (f"tp {plan['tp']}{cp} x pp {plan['pp']}, micro-batch {plan['micro_batch']}, global "
             f"batch {plan['global_batch']}, recompute {plan['recompute']}, ZeRO {plan['zero']}")
     lines.append(f"  {size}")
     if "groups" in plan:

@@ -109,7 +109,7 @@ def _unsupported(m: Transformer, q: Search) -> str | None:
             continue  # the transformer default
         if s.name not in MIXED_SWITCHES and value != s.default:
             return f"{s.flag} is not priced across pools"
-    pins = {"cp": 1, "ep": 1, "interleave": 1, "schedule": "1f1b"}
+    pins = {"ep": 1, "interleave": 1, "schedule": "1f1b"}
     for key, ok in pins.items():
         value = getattr(q, key)
         if value is not None and value != ok:
@@ -292,11 +292,13 @@ class ClusterSolver:
     # --- the shapes, priced in numpy with their lower bounds ---------------------------------
 
     def _grid(self, subset):
-        """(t, mb, recompute) combinations and the per-layer parts of each pool on them."""
+        """(t, mb, recompute) combinations and the per-layer parts of each pool on them
+        (cp as the request pins it, else 1)."""
         q, m = self.q, self.m
         g_min = min(self.cluster.pools[k].system.devices_per_node for k in subset)
+        cp = q.cp or 1
         ts = [t for t in (1, 2, 4, 8, 16, 32, 64) if math.gcd(m.heads, m.kv_heads) % t == 0
-              and t <= g_min and q.tp in (None, t)]
+              and t * cp <= g_min and q.tp in (None, t)]
         mbs = [b for b in MICRO_BATCHES if q.micro_batch in (None, b)]
         if q.micro_batch is not None and q.micro_batch not in mbs:
             mbs = [q.micro_batch]
@@ -305,13 +307,13 @@ class ClusterSolver:
         sp = True if q.sequence_parallel is None else q.sequence_parallel
         zero = 2 if q.zero is None else q.zero
         given = self.switches
-        shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap, given)
+        shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap, given, cp)
                   for t, b, r in combos]
         values = {}
         for k in subset:
             hw = self.hws[k]
             t, b, r = (np.array(x) for x in zip(*combos, strict=True)) if combos else ([],) * 3
-            cfg = {"t": t, "p": 2, "d": 1, "mb": b, "acc": 1, "v": 1,
+            cfg = {"t": t, "cp": cp, "p": 2, "d": 1, "mb": b, "acc": 1, "v": 1,
                    "recompute": np.array([RECOMPUTE.index(x) for x in r]),
                    "sp": np.array([int(s.sequence_parallel) for s in shapes]), "zero": zero,
                    "gpipe": 0, "overlap": q.overlap, **dict(given)}
@@ -338,7 +340,7 @@ class ClusterSolver:
         for si, shape in enumerate(shapes):
             for B in self.batches:
                 for d in _divisors(B // shape.micro_batch):
-                    caps = [self._capacity(k) // (d * shape.tp) for k in subset]
+                    caps = [self._capacity(k) // (d * shape.width) for k in subset]
                     if min(caps) < 1:
                         continue
                     rows += [(si, B, d, p) for p in range(K, min(L, sum(caps)) + 1)]
@@ -346,12 +348,13 @@ class ClusterSolver:
         si, B, d, p = rows.T
         mb = np.array([s.micro_batch for s in shapes])[si]
         tp = np.array([s.tp for s in shapes])[si]
+        width = tp * shapes[0].cp
         mcount = B // (mb * d)
         at = {k: {name: np.asarray(v)[si] for name, v in values[k].items()} for k in subset}
         lt = np.stack([at[k]["layer_time"] for k in subset])  # (K, rows)
-        caps = np.stack([self._capacity(k) // (d * tp) for k in subset])
+        caps = np.stack([self._capacity(k) // (d * width) for k in subset])
         # whole nodes: a pool holds a multiple of g / gcd(g, d t) stages, at least that many
-        least = np.stack([self.hws[k].g // np.gcd(self.hws[k].g, d * tp) for k in subset])
+        least = np.stack([self.hws[k].g // np.gcd(self.hws[k].g, d * width) for k in subset])
         speed, left = (least / lt).sum(axis=0), p - least.sum(axis=0)
         for rank in range(K):  # the fastest pools take the stages left, as room allows
             pick = np.argsort(lt, axis=0)[rank]
@@ -407,7 +410,8 @@ class ClusterSolver:
             part = cost.Parts(at[k], self.hws[k])
             agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
                    "A_act": 0.0, "ell": n}
-            per_node = np.minimum(np.maximum(self.hws[k].scale_up // (tp * p), 1), d)
+            per_node = np.minimum(np.maximum(self.hws[k].scale_up // (tp * p), 1),
+                                  d * shape.cp)
             tail = cost.sync_and_memory(shape, agg, part, cost.pool_links(part), d,
                                         per_node, mcount, p)[0]
             tables.append(np.broadcast_to(tail, (L + 1, len(p))))
@@ -460,13 +464,13 @@ class ClusterSolver:
         part = cost.Parts(at, hw)
         links = cost.pool_links(part)
         per_node = np.minimum(np.maximum(hw.scale_up // (np.array(
-            [s.tp for s in shapes])[si] * p), 1), d)
+            [s.tp for s in shapes])[si] * p), 1), d * shapes[0].cp)
         plain = replace(shapes[0], overlap=False)
 
         def pieces(n):
             agg = {"Psi": n * at["layer_params"], "H": n * at["layer_backward"], "A_act": 0.0,
                    "ell": n}
-            step = agg["Psi"] * at["optimizer_per_param"] / (d if zero else 1)
+            step = agg["Psi"] * at["optimizer_per_param"] / (d * plain.cp if zero else 1)
             sync = cost.sync_and_memory(plain, agg, part, links, d, per_node, mcount, p)[0]
             return sync - step, agg["H"], step
 
@@ -498,10 +502,10 @@ class ClusterSolver:
             dmax, slot = [], []
             for k in subset:
                 hw, at = self.hws[k], {n: v[si] for n, v in values[k].items()}
-                per = self._capacity(k) // (shape.tp * p)
-                whole = hw.g // np.gcd(hw.g, shape.tp * p)
+                per = self._capacity(k) // (shape.width * p)
+                whole = hw.g // np.gcd(hw.g, shape.width * p)
                 dmax.append(per // whole * whole)
-                inside = shape.tp * p <= hw.scale_up
+                inside = shape.width * p <= hw.scale_up
                 hop = np.where(inside, hw.intra_lat + at["send_bytes"] / hw.intra_bw,
                                hw.inter_lat + at["send_bytes"] * hw.g / hw.nic_bw)
                 slot.append(np.maximum(most * at["layer_time"], final * at["layer_time"]
@@ -569,7 +573,7 @@ class ClusterSolver:
         tables, static = {}, {}
         for k in subset:
             pk = part[k]
-            per_node = cost.replicas_per_node(pk, shape.tp, p, d)
+            per_node = int(cost.replicas_per_node(pk, shape, p, d))
             for c, j in (("first", 0), ("middle", 1), ("last", p - 1)):
                 agg = cost.stage_aggregates(pk, layers, j, p, 0)
                 tail, mem = cost.sync_and_memory(shape, agg, pk, cost.pool_links(pk), d,
@@ -603,11 +607,11 @@ class ClusterSolver:
             pool, hw = pools[k], self.hws[k]
             s_k = sum(x[j, k] for j in range(p))
             model.Add(s_k >= 1)
-            model.Add(s_k * d * shape.tp <= pool.devices)
+            model.Add(s_k * d * shape.width <= pool.devices)
             nodes = model.NewIntVar(0, pool.nodes, f"N{k}")
-            model.Add(s_k * d * shape.tp == hw.g * nodes)
+            model.Add(s_k * d * shape.width == hw.g * nodes)
             fits[k] = model.NewBoolVar(f"fit{k}")
-            model.Add(s_k * shape.tp <= hw.scale_up).OnlyEnforceIf(fits[k])
+            model.Add(s_k * shape.width <= hw.scale_up).OnlyEnforceIf(fits[k])
         slot = model.NewIntVar(0, 1 << 50, "slot")
         tails = []
         for j in range(p):
@@ -661,7 +665,7 @@ class ClusterSolver:
         split = stage_layers(m.layers, p)
         part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
         model = cp_model.CpModel()
-        dmax = {k: pools[k].devices // (shape.tp * p) for k in subset}
+        dmax = {k: pools[k].devices // (shape.width * p) for k in subset}
         total = sum(dmax.values())
         if min(dmax.values()) < 1:
             return None  # a pool without room for one replica
@@ -675,10 +679,10 @@ class ClusterSolver:
             hw = self.hws[k]
             model.AddMultiplicationEquality(y[k], [d[k], mc[k]])
             nodes = model.NewIntVar(0, pools[k].nodes, f"N{k}")
-            model.Add(d[k] * shape.tp * p == hw.g * nodes)
+            model.Add(d[k] * shape.width * p == hw.g * nodes)
             group = Group(tuple(Stage(k, n) for n in split), 1, 1)
             slot = max(cost.stage_time(part[k], n, j == p - 1)
-                       + cost.sends(self.cluster, part, group, j, shape.tp)
+                       + cost.sends(self.cluster, part, group, j, shape.width)
                        for j, n in enumerate(split))
             model.Add(pipe >= _int(slot) * (mc[k] + p - 1))
         model.Add(sum(y.values()) == per)
@@ -688,9 +692,9 @@ class ClusterSolver:
         tail = np.zeros(ranks.shape)
         for k in subset:
             pk = part[k]
-            per_node = min(cost.replicas_per_node(part[o], shape.tp, p, 1 << 30)
-                           for o in subset)
-            per_node = np.minimum(per_node, ranks)
+            per_node = cost.replicas_per_node(pk, shape, p, ranks)
+            for o in subset:
+                per_node = np.minimum(per_node, cost.replicas_per_node(part[o], shape, p, ranks))
             for j in sorted({0, p - 1}):
                 in_flight = min(p - j, per)
                 agg = cost.stage_aggregates(pk, split[j], j, p, in_flight)
