@@ -166,8 +166,8 @@ def _solve() -> dict:
     return {"oneOf": [plan, split, _cluster(spec)]}
 
 
-def _cluster(spec: dict) -> dict:
-    """`solve` over a cluster of several pools (`planner.report.cluster`)."""
+def _cluster_parts() -> tuple[dict, dict, dict]:
+    """The plan, a subset's entry and the limits of a cluster document (`report.cluster`)."""
     per_pool = {"type": "object", "additionalProperties": INT}
     stage = obj({"pool": STR, "layers": INT})
     group = obj({"replicas": INT, "micro_batches": INT, "samples": INT,
@@ -184,6 +184,21 @@ def _cluster(spec: dict) -> dict:
                  "global_batch": INT, "tokens_per_s": NUM, "devices": per_pool,
                  "memory_bytes_per_device": {"type": "object", "additionalProperties": NUM},
                  "cost_per_million_tokens_usd": {"type": ["number", "null"]}})
+    nullable = {"type": ["number", "null"]}
+    limits = obj({
+        "bottleneck": obj({"pool": STR, "measure": STR, "by_pool": {
+            "type": "object", "additionalProperties": NUM}}),
+        "between_node_Bps": NUM, "against": STR, "break_even_between_node_Bps": nullable,
+        "balanced_micro_batches": {"type": "object", "additionalProperties": NUM},
+        "at_own_fabric": obj({"pools": {"type": "array", "items": STR}, "kind": STR,
+                              "gain_over_best_single_pool": NUM,
+                              "break_even_between_node_Bps": nullable})}, [])
+    return plan, entry, limits
+
+
+def _cluster(spec: dict) -> dict:
+    """`solve` over a cluster of several pools (`planner.report.cluster`)."""
+    plan, entry, limits = _cluster_parts()
     return _envelope("solve", {
         "model": STR, "hardware": STR, "precision": obj({"name": STR}), "cluster": STR,
         "status": spec["status"], "plan": plan, "prediction": entry,
@@ -192,19 +207,20 @@ def _cluster(spec: dict) -> dict:
         "pools_add": {"type": "array", "items": obj({
             "pool": STR, "best_without_tokens_per_s": NUM, "adds": NUM})},
         "no_plan": {"type": "object", "additionalProperties": STR},
-        "mixed_not_searched": STR,
-        "limits": obj({
-            "bottleneck": obj({"pool": STR, "measure": STR, "by_pool": {
-                "type": "object", "additionalProperties": NUM}}),
-            "between_node_Bps": NUM, "against": STR,
-            "break_even_between_node_Bps": {"type": ["number", "null"]},
-            "balanced_micro_batches": {"type": "object", "additionalProperties": NUM},
-            "at_own_fabric": obj({"pools": {"type": "array", "items": STR}, "kind": STR,
-                                  "gain_over_best_single_pool": NUM,
-                                  "break_even_between_node_Bps": {
-                                      "type": ["number", "null"]}})}, []),
+        "mixed_not_searched": STR, "limits": limits,
         "search": obj({"cp_sat_models": INT, "shapes_priced": INT, "solve_time_s": NUM}),
     }, ["cluster", "status", "plan", "prediction", "subsets", "pools_add", "search"])
+
+
+def _cluster_limits() -> dict:
+    """`limits` over a cluster of several pools (`planner.report.cluster.limits_doc`)."""
+    plan, entry, limits = _cluster_parts()
+    return _envelope("limits", {
+        "model": STR, "hardware": STR, "precision": obj({"name": STR}), "cluster": STR,
+        "status": {"enum": ["optimal", "feasible"]}, "plan": plan, "prediction": entry,
+        "best_single_pool": STR, "gain_over_best_single_pool": NUM, "limits": limits,
+        "single_pools": {"type": "array", "items": entry},
+    }, ["cluster", "status", "plan", "prediction", "single_pools"])
 
 
 SOLVED = {"oneOf": [{"type": "null"}, obj({"nodes": INT, "devices": INT, "local_batch": INT,
@@ -230,7 +246,7 @@ def _limits() -> dict:
                       "local_batch_min": INT, "with_local_batch_min": SOLVED}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",
         "required_bandwidth_GBps", "efficiency_at_nodes"])
-    return {"oneOf": [cnn, _transformer_limits()]}
+    return {"oneOf": [cnn, _transformer_limits(), _cluster_limits()]}
 
 
 def _transformer_limits() -> dict:

@@ -294,6 +294,24 @@ def test_break_even_bandwidth_bisection_is_the_closed_form():
         assert (t / plan.global_batch < target) is faster
 
 
+def test_limits_over_a_cluster_is_solves_limits(run_json, run):
+    """`planner limits -H CLUSTER`: the same bottleneck and break-even bandwidth as solve's,
+    each pool alone beside the mix, schema-valid; a one-system limit is refused."""
+    import jsonschema
+
+    from planner.schema import schemas
+
+    args = ("-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    lim, sol = run_json("limits", *args), run_json("solve", *args)
+    jsonschema.validate(lim, schemas()["limits"])
+    assert lim["limits"] == sol["limits"] and lim["plan"] == sol["plan"]
+    assert [e["pools"] for e in lim["single_pools"]] == [["dgx-a100-80gb"], ["dgx-h100"]]
+    code, out, err = run("limits", *args)
+    assert code == 0 and "beats dgx-h100 alone while the links between pools" in out
+    code, _, err = run("limits", *args, "--critical-batch", "1e6")
+    assert code == 2 and "limit of one system" in err
+
+
 @pytest.mark.slow
 def test_replicas_balance_in_closed_form_and_need_their_link(run_json):
     """Replicas on three pools: each pool's integer micro-batches within one of the closed

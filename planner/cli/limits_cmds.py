@@ -36,6 +36,9 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     from planner.report import limits_text, transformer_limits_text
 
     require(model, hardware)
+    if api.is_cluster(hardware):
+        _cluster_limits(model, hardware, precision, optimizer, overlap, fmt, kw)
+        return
     lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
                      servers=servers, overlap=overlap, **kw)
     summary = lim.summary()
@@ -47,6 +50,33 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
     emit(doc, fmt, lambda: (transformer_limits_text(summary) if transformer
                             else limits_text(summary)))
+
+
+def _cluster_limits(model, hardware, precision, optimizer, overlap, fmt, kw) -> None:
+    """`limits` over a cluster of several pools: what limits the best plan over the mix (the
+    bottleneck pool, the bandwidth between pools it needs to beat the best pool alone, the
+    balanced batch shares of replicas) and the best plan of each pool beside it; `solve -H
+    CLUSTER` searches the same (`planner.analysis.pools`)."""
+    from planner import api
+    from planner.catalog import load_target
+    from planner.cli.options import TRANSFORMER_KEYS
+    from planner.report.cluster import cluster_doc, limits_doc, limits_text
+
+    for key in ("at_nodes", "critical_batch", "nodes_max"):
+        if kw.get(key) is not None:
+            raise SpecError(f"{key}: --{key.replace('_', '-')} is a limit of one system; over a "
+                            f"cluster of several pools limits reports the best mix's")
+    hybrid = {k: kw[k] for k in TRANSFORMER_KEYS if kw.get(k) is not None}
+    seq_len = hybrid.pop("seq_len", None)
+    sol = api.solve_cluster(model, hardware, precision=precision, seq_len=seq_len,
+                            optimizer=optimizer, global_batch=kw["global_batch"],
+                            overlap=overlap, **hybrid)
+    cluster = load_target(hardware)
+    used = precision or cluster.pools[0].system.device.default_precision.value
+    body = limits_doc(cluster_doc(sol, cluster))
+    doc = render.document("limits", {"model": model, "hardware": hardware,
+                                     "precision": {"name": used}, **body})
+    emit(doc, fmt, lambda: limits_text(doc))
 
 
 def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dict:

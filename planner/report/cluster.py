@@ -169,3 +169,28 @@ def _limit_lines(limits: dict) -> list[str]:
             lines.append(f"  (that mix needs at least {f['break_even_between_node_Bps'] / 1e9:.3g}"
                          " GB/s per node between pools to beat it)")
     return lines
+
+
+def limits_doc(doc: dict) -> dict:
+    """`limits` over a cluster: the solve document's plan, its limits and each pool alone."""
+    keep = ("cluster", "status", "plan", "prediction", "best_single_pool",
+            "gain_over_best_single_pool", "limits")
+    singles = [e for e in doc["subsets"] if len(e["pools"]) == 1]
+    return {**{k: doc[k] for k in keep if k in doc}, "single_pools": singles}
+
+
+def limits_text(doc: dict) -> str:
+    plan, pred = doc["plan"], doc["prediction"]
+    lines = [f"cluster {doc['cluster']}: best plan {plan['kind']} on "
+             f"{' + '.join(plan['pools'])}, {pred['tokens_per_s']:,.0f} tokens/s"]
+    if "groups" in plan:
+        lines.append(f"  {_describe(pred, plan)}")
+    for e in doc["single_pools"]:
+        lines.append(f"  {e['pools'][0]} alone: {e['tokens_per_s']:,.0f} tokens/s")
+    if "gain_over_best_single_pool" in doc:
+        lines.append(f"  {doc['gain_over_best_single_pool']:+.1%} throughput over the best "
+                     f"single pool ({doc['best_single_pool']})")
+    lines += _limit_lines(doc.get("limits") or {})
+    if not doc.get("limits"):
+        lines.append("  the best plan runs on one pool: nothing between pools limits it")
+    return "\n".join(lines)
