@@ -145,3 +145,16 @@ def test_replicas_across_pools_refused_naming_the_shares(run):
     code, _, err = run("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
                        "--global-batch", "3072", "--format", "megatron")
     assert code == 2 and "same micro-batches" in err and "on dgx-b200" in err
+
+
+def test_slurm_components_take_the_pools_partitions(run, tmp_path):
+    path = tmp_path / "lab.yaml"
+    path.write_text("kind: cluster\nname: lab\npools:\n"
+                    "  - {system: dgx-a100-80gb, nodes: 32, partition: a100}\n"
+                    "  - {system: dgx-h100, nodes: 16, partition: h100}\n"
+                    "between_pools: {link: ndr-ib, count: 8}\n")
+    code, out, err = run("solve", "-m", "gpt3-175b", "-H", str(path), "--global-batch", "1536",
+                         "--format", "slurm")
+    assert code == 0, err
+    assert "#SBATCH --partition=a100" in out and "#SBATCH --partition=h100" in out
+    assert "PLACEHOLDER" not in out
