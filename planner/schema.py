@@ -183,7 +183,13 @@ def _cluster_parts() -> tuple[dict, dict, dict]:
                  "status": {"enum": ["optimal", "feasible"]}, "iteration_time_s": NUM,
                  "global_batch": INT, "tokens_per_s": NUM, "devices": per_pool,
                  "memory_bytes_per_device": {"type": "object", "additionalProperties": NUM},
-                 "cost_per_million_tokens_usd": {"type": ["number", "null"]}})
+                 "cost_per_million_tokens_usd": {"type": ["number", "null"]},
+                 "time_band": obj({"runs": INT, "group": {"type": ["string", "null"]},
+                                   "note": STR, "low_s": NUM, "high_s": NUM, "low_ratio": NUM,
+                                   "high_ratio": NUM}, ["runs", "group", "note"])},
+                ["pools", "uses", "kind", "status", "iteration_time_s", "global_batch",
+                 "tokens_per_s", "devices", "memory_bytes_per_device",
+                 "cost_per_million_tokens_usd"])
     nullable = {"type": ["number", "null"]}
     limits = obj({
         "bottleneck": obj({"pool": STR, "measure": STR, "by_pool": {
@@ -204,6 +210,7 @@ def _cluster(spec: dict) -> dict:
         "status": spec["status"], "plan": plan, "prediction": entry,
         "subsets": {"type": "array", "items": entry},
         "best_single_pool": STR, "gain_over_best_single_pool": NUM,
+        "gain_band": obj({"low": NUM, "high": NUM}),
         "pools_add": {"type": "array", "items": obj({
             "pool": STR, "best_without_tokens_per_s": NUM, "adds": NUM})},
         "no_plan": {"type": "object", "additionalProperties": STR},

@@ -266,6 +266,15 @@ def test_mixed_is_never_slower_than_one_pool(run_json):
     assert most["dgx-h100"] > most["dgx-a100-80gb"]
     assert plan["devices"]["dgx-h100"] <= 128 and plan["devices"]["dgx-a100-80gb"] <= 256
     assert {a["pool"] for a in doc["pools_add"]} == {"dgx-a100-80gb", "dgx-h100"}
+    # the band: every pool's stages at its own band's percentiles, so within their range
+    ratios = {e["pools"][0]: e["time_band"] for e in singles}
+    band = best["time_band"]
+    assert min(r["low_ratio"] for r in ratios.values()) <= band["low_ratio"]
+    assert band["high_ratio"] <= max(r["high_ratio"] for r in ratios.values()) + 1e-12
+    assert band["low_s"] < best["iteration_time_s"] * band["high_ratio"] == pytest.approx(
+        band["high_s"])
+    gains = doc["gain_band"]
+    assert gains["low"] <= doc["gain_over_best_single_pool"] <= gains["high"] + 1e-9
     # the slowest stage is the bottleneck's; the break-even bandwidth is below the link's
     limits = doc["limits"]
     by_pool = limits["bottleneck"]["by_pool"]

@@ -21,7 +21,11 @@ reports them beside the plan):
 
       beta >= 2 v g / (S - t_j - 2 alpha - 2 r)   for every boundary stage j
 
-  (t_j the stage's compute per micro-batch); the tests check the two agree.
+  (t_j the stage's compute per micro-batch); the tests check the two agree;
+- the error band: no calibration run spans node kinds, so a mixed plan's band is read from
+  its pools' own (`planner.bands`): every pool's stages at the 10th (90th) percentile of
+  measured / predicted of that pool's comparable runs, the plan re-timed with them (the
+  slowest stage or replica group under those ratios, the sync at the largest).
 """
 
 from __future__ import annotations
@@ -122,3 +126,36 @@ def pipeline_break_even_Bps(m: Transformer, cluster: Cluster, precision: Precisi
             return None
         need = max(need, 2 * pk.send_bytes * devices / room)
     return need
+
+
+def time_band(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPlan) -> dict:
+    """Where the measured iteration time of `plan` likely lies (module docstring), in the form
+    of a one-system prediction's `time_band`; "not covered" when a pool's band is."""
+    from planner import bands
+
+    names = [p.name for p in cluster.pools]
+    used = sorted({s.pool for g in plan.groups for s in g.stages})
+    devices = sum(plan.devices_on(k) for k in used)
+    per = {k: bands.band(bands.features(m, cluster.pools[k].system.device.name, precision,
+                                        plan.shape.zero, devices)) for k in used}
+    missing = next((k for k, b in per.items() if b.low is None), None)
+    if missing is not None:  # the band's note says "not covered: ..."
+        return {"runs": 0, "group": None, "note": f"{per[missing].note} (pool {names[missing]})"}
+    priced = cost.price(m, cluster, precision, plan)
+    slots = stage_slots(m, cluster, precision, plan)
+
+    def timed(ratio: dict[int, float]) -> float:
+        pipe = max((g.micro_batches + plan.pp - 1)
+                   * max(ratio[s.pool] * t for s, t in zip(g.stages, slot, strict=True))
+                   for g, slot in zip(plan.groups, slots, strict=True))
+        return pipe + priced.sync_s * max(ratio.values())
+
+    low, high = timed({k: b.low for k, b in per.items()}), timed(
+        {k: b.high for k, b in per.items()})
+    t = priced.iteration_time_s
+    groups = "; ".join(f"{names[k]}: {b.group}" for k, b in per.items())
+    return {"low_s": low, "high_s": high, "low_ratio": low / t, "high_ratio": high / t,
+            "runs": sum(b.runs for b in per.values()), "group": groups,
+            "note": "each pool's stages at the 10th / 90th percentile of measured / predicted "
+                    f"of its own comparable runs ({groups}); no calibration run spans node "
+                    "kinds"}

@@ -45,7 +45,8 @@ def _entry(found, sol) -> dict:
             "iteration_time_s": found.iteration_time_s, "global_batch": found.global_batch,
             "tokens_per_s": tokens, "devices": found.devices,
             "memory_bytes_per_device": found.memory_bytes,
-            "cost_per_million_tokens_usd": _cost_per_million_tokens(found, sol)}
+            "cost_per_million_tokens_usd": _cost_per_million_tokens(found, sol),
+            **({"time_band": found.time_band} if found.time_band else {})}
 
 
 def worth(sol) -> list[dict]:
@@ -64,6 +65,17 @@ def worth(sol) -> list[dict]:
     return out
 
 
+def _gain_band(single, best) -> dict | None:
+    """The gain over the best single pool with both plans at the same percentile of their
+    bands (the 10th, then the 90th): {"low", "high"}; None without both bands."""
+    a, b = single.time_band or {}, best.time_band or {}
+    if "low_s" not in a or "low_s" not in b or single is best:
+        return None
+    at = [(a[k] / single.global_batch) / (b[k] / best.global_batch) - 1
+          for k in ("low_s", "high_s")]
+    return {"low": min(at), "high": max(at)}
+
+
 def cluster_doc(sol, cluster) -> dict:
     names = [p.name for p in cluster.pools]
     singles = [f for f in sol.subsets if len(f.pools) == 1]
@@ -75,6 +87,9 @@ def cluster_doc(sol, cluster) -> dict:
         doc["best_single_pool"] = best_single.pools[0]
         doc["gain_over_best_single_pool"] = (best_single.seconds_per_sample
                                              / sol.best.seconds_per_sample - 1)
+        gains = _gain_band(best_single, sol.best)
+        if gains is not None:
+            doc["gain_band"] = gains
     doc["pools_add"] = worth(sol)
     if sol.limits:
         doc["limits"] = sol.limits
@@ -118,9 +133,14 @@ def cluster_text(doc: dict) -> str:
     lines.append(f"  iteration {pred['iteration_time_s']:.4g} s, "
                  f"{pred['tokens_per_s']:,.0f} tokens/s on "
                  + ", ".join(f"{n} x {p}" for p, n in pred["devices"].items()))
+    if pred.get("time_band"):
+        lines.append(f"  likely {_likely(pred['time_band'])}")
     if "gain_over_best_single_pool" in doc:
         lines.append(f"  {doc['gain_over_best_single_pool']:+.1%} throughput over the best "
-                     f"single pool ({doc['best_single_pool']})")
+                     f"single pool ({doc['best_single_pool']})" + (
+                         f"; {doc['gain_band']['low']:+.0%} to {doc['gain_band']['high']:+.0%} "
+                         "with both at the same percentile of their bands"
+                         if "gain_band" in doc else ""))
     rows = [[" + ".join(e["pools"]), e["kind"] + ("" if e["uses"] == e["pools"] else
                                                   f" ({' + '.join(e['uses'])} alone)"),
              f"{e['iteration_time_s']:.4g}",
@@ -142,6 +162,14 @@ def cluster_text(doc: dict) -> str:
     lines.append(f"  search: {s['cp_sat_models']} CP-SAT models over {s['shapes_priced']:,} "
                  f"priced shapes, {s['solve_time_s']:.2f} s")
     return "\n".join(lines)
+
+
+def _likely(band: dict) -> str:
+    if "low_s" not in band:
+        return band["note"]
+    return (f"{band['low_s']:.4g} s to {band['high_s']:.4g} s per iteration (measured / "
+            f"predicted {band['low_ratio']:.2f}-{band['high_ratio']:.2f} in {band['runs']:,} "
+            f"comparable runs; --format json names them)")
 
 
 def _limit_lines(limits: dict) -> list[str]:

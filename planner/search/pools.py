@@ -70,6 +70,7 @@ class Found:
     solution: object | None = None  # the one-pool search's Solution
     status: str = "optimal"
     subset: tuple[str, ...] = ()  # the pools it was searched over (default: `pools`)
+    time_band: dict | None = None  # where the measured time likely lies (`planner.bands`)
 
     def __post_init__(self):
         self.subset = self.subset or self.pools
@@ -252,7 +253,7 @@ class ClusterSolver:
         plan, pred = sol.plan, sol.prediction
         return Found((pool.name,), "one pool", plan, pred.iteration_time_s, plan.global_batch,
                      {pool.name: plan.devices}, {pool.name: pred.memory_bytes_per_device},
-                     solution=sol, status=sol.status), ""
+                     solution=sol, status=sol.status, time_band=pred.time_band), ""
 
     def _mixed(self, subset, incumbent: Found | None) -> tuple[Found | None, str]:
         bound = incumbent.seconds_per_sample if incumbent else math.inf
@@ -285,9 +286,12 @@ class ClusterSolver:
         for g, mem in zip(plan.groups, priced.memory_bytes, strict=True):
             for s, x in zip(g.stages, mem, strict=True):
                 memory[names[s.pool]] = max(memory.get(names[s.pool], 0.0), x)
+        from planner.analysis.pools import time_band
+
         return Found(tuple(names[k] for k in subset), kind, plan, priced.iteration_time_s,
                      plan.global_batch, {names[k]: plan.devices_on(k) for k in subset},
-                     memory), ""
+                     memory, time_band=time_band(self.m, self.cluster, self.precision,
+                                                 plan)), ""
 
     # --- the shapes, priced in numpy with their lower bounds ---------------------------------
 
