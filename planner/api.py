@@ -35,6 +35,7 @@ from planner.inputs import (
     build,
     cli_names,
     enum_value,
+    is_recommendation,
     is_transformer,
     only_for,
     request,
@@ -58,7 +59,8 @@ from planner.sweeping import sweep as _sweep
 
 _enum = enum_value  # the name `limits` uses
 __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", "derive",
-           "evaluate", "evaluate_transformer", "is_transformer", "limits", "placement", "solve",
+           "evaluate", "evaluate_transformer", "is_recommendation", "is_transformer", "limits",
+           "place_tables", "placement", "solve",
            "solve_transformer", "sweep", "sweep_transformer", "training_of",
            "with_inter_node_bandwidth"]
 
@@ -290,6 +292,18 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
+    if is_recommendation(model):
+        given = {"objective": None if objective == "throughput" else objective,
+                 "optimizer": optimizer, "servers": servers, "collective": collective,
+                 "strategy": strategy, "stages": stages, "seq_len": seq_len,
+                 "prefer_supported": prefer_supported, **train,
+                 **{k: v for k, v in problem.items() if k not in PLACE_KEYS}}
+        extra = sorted(k for k, v in given.items() if v not in (None, False, 0, ()))
+        if extra:
+            raise SpecError(f"{extra[0]}: a recommendation model's solve places its tables "
+                            f"(keys: {', '.join(sorted(PLACE_KEYS))})")
+        return place_tables(model, hardware, precision=precision,
+                            **{k: v for k, v in problem.items() if k in PLACE_KEYS})
     if is_transformer(model):
         only_for("transformer", {"optimizer": optimizer, "servers": servers,
                                  "collective": collective, "strategy": strategy,
@@ -329,6 +343,58 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     if strat is Strategy.data and stages is None:
         return DataParallelSolver(cnn, prob).solve()
     return SplitSearch(cnn, prob, stages).solve(strat)
+
+
+PLACE_KEYS = frozenset({"devices", "nodes", "global_batch", "time_limit_s", "memory_headroom",
+                        "workers", "overlap"})
+
+
+def place_tables(model: str, hardware: str, *, devices: int | None = None,
+                 nodes: int | None = None, global_batch: int | None = None,
+                 precision: str | None = None, time_limit_s: float = 30.0,
+                 memory_headroom: float = DEFAULT_MEMORY_HEADROOM, workers: int = 1,
+                 overlap: bool = True):
+    """The placement of a recommendation model's embedding tables on `devices` (or `nodes`
+    whole nodes) of `hardware`, proven optimal within `time_limit_s` (`planner.search.
+    placement.Placement`, with the model, system and batch as `.model`, `.system`,
+    `.global_batch`). `global_batch` defaults to the model spec's."""
+    import dataclasses
+
+    from planner.cost.recommendation import costs
+    from planner.search.memory_fit import usable_bytes
+    from planner.search.placement import place
+
+    del overlap  # the dense part's sync is not overlapped (planner.cost.recommendation)
+    if is_cluster(hardware):
+        raise SpecError(f"hardware: '{hardware}' is a cluster of several pools; a "
+                        f"recommendation model's tables are placed on one system")
+    m = load_model(model)
+    system = load_system(hardware)
+    g = system.devices_per_node
+    if nodes is not None:
+        if devices is not None and devices != nodes * g:
+            raise SpecError(f"devices: {devices} != nodes({nodes}) x {g} devices per node")
+        devices = nodes * g
+    if devices is None:
+        raise SpecError("devices: give --devices (or --nodes): the tables are placed on that "
+                        "many devices")
+    if devices > g and devices % g:
+        raise SpecError(f"devices: {devices} is more than one node and not a multiple of "
+                        f"{g} devices per node")
+    if devices > 4096:
+        raise SpecError(f"devices: at most 4,096 devices per placement, got {devices}")
+    batch = global_batch or m.global_batch
+    if batch is None:
+        raise SpecError(f"global_batch: give --global-batch ('{m.name}' names none)")
+    if batch % devices:
+        raise SpecError(f"global_batch: {batch} does not split evenly over {devices} devices")
+    prec = enum_value(Precision, precision, "precision") or system.device.default_precision
+    system.device.peak_flops(prec)
+    cap = usable_bytes(system.device.memory_bytes, check_headroom(memory_headroom))
+    c = costs(m, system, prec, devices, batch, cap)
+    found = place(c, [t.name for t in m.tables], time_limit_s, workers)
+    return dataclasses.replace(found, model=m, system=system, global_batch=batch,
+                               precision=prec)
 
 
 def is_cluster(hardware: str) -> bool:

@@ -303,8 +303,8 @@ def _inline_parts(data: dict, where: str) -> tuple[dict, dict]:
 
 
 def load_model(ref: str):
-    """A CNN or a transformer from a built-in name, a YAML path, or a Hugging Face config.json
-    (the file or a folder holding one)."""
+    """A CNN, a transformer or a recommendation model from a built-in name, a YAML path, or a
+    Hugging Face config.json (the file or a folder holding one)."""
     if isinstance(ref, str) and ref:
         from planner.spec.huggingface import config_path, load_config
 
@@ -312,7 +312,11 @@ def load_model(ref: str):
         if hf is not None:
             return load_config(hf)
     data, where, _ = _resolve(ref, [MODELS], "model")
-    kind = _expect_kind(data, where, ("cnn", "transformer"))
+    kind = _expect_kind(data, where, ("cnn", "transformer", "recommendation"))
+    if kind == "recommendation":
+        from planner.spec.recommendation import build_recommendation
+
+        return build_recommendation(data, where)
     if kind == "transformer":
         from planner.spec.transformer import build_transformer
 

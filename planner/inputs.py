@@ -124,6 +124,9 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
     from planner.spec.cnn import CNN
 
     cnn = load_model(model)
+    if is_recommendation(model):
+        raise SpecError(f"model: '{model}' is a recommendation model; only `planner solve` "
+                        "plans it (the placement of its tables: give --devices)")
     if not isinstance(cnn, CNN):
         raise SpecError(f"model: '{model}' is a transformer; this command covers CNNs (use "
                         "evaluate or solve with --tp/--pp/--dp for transformers)")
@@ -137,6 +140,12 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
     return DataParallelModel(cnn, system, opts)
 
 
+def is_recommendation(model: str) -> bool:
+    from planner.spec.recommendation import Recommendation
+
+    return isinstance(load_model(model), Recommendation)
+
+
 def is_transformer(model: str) -> bool:
     from planner.spec.transformer import Transformer
 
@@ -148,6 +157,9 @@ def transformer_setup(model: str, hardware: str, precision: str | None,
     from planner.spec.transformer import Transformer, with_seq_len
 
     m = load_model(model)
+    if is_recommendation(model):
+        raise SpecError(f"model: '{model}' is a recommendation model; only `planner solve` "
+                        "plans it (the placement of its tables: give --devices)")
     if not isinstance(m, Transformer):
         raise SpecError(f"model: '{model}' is not a transformer")
     m = with_seq_len(m, seq_len)

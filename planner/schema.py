@@ -163,7 +163,27 @@ def _solve() -> dict:
             "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
         "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
     }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
-    return {"oneOf": [plan, split, _cluster(spec)]}
+    return {"oneOf": [plan, split, _cluster(spec), _placement()]}
+
+
+def _placement() -> dict:
+    """`solve` for a recommendation model: the placement of its tables
+    (`planner.report.recommendation`)."""
+    table = obj({"name": STR, "mode": {"enum": ["table", "column", "row", "data"]},
+                 "shards": INT, "dim": INT, "devices": {"type": "array", "items": INT}})
+    device = obj({"device": INT, "tables": {"type": "array", "items": STR},
+                  "embedding_time_s": NUM, "memory_bytes": NUM})
+    return _envelope("solve", {
+        "model": STR, "hardware": STR, "precision": obj({"name": STR}),
+        "status": {"enum": ["optimal", "feasible"]}, "devices": INT, "global_batch": INT,
+        "tables": {"type": "array", "items": table},
+        "on_every_device": {"type": "array", "items": STR},
+        "per_device": {"type": "array", "items": device},
+        "prediction": obj({"iteration_time_s": NUM, "embedding_time_s": NUM,
+                           "dense_time_s": NUM, "samples_per_s": NUM,
+                           "memory_bytes_per_device": NUM, "fits_memory": BOOL}),
+        "search": obj({"solve_time_s": NUM, "bound_s": NUM}),
+    }, ["status", "devices", "global_batch", "tables", "per_device", "prediction"])
 
 
 def _cluster_parts() -> tuple[dict, dict, dict]:
@@ -335,6 +355,12 @@ def _show() -> dict:
                             "vocab", "experts", "top_k", "params", "layer_params",
                             "embedding_params", "model_flops_per_sequence")},
         "ffn_kind": STR}, ["name", "kind", "params"])
+    recommendation = _envelope("show", {
+        "name": STR, "kind": {"const": "recommendation"}, "description": STR,
+        **{k: INT for k in ("tables", "embedding_rows", "embedding_params", "embedding_bytes",
+                            "dense_params", "dense_flops_per_sample")},
+        "lookups_per_sample": NUM, "interaction": {"enum": ["dot", "dcnv2"]},
+        "global_batch": {"type": ["integer", "null"]}}, ["name", "kind", "tables"])
     system = _envelope("show", {
         "kind": {"const": "system"}, "name": STR, "description": STR, "devices_per_node": INT,
         "devices_per_scale_up_domain": INT, "nics_per_node": INT, "device": spec,
@@ -361,7 +387,7 @@ def _show() -> dict:
         "latency_us": NUM, "efficiency": NUM,
         "sources": {"type": "object", "additionalProperties": STR}},
         ["kind", "name", "bandwidth_GBps", "latency_us"])
-    return {"oneOf": [cnn, transformer, system, device, link]}
+    return {"oneOf": [cnn, transformer, recommendation, system, device, link]}
 
 
 def _list() -> dict:

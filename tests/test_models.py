@@ -56,6 +56,9 @@ def test_every_builtin_loads_and_names_follow_the_contract():
         if model.kind == "transformer":
             assert model.params() > 0 and model.hidden % model.heads == 0
             continue
+        if model.kind == "recommendation":
+            assert model.embedding_params() > 0 and model.dense_params() > 0
+            continue
         for layer in model.layers:
             if layer.type == "conv":
                 assert layer.name.startswith("conv")

@@ -59,10 +59,17 @@ def show(what, name, fmt):
         transformer_details,
         transformer_doc,
     )
+    from planner.spec.recommendation import Recommendation
     from planner.spec.transformer import Transformer
 
     if what == "model":
         model = load_model(name)
+        if isinstance(model, Recommendation):
+            from planner.report.recommendation import recommendation_doc, recommendation_text
+
+            emit(render.document("show", recommendation_doc(model)), fmt,
+                 recommendation_text(model))
+            return
         if isinstance(model, Transformer):
             doc = transformer_doc(model)
             emit(render.document("show", doc), fmt, render.key_values(

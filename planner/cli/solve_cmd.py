@@ -141,6 +141,9 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
+    if api.is_recommendation(model):
+        _solve_recommendation(model, hardware, precision, fmt, problem)
+        return
     if api.is_cluster(hardware):
         _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,
                        optimizer, training, token_budget, pareto, plot_path)
@@ -189,6 +192,40 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     _efficiency_warning(sol)
     if getattr(sol, "support", None) is not None:  # a CNN layer split has none
         click.echo(_support_line(sol), err=True)
+
+
+PLACE_OPTIONS = ("model", "hardware", "precision", "fmt", "devices", "nodes", "global_batch",
+                 "time_limit_s", "memory_headroom", "workers")
+
+
+def _solve_recommendation(model, hardware, precision, fmt, problem) -> None:
+    """`solve` for a recommendation model: the proven-optimal placement of its tables."""
+    from click.core import ParameterSource
+
+    from planner import api
+    from planner.report.recommendation import placement_doc, placement_text
+
+    ctx = click.get_current_context()
+    given = [p for p in ctx.command.params if p.name not in PLACE_OPTIONS
+             and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+    if given:
+        flag = max(given[0].opts, key=len)
+        raise SpecError(f"{given[0].name}: {flag} does not apply to a recommendation model "
+                        f"(solve places its tables: --devices or --nodes, --global-batch, "
+                        f"--precision, --time-limit)")
+    if fmt in LAUNCH_FORMATS:
+        raise SpecError(f"format: --format {fmt} has no form for a table placement; use json, "
+                        f"yaml or table")
+    keys = {k: problem[k] for k in ("devices", "nodes", "global_batch", "time_limit_s",
+                                    "memory_headroom", "workers")
+            if problem.get(k) is not None}
+    found = api.place_tables(model, hardware, precision=precision, **keys)
+    doc = render.document("solve", placement_doc(found, hardware))
+    emit(doc, fmt, lambda: placement_text(doc))
+    if found.status != "optimal":
+        click.echo(f"planner: note: the time limit stopped the proof; the placement is within "
+                   f"{found.priced.embedding_time_s / found.bound_s - 1:.1%} of the best "
+                   f"(CP-SAT's bound)", err=True)
 
 
 def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,

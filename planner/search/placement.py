@@ -1,0 +1,263 @@
+"""The placement of a recommendation model's embedding tables on D devices, as one CP-SAT model
+proven optimal: each table table-wise on one device, column-wise in c shards on devices of
+their own, row-wise over every device, or copied to every device (data parallel); each
+device's memory within its capacity; the busiest device's embedding time (its lookups and the
+forward and backward all-to-alls, `planner.cost.recommendation`) minimised. TorchRec's
+sharding planner and HugeCTR's (MLPerf Training v3.0) reach their plans with enumerators and
+greedy proposers; this model proves its plan the best over the same choices.
+
+Variables: a one-hot mode per (table, option); per table-wise or column shard a one-hot
+device; per device its bytes out per all-to-all, its embedding time (lookups + 2 x the
+all-to-all, whose bytes are the larger of out and in) and its memory. Devices are alike, so
+their times are ordered (any placement relabelled has them so): the first is the busiest,
+and the objective. Times in integer nanoseconds, bytes in whole bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from planner.cost.recommendation import Costs, Placed, Priced, price
+from planner.errors import InfeasibleError
+from planner.search.rows import cp_solver
+
+NS = 1e9
+
+
+@dataclass(frozen=True)
+class Placement:
+    status: str  # "optimal" or "feasible" (the time limit stopped the proof)
+    placed: tuple[Placed, ...]  # per table
+    priced: Priced
+    solve_time_s: float
+    bound_s: float  # CP-SAT's lower bound of the busiest device's embedding time
+    # what it was solved for (set by `planner.api.place_tables`)
+    model: object = None
+    system: object = None
+    global_batch: int = 0
+    precision: object = None
+
+
+def _ns(x: float) -> int:
+    return int(math.ceil(x * NS))
+
+
+def _b(x: float) -> int:
+    return int(math.ceil(x))
+
+
+def check_fits(c: Costs, names: list[str]) -> None:
+    """Exit 1 naming the first table no option can hold beside the dense part."""
+    room = c.capacity_bytes - c.dense_memory_bytes
+    for i, name in enumerate(names):
+        least = min(o.memory_bytes for o in c.of(i))
+        if least > room:
+            raise InfeasibleError(
+                f"infeasible: memory: table '{name}' needs {least / 2**30:.4g} GiB per device "
+                f"even at its most divided, and {room / 2**30:.4g} GiB is left beside the "
+                f"dense layers", ("memory",))
+
+
+def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
+          workers: int = 1) -> Placement:
+    check_fits(c, names)
+    t0 = time.perf_counter()
+    n, tables = c.devices, range(len(names))
+    # a first placement (greedy) bounds the answer: an option that alone makes some device
+    # slower than it cannot be in a better one, so it is not offered
+    first = _greedy(c, tables)
+    upper = price(c, first).embedding_time_s if first else math.inf
+    options = _offered(c, tables, upper)
+    lower = _lower_bound(c, options, tables)
+    if first and lower >= upper * (1 - 1e-9):  # the first placement meets the bound: done
+        return Placement("optimal", tuple(first), price(c, first),
+                         time.perf_counter() - t0, lower)
+    model = cp_model.CpModel()
+    pick = {o: model.new_bool_var(f"m{o.table}_{o.mode}{o.shards}") for o in options}
+    for i in tables:
+        model.add_exactly_one(pick[o] for o in options if o.table == i)
+    # a shard's device (table-wise: one shard; column-wise: c shards)
+    # Devices are alike, so any placement can be relabelled so that the k-th shard (heaviest
+    # first) sits on one of the first k + 1 devices (devices numbered in the order their
+    # first shard appears): only those are offered, which breaks the devices' symmetry.
+    slots = sorted(((o, s) for o in options if o.mode in ("table", "column")
+                    for s in range(o.shards)), key=lambda x: (-x[0].time_s, x[0].table,
+                                                              x[0].shards, x[1]))
+    at = {}
+    for k, (o, s) in enumerate(slots):
+        lits = [model.new_bool_var(f"x{o.table}_{o.shards}_{s}_{d}") if d <= k
+                else model.new_constant(0) for d in range(n)]
+        model.add(sum(lits) == pick[o])
+        at[o, s] = lits
+    everywhere = [o for o in options if o.mode in ("row", "data")]
+    recv = sum(_b(o.recv_bytes) * pick[o] for o in options)
+    # upper bounds of every device's bytes out and time (a device holding everything)
+    most_bytes = sum(max(_b(o.send_bytes) * o.shards + _b(o.recv_bytes) for o in c.of(i))
+                     for i in tables)
+    per_byte = round(2 * NS / c.links.alltoall_Bps * 1_000_000) if n > 1 else 0  # ns / 1e6
+    most_time = (_ns(sum(max(o.time_s * o.shards for o in c.of(i)) for i in tables))
+                 + most_bytes * per_byte // 1_000_000 + 1 + _ns(2 * n * 1e-3))
+    a2a = _ns(2 * (n - 1) * c.links.alltoall_latency_s) if n > 1 else 0
+    busy = []
+    for d in range(n):
+        mine = [(o, at[o, s][d]) for (o, s) in at]
+        out = model.new_int_var(0, most_bytes, f"send{d}")
+        model.add(out == sum(_b(o.send_bytes) * x for o, x in mine)
+                  + sum(_b(o.send_bytes) * pick[o] for o in everywhere))
+        larger = model.new_int_var(0, most_bytes, f"a2a{d}")
+        model.add_max_equality(larger, [out, recv])
+        t = model.new_int_var(0, most_time, f"t{d}")
+        # the two all-to-alls' bytes in ns, rounded up (CP-SAT works in integers)
+        wire = model.new_int_var(0, most_time, f"w{d}")
+        model.add(wire * 1_000_000 >= larger * per_byte)
+        model.add(t == sum(_ns(o.time_s) * x for o, x in mine)
+                  + sum(_ns(o.time_s) * pick[o] for o in everywhere) + a2a + wire)
+        memory = (sum(_b(o.memory_bytes) * x for o, x in mine)
+                  + sum(_b(o.memory_bytes) * pick[o] for o in everywhere))
+        model.add(memory <= int(c.capacity_bytes - c.dense_memory_bytes))
+        busy.append(t)
+    slowest = model.new_int_var(0, most_time, "slowest")
+    for t in busy:
+        model.add(slowest >= t)
+    # cuts: a device holds each table (or a shard of it), so the busiest takes at least that
+    # shard's lookups, the all-to-alls' latency and the bytes every device receives
+    inbound = model.new_int_var(0, most_time, "inbound")
+    model.add(inbound * 1_000_000 >= recv * per_byte)
+    for i in tables:
+        model.add(slowest >= sum(_ns(o.time_s) * pick[o] for o in options if o.table == i)
+                  + a2a + inbound)
+    if first:
+        _hint(model, first, pick, at, slots)
+    model.minimize(slowest)
+    solver = cp_solver(time_limit_s, workers)
+    status = solver.solve(model)
+    if status == cp_model.INFEASIBLE:
+        raise InfeasibleError("infeasible: memory: no placement of the tables fits the "
+                              "devices' memory beside the dense layers", ("memory",))
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if first is None:
+            raise InfeasibleError(f"infeasible: no placement found within the time limit "
+                                  f"({time_limit_s:g} s; --time-limit raises it)",
+                                  ("time_limit",))
+        return Placement("feasible", tuple(first), price(c, first),
+                         time.perf_counter() - t0, solver.best_objective_bound / NS)
+    placed = []
+    for i in tables:
+        o = next(o for o in options if o.table == i and solver.value(pick[o]))
+        devices = tuple(range(n)) if o.mode in ("row", "data") else tuple(
+            next(d for d in range(n) if solver.value(at[o, s][d])) for s in range(o.shards))
+        placed.append(Placed(o, devices))
+    return Placement("optimal" if status == cp_model.OPTIMAL else "feasible", tuple(placed),
+                     price(c, placed), time.perf_counter() - t0,
+                     solver.best_objective_bound / NS)
+
+
+def _alone(c: Costs, o, recv: float = 0.0) -> float:
+    """A lower bound of the busiest device's embedding time when `o` is chosen: a device
+    holding (a shard of) it does its lookups and both all-to-alls, whose bytes are at least
+    its own out and in (`recv`: the least the other tables send every device)."""
+    if c.devices == 1:
+        return o.time_s
+    return (o.time_s + 2 * (c.devices - 1) * c.links.alltoall_latency_s
+            + 2 * max(o.send_bytes, o.recv_bytes + recv) / c.links.alltoall_Bps)
+
+
+def _lower_bound(c: Costs, options, tables) -> float:
+    """No placement's busiest device is faster than this: every table is held somewhere, by
+    the option of it that is cheapest alone (`_alone`, with the least bytes every device
+    receives from the others)."""
+    least = {i: min(o.recv_bytes for o in options if o.table == i) for i in tables}
+    total = sum(least.values())
+    return max(min(_alone(c, o, total - least[i]) for o in options if o.table == i)
+               for i in tables)
+
+
+def _offered(c: Costs, tables, upper: float) -> list:
+    """The options that can be in a placement no slower than `upper`: those whose `_alone`
+    bound, with the least bytes the other tables' offered options send every device, stays
+    within it; repeated until nothing more drops (an option dropped can raise that least)."""
+    options = list(c.options)
+    while True:
+        least = {i: min(o.recv_bytes for o in options if o.table == i) for i in tables}
+        total = sum(least.values())
+        kept = [o for o in options
+                if _alone(c, o, total - least[o.table]) <= upper * (1 + 1e-9)]
+        if len(kept) == len(options):
+            return options
+        options = kept
+
+
+def _greedy(c: Costs, tables) -> list[Placed] | None:
+    """A good first placement: each table in the option of the least `_alone`, then, table by
+    table, the option whose placement (`_pack`) is fastest, while that improves it (a few
+    passes of local search); None when nothing fits."""
+    chosen = [min(c.of(i), key=lambda o: _alone(c, o)) for i in tables]
+    best = _pack(c, chosen)
+    value = price(c, best).embedding_time_s if best else math.inf
+    for _ in range(3):
+        better = False
+        for i in tables:
+            for o in c.of(i):
+                if o is chosen[i]:
+                    continue
+                trial = [*chosen[:i], o, *chosen[i + 1:]]
+                got = _pack(c, trial)
+                t = price(c, got).embedding_time_s if got else math.inf
+                if t < value * (1 - 1e-12):
+                    chosen, best, value, better = trial, got, t, True
+        if not better:
+            break
+    return best
+
+
+def _pack(c: Costs, chosen) -> list[Placed] | None:
+    """The shards of `chosen` (an option per table), the slowest first, each onto the device
+    where it ends soonest and fits (longest processing time first); None when one does not
+    fit."""
+    from planner.cost.recommendation import alltoall
+
+    n = c.devices
+    busy, send = [0.0] * n, [0.0] * n
+    memory = [c.dense_memory_bytes] * n
+    recv = sum(o.recv_bytes for o in chosen)
+    for o in chosen:
+        if o.mode in ("row", "data"):
+            for d in range(n):
+                busy[d] += o.time_s
+                send[d] += o.send_bytes
+                memory[d] += o.memory_bytes
+    where: dict[int, list[int]] = {}
+    shards = sorted(((o, s) for o in chosen if o.mode in ("table", "column")
+                     for s in range(o.shards)), key=lambda x: -x[0].time_s)
+    for o, _ in shards:
+        fits = [d for d in range(n) if memory[d] + o.memory_bytes <= c.capacity_bytes]
+        if not fits:
+            return None
+        d = min(fits, key=lambda d: busy[d] + o.time_s
+                + 2 * alltoall(send[d] + o.send_bytes, recv, n, c.links))
+        busy[d] += o.time_s
+        send[d] += o.send_bytes
+        memory[d] += o.memory_bytes
+        where.setdefault(o.table, []).append(d)
+    return [Placed(o, tuple(range(n)) if o.mode in ("row", "data")
+                   else tuple(sorted(where[o.table]))) for o in chosen]
+
+
+def _hint(model, first: list[Placed], pick, at, slots) -> None:
+    """The greedy placement as the search's start, its shards relabelled onto the devices the
+    slots may use (devices in the order their first shard appears)."""
+    chosen = {p.option for p in first}
+    for o in pick:
+        model.add_hint(pick[o], o in chosen)
+    label: dict[int, int] = {}
+    left = {p.option: list(p.devices) for p in first}
+    for k, (o, s) in enumerate(slots):
+        if o in chosen:
+            d = left[o].pop(0)
+            label.setdefault(d, len(label))
+        for j, x in enumerate(at[o, s][:k + 1]):  # beyond k: the constant 0
+            model.add_hint(x, o in chosen and j == label[d])
