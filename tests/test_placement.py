@@ -18,12 +18,12 @@ from planner.spec.hardware import Precision
 SMALL = """kind: recommendation
 name: small
 dense_features: 4
-embedding_dim: 8
+embedding_dim: 16
 tables:
   - {name: big, rows: 100000, pooling: 20}
   - {name: mid, rows: 2000, pooling: 3}
   - {name: tiny, rows: 10, pooling: 1}
-bottom_mlp: [16, 8]
+bottom_mlp: [32, 16]
 interaction: {kind: dot}
 top_mlp: [16, 1]
 """
@@ -43,7 +43,7 @@ def test_dlrm_dcnv2_is_the_mlperf_architecture():
 
 
 @pytest.mark.parametrize("body, message", [
-    (SMALL.replace("bottom_mlp: [16, 8]", "bottom_mlp: [16, 4]"), "must be the embedding dim"),
+    (SMALL.replace("bottom_mlp: [32, 16]", "bottom_mlp: [32, 4]"), "must be the embedding dim"),
     (SMALL.replace("pooling: 20", "pooling: 0"), "pooling"),
     (SMALL.replace("name: mid", "name: big"), "two tables named 'big'"),
 ])
@@ -87,22 +87,25 @@ def test_placement_is_the_brute_force_best(tmp_path, devices, batch):
         assert got.priced.embedding_time_s == pytest.approx(best.embedding_time_s, rel=1e-6)
         if cap < 80e9:  # the tight case: 'big' does not fit whole on one device
             assert got.placed[0].option.mode != "table"
+    assert any(o.mode == "column" for o in c.options)  # the space has column shards
 
 
 def test_solve_places_dlrm_proven(run):
-    code, out, err = run("solve", "-m", "dlrm-dcnv2", "-H", "dgx-h100", "--devices", "16",
-                         "--format", "json")
+    """128 H100 at MLPerf's multi-node batch: proven by the relaxation (every shard on a
+    device of its own) meeting the placement."""
+    code, out, err = run("solve", "-m", "dlrm-dcnv2", "-H", "dgx-h100", "--devices", "128",
+                         "--global-batch", "135168", "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc, schemas()["solve"])
-    assert doc["status"] == "optimal" and doc["devices"] == 16
+    assert doc["status"] == "optimal" and doc["devices"] == 128
     assert [t["name"] for t in doc["tables"]] == [f"cat_{i}" for i in range(26)]
     cap = load_system("dgx-h100").device.memory_bytes
     assert all(d["memory_bytes"] <= cap for d in doc["per_device"])
     busiest = max(d["embedding_time_s"] for d in doc["per_device"])
     pred = doc["prediction"]
     assert pred["iteration_time_s"] == pytest.approx(busiest + pred["dense_time_s"])
-    assert pred["samples_per_s"] == pytest.approx(55296 / pred["iteration_time_s"])
+    assert pred["samples_per_s"] == pytest.approx(135168 / pred["iteration_time_s"])
 
 
 def test_a_table_that_fits_nowhere_names_it(run, tmp_path):

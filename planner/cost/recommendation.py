@@ -24,7 +24,11 @@ from planner.expr import recommendation as ex
 from planner.spec.hardware import Precision, System
 from planner.spec.recommendation import Recommendation
 
-COLUMN_SPLITS = (2, 4)  # column-wise shard counts offered (each must divide the table's dim)
+# column-wise shard counts offered, each dividing the table's dim into shards of 8 values or
+# more (HugeCTR's MLPerf planner splits hot tables up to the GPU count; TorchRec's column-wise
+# sharding takes any divisor)
+COLUMN_SPLITS = (2, 4, 8, 16)
+MIN_SHARD_DIM = 8
 DENSE_BYTES = 4  # fp32 master weights and gradients of the dense layers
 ADAGRAD_STATE = 4  # Adagrad: one fp32 accumulator per dense parameter
 
@@ -90,7 +94,8 @@ def costs(m: Recommendation, system: System, precision: Precision, devices: int,
     rows, dims, pools, freq, table, mode, shards = [], [], [], [], [], [], []
     for i, t in enumerate(m.tables):
         offers = [("table", 1)] + [("column", c) for c in COLUMN_SPLITS
-                                   if t.dim % c == 0 and c <= devices]
+                                   if t.dim % c == 0 and t.dim // c >= MIN_SHARD_DIM
+                                   and c <= devices]
         offers += [("row", 1), ("data", 1)] if devices > 1 else []
         for kind, c in offers:
             rows.append(t.rows)

@@ -26,6 +26,7 @@ from planner.errors import InfeasibleError
 from planner.search.rows import cp_solver
 
 NS = 1e9
+GRID_S = 64 / NS  # integer-ns rounding: at most a nanosecond for each of a device's terms
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,19 @@ def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
     n, tables = c.devices, range(len(names))
     # a first placement (greedy) bounds the answer: an option that alone makes some device
     # slower than it cannot be in a better one, so it is not offered
-    first = _greedy(c, tables)
-    upper = price(c, first).embedding_time_s if first else math.inf
+    first, upper = None, math.inf
+    # the time limit covers every model: a quarter for each of the two small ones
+    alone, _ = _one_per_device(c, tables, time_limit_s / 4, workers, True)
+    for found in (_greedy(c, tables), alone):
+        value = price(c, found).embedding_time_s if found else math.inf
+        if value < upper:
+            first, upper = found, value
     options = _offered(c, tables, upper)
-    lower = _lower_bound(c, options, tables)
-    if first and lower >= upper * (1 - 1e-9):  # the first placement meets the bound: done
+    # every shard on a device of its own, as many devices as that takes: a relaxation (a
+    # device holding more only takes longer), so its optimum bounds every placement
+    _, relaxed = _one_per_device(c, tables, time_limit_s / 4, workers, False)
+    lower = max(_lower_bound(c, options, tables), relaxed)
+    if first and upper - lower <= GRID_S:  # the first placement meets the bound: done
         return Placement("optimal", tuple(first), price(c, first),
                          time.perf_counter() - t0, lower)
     model = cp_model.CpModel()
@@ -133,7 +142,7 @@ def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
     if first:
         _hint(model, first, pick, at, slots)
     model.minimize(slowest)
-    solver = cp_solver(time_limit_s, workers)
+    solver = cp_solver(max(time_limit_s - (time.perf_counter() - t0), 0.1), workers)
     status = solver.solve(model)
     if status == cp_model.INFEASIBLE:
         raise InfeasibleError("infeasible: memory: no placement of the tables fits the "
@@ -143,17 +152,25 @@ def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
             raise InfeasibleError(f"infeasible: no placement found within the time limit "
                                   f"({time_limit_s:g} s; --time-limit raises it)",
                                   ("time_limit",))
-        return Placement("feasible", tuple(first), price(c, first),
-                         time.perf_counter() - t0, solver.best_objective_bound / NS)
-    placed = []
-    for i in tables:
-        o = next(o for o in options if o.table == i and solver.value(pick[o]))
-        devices = tuple(range(n)) if o.mode in ("row", "data") else tuple(
-            next(d for d in range(n) if solver.value(at[o, s][d])) for s in range(o.shards))
-        placed.append(Placed(o, devices))
-    return Placement("optimal" if status == cp_model.OPTIMAL else "feasible", tuple(placed),
-                     price(c, placed), time.perf_counter() - t0,
-                     solver.best_objective_bound / NS)
+        placed = first
+    else:
+        placed = []
+        for i in tables:
+            o = next(o for o in options if o.table == i and solver.value(pick[o]))
+            devices = tuple(range(n)) if o.mode in ("row", "data") else tuple(
+                next(d for d in range(n) if solver.value(at[o, s][d]))
+                for s in range(o.shards))
+            placed.append(Placed(o, devices))
+        if first is not None and price(c, first).embedding_time_s < price(
+                c, placed).embedding_time_s:
+            placed = first
+    priced = price(c, placed)
+    bound = max(lower, solver.best_objective_bound / NS)
+    # proven: CP-SAT says so, or its bound (or the relaxation's) meets the placement to the
+    # integer-nanosecond grid its times are rounded to (a nanosecond per term at most)
+    proven = status == cp_model.OPTIMAL or priced.embedding_time_s - bound <= GRID_S
+    return Placement("optimal" if proven else "feasible", tuple(placed), priced,
+                     time.perf_counter() - t0, bound)
 
 
 def _alone(c: Costs, o, recv: float = 0.0) -> float:
@@ -164,6 +181,71 @@ def _alone(c: Costs, o, recv: float = 0.0) -> float:
         return o.time_s
     return (o.time_s + 2 * (c.devices - 1) * c.links.alltoall_latency_s
             + 2 * max(o.send_bytes, o.recv_bytes + recv) / c.links.alltoall_Bps)
+
+
+def _one_per_device(c: Costs, tables, time_limit_s: float, workers: int,
+                    count: bool) -> tuple[list[Placed] | None, float]:
+    """(the best placement with at most one table-wise or column shard per device, a lower
+    bound in seconds of its busiest device): a small CP-SAT model over the options alone
+    (with a device each, a shard's device takes its lookups, what every device takes of the
+    row-wise and data-parallel tables, and the all-to-alls). With `count` the shards are at
+    most the devices: the placement is one of the problem's, an upper bound; without, as many
+    devices as the shards take: a relaxation, whose bound bounds every placement."""
+    n = c.devices
+    model = cp_model.CpModel()
+    pick = {o: model.new_bool_var(f"p{o.table}_{o.mode}{o.shards}") for o in c.options}
+    for i in tables:
+        model.add_exactly_one(pick[o] for o in c.of(i))
+    placed = [o for o in c.options if o.mode in ("table", "column")]
+    spread = [o for o in c.options if o.mode in ("row", "data")]
+    if count:
+        model.add(sum(o.shards * pick[o] for o in placed) <= n)
+    room = int(c.capacity_bytes - c.dense_memory_bytes)
+    common_memory = sum(_b(o.memory_bytes) * pick[o] for o in spread)
+    model.add(common_memory <= room)
+    per_byte = round(2 * NS / c.links.alltoall_Bps * 1_000_000) if n > 1 else 0
+    a2a = _ns(2 * (n - 1) * c.links.alltoall_latency_s) if n > 1 else 0
+    top_bytes = sum(max(_b(o.send_bytes) + _b(o.recv_bytes) for o in c.of(i)) for i in tables)
+    top = (_ns(sum(max(o.time_s for o in c.of(i)) for i in tables)) + a2a
+           + top_bytes * per_byte // 1_000_000 + 1)
+    common = sum(_ns(o.time_s) * pick[o] for o in spread) + a2a
+    sent = sum(_b(o.send_bytes) * pick[o] for o in spread)
+    recv = sum(_b(o.recv_bytes) * pick[o] for o in c.options)
+    slowest = model.new_int_var(0, top, "slowest")
+    inbound = model.new_int_var(0, top, "inbound")
+    model.add(inbound * 1_000_000 >= recv * per_byte)
+    model.add(slowest >= common + inbound)
+    out = model.new_int_var(0, top, "out")
+    model.add(out * 1_000_000 >= sent * per_byte)
+    model.add(slowest >= common + out)
+    # the devices' time in all: each takes the common part and the bytes in, and the shards'
+    # lookups add up (a device's time is at least its share of them)
+    model.add(n * slowest >= n * (common + inbound)
+              + sum(_ns(o.time_s) * o.shards * pick[o] for o in placed))
+    for o in placed:
+        model.add(common_memory + _b(o.memory_bytes) <= room).only_enforce_if(pick[o])
+        wire = model.new_int_var(0, top, f"w{o.table}_{o.shards}")
+        model.add(wire * 1_000_000 >= (sent + _b(o.send_bytes)) * per_byte)
+        model.add(slowest >= common + _ns(o.time_s) + inbound).only_enforce_if(pick[o])
+        model.add(slowest >= common + _ns(o.time_s) + wire).only_enforce_if(pick[o])
+    model.minimize(slowest)
+    solver = cp_solver(time_limit_s, workers)
+    status = solver.solve(model)
+    if status == cp_model.INFEASIBLE:
+        return None, math.inf
+    bound = solver.best_objective_bound / NS if status in (cp_model.OPTIMAL,
+                                                           cp_model.FEASIBLE) else 0.0
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or not count:
+        return None, bound
+    chosen = [next(o for o in c.of(i) if solver.value(pick[o])) for i in tables]
+    device, out_placed = 0, []
+    for o in chosen:
+        if o.mode in ("row", "data"):
+            out_placed.append(Placed(o, tuple(range(n))))
+        else:
+            out_placed.append(Placed(o, tuple(range(device, device + o.shards))))
+            device += o.shards
+    return out_placed, bound
 
 
 def _lower_bound(c: Costs, options, tables) -> float:
