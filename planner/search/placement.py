@@ -1,16 +1,22 @@
-"""The placement of a recommendation model's embedding tables on D devices, as one CP-SAT model
-proven optimal: each table table-wise on one device, column-wise in c shards on devices of
-their own, row-wise over every device, or copied to every device (data parallel); each
-device's memory within its capacity; the busiest device's embedding time (its lookups and the
-forward and backward all-to-alls, `planner.cost.recommendation`) minimised. TorchRec's
-sharding planner and HugeCTR's (MLPerf Training v3.0) reach their plans with enumerators and
-greedy proposers; this model proves its plan the best over the same choices.
+"""The placement of a recommendation model's embedding tables on D devices, by CP-SAT: each
+table table-wise on one device, column-wise in c shards on devices of their own choosing,
+row-wise over every device, or copied to every device (data parallel); each device's memory
+within its capacity; the busiest device's embedding time (its lookups and the forward and
+backward all-to-alls, `planner.cost.recommendation`) minimised. TorchRec's sharding planner and
+HugeCTR's (MLPerf Training v3.0) reach their plans with enumerators and greedy proposers.
 
-Variables: a one-hot mode per (table, option); per table-wise or column shard a one-hot
-device; per device its bytes out per all-to-all, its embedding time (lookups + 2 x the
-all-to-all, whose bytes are the larger of out and in) and its memory. Devices are alike, so
-their times are ordered (any placement relabelled has them so): the first is the busiest,
-and the objective. Times in integer nanoseconds, bytes in whole bytes.
+Three models, one time limit:
+- every shard on a device of its own, within the device count: a small model over the options
+  alone, whose optimum is a placement (an upper bound, beside a greedy local search's);
+- the same without the device count: a relaxation (a device holding more only takes longer),
+  whose optimum, with the devices' total work, bounds every placement;
+- the full model: a one-hot option per table, a one-hot device per shard (the k-th shard,
+  heaviest first, offered only the first k + 1 devices: devices are alike, so any placement
+  can be relabelled that way), per device its bytes out, its time and its memory; options
+  that alone make a device slower than the upper bound are not offered.
+The answer is proven when CP-SAT closes it or a bound meets it on the integer-nanosecond grid
+its times are rounded to; otherwise `status` is "feasible" and `bound_s` says how far it can
+be from the best.
 """
 
 from __future__ import annotations
