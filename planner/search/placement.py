@@ -25,6 +25,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.cost.recommendation import Costs, Placed, Priced, price
@@ -306,27 +307,26 @@ def _pack(c: Costs, chosen) -> list[Placed] | None:
     """The shards of `chosen` (an option per table), the slowest first, each onto the device
     where it ends soonest and fits (longest processing time first); None when one does not
     fit."""
-    from planner.cost.recommendation import alltoall
-
     n = c.devices
-    busy, send = [0.0] * n, [0.0] * n
-    memory = [c.dense_memory_bytes] * n
+    busy, send = np.zeros(n), np.zeros(n)
+    memory = np.full(n, c.dense_memory_bytes)
     recv = sum(o.recv_bytes for o in chosen)
     for o in chosen:
         if o.mode in ("row", "data"):
-            for d in range(n):
-                busy[d] += o.time_s
-                send[d] += o.send_bytes
-                memory[d] += o.memory_bytes
+            busy += o.time_s
+            send += o.send_bytes
+            memory += o.memory_bytes
+    latency = 2 * (n - 1) * c.links.alltoall_latency_s if n > 1 else 0.0
+    per_byte = 2 / c.links.alltoall_Bps if n > 1 else 0.0
     where: dict[int, list[int]] = {}
     shards = sorted(((o, s) for o in chosen if o.mode in ("table", "column")
                      for s in range(o.shards)), key=lambda x: -x[0].time_s)
     for o, _ in shards:
-        fits = [d for d in range(n) if memory[d] + o.memory_bytes <= c.capacity_bytes]
-        if not fits:
+        ends = busy + o.time_s + latency + np.maximum(send + o.send_bytes, recv) * per_byte
+        ends[memory + o.memory_bytes > c.capacity_bytes] = np.inf
+        d = int(np.argmin(ends))
+        if not np.isfinite(ends[d]):
             return None
-        d = min(fits, key=lambda d: busy[d] + o.time_s
-                + 2 * alltoall(send[d] + o.send_bytes, recv, n, c.links))
         busy[d] += o.time_s
         send[d] += o.send_bytes
         memory[d] += o.memory_bytes
