@@ -420,7 +420,7 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
     m = load_model(model)
     if not isinstance(m, Transformer):
         raise SpecError(f"hardware: a cluster of several pools plans transformers; "
-                        f"'{model}' is a CNN (give one pool's system)")
+                        f"'{model}' is a {m.kind} model (give one pool's system)")
     m = with_seq_len(m, seq_len)
     cluster = load_target(hardware)
     prec = (enum_value(Precision, precision, "precision")
