@@ -356,6 +356,14 @@ def test_slow_link_between_pools_names_the_mix_it_blocks(tmp_path, run_json):
     assert mix["break_even_between_node_Bps"] > far.between_node_Bps(*far.pools)
 
 
+@pytest.mark.parametrize("pin, key, value", [("--pp", "pp", 8), ("--tp", "tp", 4),
+                                             ("--micro-batch", "micro_batch", 2)])
+def test_pins_hold_across_pools(run_json, pin, key, value):
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch",
+                   "1536", pin, str(value))
+    assert doc["plan"]["kind"] != "one pool" and doc["plan"][key] == value
+
+
 def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):
     path = tmp_path / "one.yaml"
     path.write_text("kind: cluster\nname: one\npools:\n  - {system: dgx-h100, nodes: 4}\n")

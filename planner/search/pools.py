@@ -347,7 +347,8 @@ class ClusterSolver:
                     caps = [self._capacity(k) // (d * shape.width) for k in subset]
                     if min(caps) < 1:
                         continue
-                    rows += [(si, B, d, p) for p in range(K, min(L, sum(caps)) + 1)]
+                    rows += [(si, B, d, p) for p in range(K, min(L, sum(caps)) + 1)
+                             if self.q.pp in (None, p)]
         rows = np.array(rows, dtype=np.int64).reshape(-1, 4)
         si, B, d, p = rows.T
         mb = np.array([s.micro_batch for s in shapes])[si]
@@ -497,7 +498,7 @@ class ClusterSolver:
         row out, as does a pool with no whole node of replicas."""
         shapes, values = self._grid(subset)
         L = self.m.layers
-        p = np.arange(1, L + 1)
+        p = np.arange(1, L + 1) if self.q.pp is None else np.array([self.q.pp])
         split = [stage_layers(L, int(x)) for x in p]
         most = np.array([max(s[:-1], default=0) for s in split])
         final = np.array([s[-1] for s in split])
