@@ -381,6 +381,8 @@ def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):
       "iteration-time"), "ranks plans by throughput"),
     (("solve", "-m", "resnet50", "-H", "lab-a100-h100", "--global-batch", "64"),
      "plans transformers"),
+    (("solve", "-m", "gpt2", "-H", "lab-a100-h100", "--global-batch", "64", "--nodes-max",
+      "4"), "the pools' node counts are the budget"),
 ])
 def test_cluster_refusals_are_one_line(run, args, message):
     code, out, err = run(*args)

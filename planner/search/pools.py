@@ -141,6 +141,10 @@ class ClusterSolver:
         if objective is not Objective.throughput:
             raise SpecError(f"objective: over several pools solve ranks plans by throughput "
                             f"(the cost per token is reported per plan); got {objective.value}")
+        if q.devices_max is not None or q.nodes_max is not None:
+            raise SpecError("nodes_max: over a cluster of several pools the pools' node counts "
+                            "are the budget (lower `nodes` or `availability` in the cluster "
+                            "YAML); --nodes-max / --devices-max are not read")
         if q.training is not None or q.pareto or q.top or q.fewest_nodes_within is not None:
             raise SpecError("a cluster of several pools: --top, --within, --pareto and the "
                             "time to train are not searched across pools yet")
