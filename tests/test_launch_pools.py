@@ -133,8 +133,9 @@ def test_best_single_pool_plan_has_every_form(run):
 
 
 @pytest.mark.parametrize("fmt, message", [
-    ("torchtitan", "cannot express a pipeline across pools"),
-    ("deepspeed", "cannot express a pipeline across pools")])
+    ("torchtitan", "has no flavor that builds 'gpt3-175b'"),  # torchtitan's own refusal
+    ("deepspeed", "cannot express a pipeline across pools"),
+    ("env", "cannot express a pipeline across pools")])
 def test_pipeline_forms_refused_in_one_line(run, fmt, message):
     code, out, err = run(*LAB, "--format", fmt)
     assert code == 2 and message in err and out == ""
@@ -158,3 +159,26 @@ def test_slurm_components_take_the_pools_partitions(run, tmp_path):
     assert code == 0, err
     assert "#SBATCH --partition=a100" in out and "#SBATCH --partition=h100" in out
     assert "PLACEHOLDER" not in out
+
+
+def test_torchtitan_lists_each_stage_modules(run):
+    """torchtitan (its config classes and startup checks, stood in at the pinned commit):
+    one model part per stage with the planned layers, the embedding first and the norm and
+    head last; torchrun with fixed node ranks."""
+    from tests.test_launch_torchtitan import torchtitan_config
+
+    args = ("solve", "-m", "llama3-70b", "-H", "lab-a100-h100", "--global-batch", "512",
+            "--pp", "5")
+    code, out, err = run(*args, "--format", "json")
+    assert code == 0, err
+    stages = _stages(out)
+    code, text, err = run(*args, "--format", "torchtitan")
+    assert code == 0, err
+    assert "--node-rank=$NODE_RANK" in text and "rdzv-backend" not in text
+    par = torchtitan_config(text, devices=320).parallelism
+    parts = par.module_fqns_per_model_part
+    assert par.pipeline_parallel_degree == len(parts) == len(stages)
+    assert [sum(m.startswith("layers.") for m in p) for p in parts] == [n for _, n in stages]
+    layers = [m for p in parts for m in p if m.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(80)]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]

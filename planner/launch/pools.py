@@ -7,9 +7,10 @@
   count, `--pipeline-model-parallel-layout`, Megatron-LM MEGATRON_COMMIT; stage j on the
   global ranks of pipeline rank j, so fixed node ranks in stage order put every stage on its
   pool), and `slurm` writes the heterogeneous sbatch job that starts it, one component per
-  pool in stage order, each node given its rank. The other forms are refused: the planner
-  does not write per-stage module lists for torchtitan (`module_fqns_per_model_part`) and
-  DeepSpeed's pipeline partitions layers by its own method.
+  pool in stage order, each node given its rank. torchtitan expresses it too, each stage's
+  modules listed (`module_fqns_per_model_part`, torchtitan TORCHTITAN_COMMIT) and torchrun
+  started with fixed node ranks. DeepSpeed's pipeline partitions layers by its own method, and
+  the shell forms start one rendezvous: both refused.
 - Replicas across pools: refused by every form. Megatron-LM, torchtitan and DeepSpeed give
   every data-parallel replica the same micro-batches per step; the plan gives each pool its
   own.
@@ -26,8 +27,9 @@ from planner.launch.shell import (
     SLURM_CPUS_PER_DEVICE,
     SLURM_DEFAULT_TIME,
 )
+from planner.launch.torchtitan_config import torchtitan
 
-PIPELINE_FORMS = ("megatron", "slurm")
+PIPELINE_FORMS = ("megatron", "torchtitan", "slurm")
 
 
 def cluster_launch(fmt: str, sol, cluster, target: Target, model: str) -> str:
@@ -51,11 +53,13 @@ def cluster_launch(fmt: str, sol, cluster, target: Target, model: str) -> str:
                         f"(--format json has it)")
     if fmt not in PIPELINE_FORMS:
         raise SpecError(f"format: --format {fmt} cannot express a pipeline across pools (stages "
-                        f"of unequal layer counts on different nodes); use --format megatron "
-                        f"(and slurm to start it), or json")
+                        f"of unequal layer counts on different nodes); use --format megatron or "
+                        f"torchtitan (and slurm to start it), or json")
     plan, doc = pipeline_plan(sol, cluster), {
         "model": model, "hardware": cluster.name, "status": sol.status,
         "prediction": {"iteration_time_s": best.iteration_time_s}}
+    if fmt == "torchtitan":
+        return torchtitan(doc, plan, target)
     return megatron(doc, plan, target) if fmt == "megatron" else het_slurm(doc, plan, target)
 
 

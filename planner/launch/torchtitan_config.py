@@ -118,6 +118,37 @@ def _torchtitan_less_layers(layers: int, plan: dict) -> tuple[int, int]:
 
 
 
+def _stage_fqns(layers: list[int]) -> list[list[str]]:
+    """torchtitan's module_fqns_per_model_part for stages of the given layer counts: the
+    embedding with the first, the final norm and the output head with the last (the module
+    names `_generate_llm_fqn_per_model_part` uses, pipeline_parallel.py)."""
+    out, first = [], 0
+    for n in layers:
+        out.append([f"layers.{i}" for i in range(first, first + n)])
+        first += n
+    out[0].insert(0, "tok_embeddings")
+    out[-1] += ["norm", "lm_head"]
+    return out
+
+
+def _pool_run(plan: dict) -> list[str]:
+    """How to start a pipeline over node kinds: torchrun with fixed node ranks in stage order
+    (the pp dimension is the outermost of torchtitan's device mesh, so stage j runs on global
+    ranks [j, j + 1) x the rest: node ranks in stage order put each stage on its pool)."""
+    lines, first = [], 0
+    for pool, nodes, stages in plan["pool_nodes"]:
+        lines.append(f"#     node ranks {first}-{first + nodes - 1}: {pool} ({stages})")
+        first += nodes
+    return [f"#   torchrun --nnodes={plan['nodes']} --nproc-per-node={plan['devices_per_node']} "
+            "--node-rank=$NODE_RANK --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT \\",
+            f"#       -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_NAME}",
+            "#   with NODE_RANK in stage order (a rendezvous that ranks nodes as they join "
+            "would mix the pools):", *lines,
+            "# or under the planner's --format slurm job (one component per pool; it sets "
+            "NODE_RANK), TRAIN_SCRIPT",
+            "# a script that runs the torchrun line above."]
+
+
 class _Call:
     """A call in the config module, `func(key=value, ...)`, one keyword a line."""
 
@@ -239,12 +270,14 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
             "# for its Python dataclass config registry (torchtitan 9810191 and later read no "
             "TOML).",
             f"# Save it as {MODULE_NAME}.py in the torchtitan checkout and run on every node:",
-            f"#   torchrun --nnodes={plan['nodes']} --nproc-per-node={plan['devices_per_node']} "
-            "--rdzv-backend=c10d --rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\",
-            f"#       -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_NAME}",
-            "# or with the planner's --format slurm script:",
-            f"#   PYTHONPATH=. TRAIN_SCRIPT=torchtitan/train.py sbatch job.sh --module "
-            f"{MODULE_NAME} --config {CONFIG_NAME}",
+            *(_pool_run(plan) if plan.get("pool_nodes") else [
+                f"#   torchrun --nnodes={plan['nodes']} --nproc-per-node="
+                f"{plan['devices_per_node']} --rdzv-backend=c10d "
+                "--rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\" \\",
+                f"#       -m torchtitan.train --module {MODULE_NAME} --config {CONFIG_NAME}",
+                "# or with the planner's --format slurm script:",
+                f"#   PYTHONPATH=. TRAIN_SCRIPT=torchtitan/train.py sbatch job.sh --module "
+                f"{MODULE_NAME} --config {CONFIG_NAME}"]),
             "# PLACEHOLDER marks what the planner does not choose (tokenizer, data, learning "
             "rate,",
             "# steps, schedule, checkpoints); the run stops until the required ones are set:",
@@ -312,9 +345,13 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     if pp > 1:
         # every micro-batch of an iteration goes through the pipeline in one step
         par["num_pp_microbatches"] = plan["gradient_accumulation"]
-        less = _torchtitan_less_layers(m.layers, plan)
-        par["pipeline_parallel_first_stage_less_layers"] = less[0]
-        par["pipeline_parallel_last_stage_less_layers"] = less[1]
+        if plan.get("stage_layers"):  # a pipeline over node kinds: each stage its own layers
+            par["module_fqns_per_model_part"] = _stage_fqns(plan["stage_layers"])
+            comments["module_fqns_per_model_part"] = "each stage's layers, as planned per pool"
+        else:
+            less = _torchtitan_less_layers(m.layers, plan)
+            par["pipeline_parallel_first_stage_less_layers"] = less[0]
+            par["pipeline_parallel_last_stage_less_layers"] = less[1]
         if plan["interleave"] > 1:
             par["pipeline_parallel_schedule"] = "Interleaved1F1B"
             par["pipeline_parallel_layers_per_stage"] = -(-m.layers // (pp * plan["interleave"]))
