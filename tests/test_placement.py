@@ -94,7 +94,7 @@ def test_solve_places_dlrm_proven(run):
     """128 H100 at MLPerf's multi-node batch: proven by the relaxation (every shard on a
     device of its own) meeting the placement."""
     code, out, err = run("solve", "-m", "dlrm-dcnv2", "-H", "dgx-h100", "--devices", "128",
-                         "--global-batch", "135168", "--format", "json")
+                         "--global-batch", "135168", "--time-limit", "120", "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc, schemas()["solve"])
