@@ -138,3 +138,15 @@ def test_show_model_prints_the_tables(run):
     doc = json.loads(out)
     jsonschema.validate(doc, schemas()["show"])
     assert doc["embedding_params"] == 204_184_588 * 128 and doc["dense_params"] == 16_044_545
+
+
+def test_python_api_places_tables():
+    import planner
+
+    got = planner.solve("dlrm-dcnv2", "dgx-h100", devices=128, global_batch=135168,
+                        time_limit=120)
+    assert got.status == "optimal" and len(got.placed) == 26
+    assert got.priced.iteration_time_s == pytest.approx(
+        got.priced.embedding_time_s + got.priced.dense_time_s)
+    with pytest.raises(SpecError, match="places its tables"):
+        planner.solve("dlrm-dcnv2", "dgx-h100", devices=8, tp=2)
