@@ -364,6 +364,17 @@ def test_pins_hold_across_pools(run_json, pin, key, value):
     assert doc["plan"]["kind"] != "one pool" and doc["plan"][key] == value
 
 
+def test_pools_of_different_collective_libraries_are_never_mixed(tmp_path, run_json):
+    """MI300X (RCCL) beside H100 (NCCL): each pool alone, never a job over both."""
+    path = tmp_path / "amd-nvidia.yaml"
+    path.write_text("kind: cluster\nname: amd-nvidia\npools:\n"
+                    "  - {system: mi300x-8, nodes: 4}\n  - {system: dgx-h100, nodes: 4}\n")
+    doc = run_json("solve", "-m", "llama3-8b", "-H", str(path), "--global-batch", "256")
+    assert doc["plan"]["kind"] == "one pool"
+    assert all(len(e["uses"]) == 1 for e in doc["subsets"])
+    assert "collective libraries (nccl, rccl)" in doc["no_plan"]["mi300x-8 + dgx-h100"]
+
+
 def test_one_pool_cluster_is_its_system_with_a_node_budget(tmp_path, run_json):
     path = tmp_path / "one.yaml"
     path.write_text("kind: cluster\nname: one\npools:\n  - {system: dgx-h100, nodes: 4}\n")

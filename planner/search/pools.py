@@ -173,8 +173,14 @@ class ClusterSolver:
             for subset in itertools.combinations(range(len(names)), size):
                 within = [found[s] for s in found if set(s) < set(subset) and found[s]]
                 best = min(within, key=lambda f: f.seconds_per_sample, default=None)
+                libraries = {self.cluster.pools[k].system.device.collective_library
+                             for k in subset}
                 if size == 1:
                     here, why = self._one_pool(subset[0])
+                elif len(libraries) > 1:
+                    here, why = None, (f"no job spans pools of different collective libraries "
+                                       f"({', '.join(sorted(libraries))}): they do not "
+                                       f"interoperate")
                 elif self.note is None:
                     here, why = self._mixed(subset, best)
                 else:

@@ -185,6 +185,9 @@ class Device(Spec):
     flash_attention: FlashAttention | None = None
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=1e6)
     default_precision: Annotated[Precision, Field(strict=False)] = Precision.fp32
+    # the collective library its jobs communicate with: devices of different libraries share
+    # no job (NCCL and RCCL do not interoperate)
+    collective_library: Literal["nccl", "rccl", "mpi"] = "nccl"
     sources: dict[str, str] = Field(min_length=1)
 
     @model_validator(mode="after")
