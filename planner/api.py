@@ -34,6 +34,7 @@ from planner.inputs import (
     TRANSFORMER_ONLY,
     build,
     cli_names,
+    devices_of,
     enum_value,
     is_recommendation,
     is_transformer,
@@ -225,10 +226,7 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
     check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep,
                first=choices.get("first_stage_layers"), last=choices.get("last_stage_layers"))
     g = system.devices_per_node
-    if nodes is not None:
-        if devices is not None and devices != nodes * g:
-            raise SpecError(f"devices: {devices} != nodes {nodes} x {g} devices per node")
-        devices = nodes * g
+    devices = devices_of(devices, nodes, g)
     if dp is None:
         if devices is None:
             raise SpecError("devices: give --devices, --nodes or --dp")
@@ -346,14 +344,13 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
 
 
 PLACE_KEYS = frozenset({"devices", "nodes", "global_batch", "time_limit_s", "memory_headroom",
-                        "workers", "overlap"})
+                        "workers"})
 
 
 def place_tables(model: str, hardware: str, *, devices: int | None = None,
                  nodes: int | None = None, global_batch: int | None = None,
                  precision: str | None = None, time_limit_s: float = 30.0,
-                 memory_headroom: float = DEFAULT_MEMORY_HEADROOM, workers: int = 1,
-                 overlap: bool = True):
+                 memory_headroom: float = DEFAULT_MEMORY_HEADROOM, workers: int = 1):
     """The placement of a recommendation model's embedding tables on `devices` (or `nodes`
     whole nodes) of `hardware`, proven optimal within `time_limit_s` (`planner.search.
     placement.Placement`, with the model, system and batch as `.model`, `.system`,
@@ -364,17 +361,13 @@ def place_tables(model: str, hardware: str, *, devices: int | None = None,
     from planner.search.memory_fit import usable_bytes
     from planner.search.placement import place
 
-    del overlap  # the dense part's sync is not overlapped (planner.cost.recommendation)
     if is_cluster(hardware):
         raise SpecError(f"hardware: '{hardware}' is a cluster of several pools; a "
                         f"recommendation model's tables are placed on one system")
     m = load_model(model)
     system = load_system(hardware)
     g = system.devices_per_node
-    if nodes is not None:
-        if devices is not None and devices != nodes * g:
-            raise SpecError(f"devices: {devices} != nodes({nodes}) x {g} devices per node")
-        devices = nodes * g
+    devices = devices_of(devices, nodes, g)
     if devices is None:
         raise SpecError("devices: give --devices (or --nodes): the tables are placed on that "
                         "many devices")

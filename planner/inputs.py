@@ -140,6 +140,16 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
     return DataParallelModel(cnn, system, opts)
 
 
+def devices_of(devices: int | None, nodes: int | None, g: int) -> int | None:
+    """The device count a request pins: `devices`, or `nodes` whole nodes of `g` devices
+    (both given: they must agree)."""
+    if nodes is None:
+        return devices
+    if devices is not None and devices != nodes * g:
+        raise SpecError(f"devices: {devices} != nodes({nodes}) x {g} devices per node")
+    return nodes * g
+
+
 def is_recommendation(model: str) -> bool:
     from planner.spec.recommendation import Recommendation
 

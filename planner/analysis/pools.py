@@ -45,9 +45,7 @@ def stage_slots(m: Transformer, cluster: Cluster, precision: Precision,
     shape = plan.shape
     part = {k: cost.parts(m, cluster.pools[k], precision, shape)
             for g in plan.groups for k in {s.pool for s in g.stages}}
-    return [[cost.stage_time(part[s.pool], s.layers, j == plan.pp - 1)
-             + cost.sends(cluster, part, g, j, shape.width) for j, s in enumerate(g.stages)]
-            for g in plan.groups]
+    return [cost.group_slots(cluster, part, g, shape.width) for g in plan.groups]
 
 
 def bottleneck(m: Transformer, cluster: Cluster, precision: Precision,

@@ -209,6 +209,13 @@ def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, width: int)
     return 2 * (one + p.regather)
 
 
+def group_slots(cluster: Cluster, part: dict, group: Group, width: int) -> list[float]:
+    """Each stage of `group`: its time per micro-batch slot, compute and sends."""
+    last = len(group.stages) - 1
+    return [stage_time(part[s.pool], s.layers, j == last)
+            + sends(cluster, part, group, j, width) for j, s in enumerate(group.stages)]
+
+
 def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     """The forms' aggregates of stage j (of pp) holding `layers` layers (j, layers and
     in_flight scalars or arrays of stages)."""
@@ -255,8 +262,7 @@ def price(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPla
     pp = plan.pp
     slots, pipes = [], []
     for g in plan.groups:
-        slot = max(stage_time(part[s.pool], s.layers, j == pp - 1)
-                   + sends(cluster, part, g, j, shape.width) for j, s in enumerate(g.stages))
+        slot = max(group_slots(cluster, part, g, shape.width))
         slots.append(slot)
         pipes.append((g.micro_batches + pp - 1) * slot)
     # the sync and memory of every stage position, at once for the positions that share

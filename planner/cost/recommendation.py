@@ -21,6 +21,7 @@ import numpy as np
 
 from planner.cost.transformer import Hardware
 from planner.expr import recommendation as ex
+from planner.expr.collectives import ring_allreduce
 from planner.spec.hardware import Precision, System
 from planner.spec.recommendation import Recommendation
 
@@ -126,8 +127,8 @@ def _dense(m: Recommendation, hw: Hardware, ln: Links, devices: int, batch: int)
     local = batch / devices
     params = m.dense_params()
     compute = 3 * m.dense_flops_per_sample() * local / hw.matmul_flops
-    sync = 0.0 if devices == 1 else (devices - 1) * (
-        2 * ln.alltoall_latency_s + 2 * params * DENSE_BYTES / (devices * ln.ring_Bps))
+    sync = float(ring_allreduce(devices, params * DENSE_BYTES, ln.alltoall_latency_s,
+                                ln.ring_Bps))
     step = params * (2 * DENSE_BYTES + 2 * ADAGRAD_STATE + DENSE_BYTES) / hw.mem_bw
     # activations kept for the backward: every dense layer's output and the interaction's
     # input, fp32, for the local samples

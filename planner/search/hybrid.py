@@ -32,6 +32,7 @@ from planner.cost.transformer import (
     iteration,
 )
 from planner.errors import InfeasibleError, SpecError
+from planner.inputs import devices_of
 from planner.plan import (
     Plan,
     Recompute,
@@ -199,11 +200,7 @@ class HybridSolver:
         check_fp8_activations(q.fp8_activations, q.offload_activations)
         choices(q)  # pins the rules leave no choice of are refused here
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
-        devices, devices_max = q.devices, q.devices_max
-        if q.nodes is not None:
-            if devices is not None and devices != q.nodes * g:
-                raise SpecError(f"devices: {devices} != nodes({q.nodes}) x {g} devices per node")
-            devices = q.nodes * g
+        devices, devices_max = devices_of(q.devices, q.nodes, g), q.devices_max
         if q.nodes_max is not None:
             devices_max = min(devices_max or q.nodes_max * g, q.nodes_max * g)
         q = dataclasses.replace(q, objective=objective, devices=devices, devices_max=devices_max,

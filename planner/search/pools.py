@@ -696,9 +696,7 @@ class ClusterSolver:
             nodes = model.NewIntVar(0, pools[k].nodes, f"N{k}")
             model.Add(d[k] * shape.width * p == hw.g * nodes)
             group = Group(tuple(Stage(k, n) for n in split), 1, 1)
-            slot = max(cost.stage_time(part[k], n, j == p - 1)
-                       + cost.sends(self.cluster, part, group, j, shape.width)
-                       for j, n in enumerate(split))
+            slot = max(cost.group_slots(self.cluster, part, group, shape.width))
             model.Add(pipe >= _int(slot) * (mc[k] + p - 1))
         model.Add(sum(y.values()) == per)
         # sync + step over D replicas across the pools; memory of the first and last stage
