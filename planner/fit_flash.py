@@ -12,7 +12,8 @@ every direction measured (A100 FA2: forward +316, backward +371; H100 cuDNN forw
 so one `causal_extra_keys` per device, fitted on the forward, stands in for the directions a
 source does not give (cuDNN's causal backward). Fitted by alternating the closed-form least
 squares of each R (mean log ratio, k_half fixed) with a log-grid search of each k_half, on the
-squared log error.
+squared log error. The fp8 forward, where benchmarked (cuDNN on H100), is the same kernel
+with fp8 operands: its R[d] is fitted with the 16-bit forward's k_half and causal extra held.
 
     python -m planner.fit_flash          # the fitted blocks and their error per device
 """
@@ -29,13 +30,38 @@ SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"))
 _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 
-def rows(device: str, kernel: str) -> list[dict]:
-    """The 16-bit forward and backward rows of one device and kernel."""
+def rows(device: str, kernel: str, fp8: bool = False) -> list[dict]:
+    """The 16-bit forward and backward rows of one device and kernel (`fp8`: its fp8
+    forward rows, direction "fp8_fwd")."""
     path = resources.files("planner") / "calibration" / "flash_attention.csv"
     with path.open(newline="", encoding="utf-8") as fh:
+        if fp8:
+            return [{**r, "direction": "fp8_fwd"} for r in csv.DictReader(fh)
+                    if r["device"] == device and r["kernel"] == kernel
+                    and r["precision"] == "fp8" and r["direction"] == "fwd"]
         return [r for r in csv.DictReader(fh)
                 if r["device"] == device and r["kernel"] == kernel
                 and r["precision"] in ("fp16", "bf16") and r["direction"] in ("fwd", "bwd")]
+
+
+def fit_fp8(data: list[dict], fitted: dict) -> dict:
+    """R[d] and the half-rate keys of the fp8 forward rows `data` (fp8 operands saturate
+    later: the tiles finish sooner against the same softmax work), the 16-bit fit's causal
+    extra held: the closed-form R per k_half on a log grid, the least squared log error."""
+    extra = fitted["halves"][("fwd", True)] - fitted["halves"][("fwd", False)]
+    keys = np.array([float(r["seq_len"]) for r in data])
+    causal = np.array([r["causal"] == "true" for r in data])
+    dims = np.array([int(r["head_dim"]) for r in data])
+    y = np.log([float(r["tflops"]) for r in data])
+    best = None
+    for g in _GRID:
+        shape = np.log(keys / (keys + g + causal * extra))
+        rates = {int(d): float(np.mean(y[dims == d] - shape[dims == d])) for d in set(dims)}
+        loss = float(np.sum((y - shape - np.array([rates[d] for d in dims])) ** 2))
+        if best is None or loss < best[0]:
+            best = (loss, g, rates)
+    return {"rates": {d: float(np.exp(v)) for d, v in sorted(best[2].items())},
+            "half_keys": float(best[1])}
 
 
 def fit(data: list[dict]) -> dict:
@@ -69,16 +95,20 @@ def fit(data: list[dict]) -> dict:
     return {"rates": rates, "halves": halves}
 
 
-def block(kernel: str, fitted: dict) -> dict:
-    """The device spec's `flash_attention:` block from a fit."""
+def block(kernel: str, fitted: dict, fp8: dict | None = None) -> dict:
+    """The device spec's `flash_attention:` block from a fit (and its fp8 forward's)."""
     rates, halves = fitted["rates"], fitted["halves"]
     extra = halves[("fwd", True)] - halves[("fwd", False)]
-    return {"kernel": kernel,
-            "fwd_tflops": {d: round(v) for (w, d), v in sorted(rates.items()) if w == "fwd"},
-            "bwd_tflops": {d: round(v) for (w, d), v in sorted(rates.items()) if w == "bwd"},
-            "fwd_half_keys": round(halves[("fwd", False)]),
-            "bwd_half_keys": round(halves[("bwd", False)]),
-            "causal_extra_keys": round(extra)}
+    out = {"kernel": kernel,
+           "fwd_tflops": {d: round(v) for (w, d), v in sorted(rates.items()) if w == "fwd"},
+           "bwd_tflops": {d: round(v) for (w, d), v in sorted(rates.items()) if w == "bwd"},
+           "fwd_half_keys": round(halves[("fwd", False)]),
+           "bwd_half_keys": round(halves[("bwd", False)]),
+           "causal_extra_keys": round(extra)}
+    if fp8:
+        out["fp8_fwd_tflops"] = {d: round(v) for d, v in fp8["rates"].items()}
+        out["fp8_fwd_half_keys"] = round(fp8["half_keys"])
+    return out
 
 
 def errors(spec_block, data: list[dict]) -> np.ndarray:
@@ -93,11 +123,17 @@ def main() -> None:
     from planner.catalog import load_device
 
     for device, kernel in SOURCES:
-        data = rows(device, kernel)
-        print(f"{device} ({kernel}, {len(data)} rows): {block(kernel, fit(data))}")
+        data, data8 = rows(device, kernel), rows(device, kernel, fp8=True)
+        fitted = fit(data)
+        fp8 = fit_fp8(data8, fitted) if data8 else None
+        print(f"{device} ({kernel}, {len(data)} rows, {len(data8)} fp8): "
+              f"{block(kernel, fitted, fp8)}")
         shipped = load_device(device).flash_attention
-        err = np.abs(errors(shipped, data))
-        print(f"  shipped spec: MAPE {100 * err.mean():.1f} %, worst {100 * err.max():.1f} %")
+        for what, rows_ in (("16-bit", data), ("fp8 forward", data8)):
+            if rows_:
+                err = np.abs(errors(shipped, rows_))
+                print(f"  shipped spec, {what}: MAPE {100 * err.mean():.1f} %, worst "
+                      f"{100 * err.max():.1f} %")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ def read(path: Path = CSV) -> list[Run]:
 
 def plan_of(run: Run) -> Plan:
     """The plan as the submission's config sets it. Unset switches take NeMo / Megatron-LM's
-    defaults for these recipes: sequence parallel with tp > 1, the distributed optimizer
+    defaults for these recipes (fp8 attention only where the config sets it):
+    sequence parallel with tp > 1, the distributed optimizer
     (ZeRO 1) with its gradient reduce overlapped, no recomputation, flash attention, and the
     gradients reduced in bf16, as the reference implementations set it (training_results_v4.0
     NVIDIA/benchmarks/gpt3/implementations/nemo/conf/optim/distributed_fused_adam.yaml:
@@ -101,7 +102,8 @@ def plan_of(run: Run) -> Plan:
                       tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False),
                       grad_reduce_bf16=True,
                       lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
-                      cuda_graphs=r["cuda_graph"] not in ("", "0"))
+                      cuda_graphs=r["cuda_graph"] not in ("", "0"),
+                      fp8_attention=r["fp8_attention"] == "1")
 
 
 def predicted(run: Run) -> tuple[float | None, str | None]:

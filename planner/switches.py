@@ -212,6 +212,15 @@ SWITCHES: tuple[Switch, ...] = (
                    "torchtitan": "torchtitan's float8 linears (torchao) save their inputs at "
                                  "16 bits; the plan saves them in fp8 (Transformer Engine): "
                                  "use --format megatron, or plan without --fp8-activations"}),
+    Switch("fp8_attention", False, "with fp8 / fp4 training: attention's products in fp8 "
+           "(else 16-bit, as the recipes keep them)", "Transformer Engine fp8 dot-product "
+           "attention (TransformerConfig.fp8_dot_product_attention, NeMo FP8_DPA)",
+           label=_on("fp8 attention"),
+           launch={form: f"{form} has no flag for fp8 dot-product attention (Megatron-LM's "
+                         "TransformerConfig.fp8_dot_product_attention has no argument at the "
+                         "commit checked; NeMo sets it); plan without --fp8-attention, or use "
+                         "--format env, slurm or torchrun to start your own script"
+                   for form in FRAMEWORK_FORMS}),
     Switch("pp_overlap", True, "interleaved pipelines: the sends overlap the chunks' compute",
            "overlap_p2p_comm (--no-overlap-p2p-communication)", limits=True,
            solve="pinned (default on)",

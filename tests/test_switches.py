@@ -145,6 +145,7 @@ CASES = {
     "ep_overlap": (MOE, True), "kernels": ({}, "eager"), "dp_shard": ({}, 4),
     "fp8_weight_gather": ({"precision": "fp8"}, True),
     "fp8_activations": ({"precision": "fp8"}, True),
+    "fp8_attention": ({"precision": "fp8"}, True),
     "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
     "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),

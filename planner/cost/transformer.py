@@ -54,6 +54,11 @@ class Hardware:
     # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
     # None: attention priced as two thin GEMMs
     flash: FlashCurve | None = None
+    # the rate of what an fp8 / fp4 recipe keeps in 16 bits (attention's products without a
+    # fused curve, the SSM scan), and of attention's products in fp8 (`fp8_attention`); both
+    # `matmul_flops` for a 16-bit or wider precision (0: take `matmul_flops`)
+    attention_flops: float = 0.0
+    attention_fp8_flops: float = 0.0
 
     @property
     def scale_up(self) -> int:
@@ -63,13 +68,22 @@ class Hardware:
     @classmethod
     def of(cls, system: System, precision: Precision) -> Hardware:
         dev = system.device
-        eff = dev.efficiency.matmul or dev.efficiency.compute
-        if precision in (Precision.fp8, Precision.mxfp8) and dev.efficiency.matmul_fp8:
-            eff = dev.efficiency.matmul_fp8
+        eff16 = dev.efficiency.matmul or dev.efficiency.compute
+        eff8 = dev.efficiency.matmul_fp8 or eff16
+        eff = eff8 if precision in (Precision.fp8, Precision.mxfp8) else eff16
+        matmul = dev.peak_flops(precision) * eff
+        # Transformer Engine runs only the linear layers' GEMMs in fp8 / fp4: attention's
+        # products stay 16-bit unless its fp8 dot-product attention is on (fp8, whatever the
+        # GEMMs' format), as does the Mamba-2 scan (Micikevicius et al. 2022, sec. 4)
+        attention, attention_fp8 = matmul, matmul
+        if precision.gemm_only:
+            attention = dev.peak_flops(Precision.bf16) * eff16
+            attention_fp8 = (dev.peak_flops(Precision.fp8) * eff8
+                             if Precision.fp8 in dev.peak_tflops else attention)
         kernels = dev.kernels
         return cls(
             g=system.devices_per_node,
-            matmul_flops=dev.peak_flops(precision) * eff,
+            matmul_flops=matmul,
             mem_bw=dev.memory_bandwidth_Bps * dev.efficiency.memory,
             intra_bw=system.scale_up_link.bandwidth_Bps,
             intra_lat=system.scale_up_link.latency_s,
@@ -91,6 +105,7 @@ class Hardware:
             # tf32 attention has no such kernel
             flash=(dev.flash_attention.curve()
                    if dev.flash_attention and precision.storage_bytes == 2 else None),
+            attention_flops=attention, attention_fp8_flops=attention_fp8,
         )
 
 

@@ -152,23 +152,37 @@ class LayerCosts:
         passes = 6 if self.choices.recompute == "full" else 4
         return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
 
-    def _matmul(self, rows, inner, cols, count=1):
+    def _matmul(self, rows, inner, cols, count=1, kept=False):
         """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
         whichever is slower (roofline, Williams et al. 2009), and never faster than the host
         issues a kernel. The rate falls with the GEMM's thinnest dimension n as n / (n + n_half):
         a thin operand leaves output tiles and SM waves underfilled and the K loop too short to
         hide its prologue (the saturating curve of vTrain, Bang et al. 2024, fig. 4, and of the
-        cuBLAS shape sweeps in NVIDIA's matmul performance guide)."""
+        cuBLAS shape sweeps in NVIDIA's matmul performance guide). `kept`: one of attention's
+        products, which an fp8 / fp4 recipe keeps out of the GEMMs' format
+        (`attention_rate`)."""
         hw = self.hw
-        rate = hw.matmul_flops
+        rate, operand_bytes = self.attention_rate() if kept else (
+            hw.matmul_flops, 1 if hw.gemm_only else hw.value_bytes)  # fp8 / fp4: 1 byte
         if hw.gemm_half_dim:
             rate = rate * gemm_share(smin(rows, inner, cols),
                                      hw.gemm_half_dim)
-        operand_bytes = 1 if hw.gemm_only else hw.value_bytes  # fp8 / fp4 operands: 1 byte
         time = bound(2 * rows * inner * cols * count,
                      operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
                      rate, hw.mem_bw)
         return _max(time, hw.launch_s) if hw.launch_s else time
+
+    def attention_rate(self) -> tuple[float, int]:
+        """(FLOP/s, bytes per operand) of attention's products as unfused GEMMs: an fp8 / fp4
+        recipe keeps them at 16 bits (Transformer Engine quantises only its Linear layers'
+        GEMMs: Micikevicius et al. 2022, sec. 4), in fp8 with `fp8_attention` (TE's fp8
+        dot-product attention, whatever the GEMMs' format); otherwise the GEMMs' rate."""
+        hw = self.hw
+        if not hw.gemm_only:
+            return hw.matmul_flops, hw.value_bytes
+        if self.choices.fp8_attention:
+            return hw.attention_fp8_flops or hw.matmul_flops, 1
+        return hw.attention_flops or hw.matmul_flops, hw.value_bytes
 
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
@@ -230,14 +244,16 @@ class LayerCosts:
                 core, core_bwd = self._flash(kind, sq, keys)
             else:  # flash attention skips the masked tiles on any device
                 done = self._keys_done(kind) if self.choices.flash_attention else keys
-                core = (mm(sq, md.head_dim, done, b * a / t)
-                        + mm(sq, done, md.v_head_dim, b * a / t))
+                core = (mm(sq, md.head_dim, done, b * a / t, kept=True)
+                        + mm(sq, done, md.v_head_dim, b * a / t, kept=True))
         elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
             d_in, heads = md.mamba_inner(), md.mamba.heads
             proj += block((tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t),
                           (tok, sp.Integer(d_in) / t, h))
-            # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024)
-            scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.matmul_flops
+            # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024), in
+            # 16 bits under an fp8 / fp4 recipe
+            scan = md.ssm_scan_flops() * b / (self.cp * t) / (hw.attention_flops
+                                                              or hw.matmul_flops)
             core = _max(scan, hw.launch_s) if hw.launch_s else scan
         gates = md.ffn_matrices - 1
         if kind.ffn == "dense":
@@ -287,7 +303,10 @@ class LayerCosts:
                  * md.heads / t)
         width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / self.cp
         masked = 1 / self.cp if md.causal else 0
-        fwd = flops / curve.achieved("fwd", width, per_call, masked)
+        # fp8 dot-product attention: the kernel's fp8 forward where benchmarked; its backward
+        # has no published fp8 rate and keeps the 16-bit one
+        fp8 = self.choices.fp8_attention and self.hw.gemm_only and curve.fp8_fwd
+        fwd = flops / curve.achieved("fp8_fwd" if fp8 else "fwd", width, per_call, masked)
         bwd = sp.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
         if self.hw.launch_s:
             fwd, bwd = _max(fwd, self.hw.launch_s), _max(bwd, self.hw.launch_s)

@@ -264,12 +264,14 @@ class TransformerExpressions(LayerCosts):
             # Muon steps the layers' matrices; the embedding and output layer take AdamW
             # (Liu et al. 2025, sec. 2.2): their share of the state at Adam's width
             kappa = (kappa * (train - outer) + ADAM_STATE_BYTES[vb < 4] * outer) / train
-        # Muon's Newton-Schulz orthogonalisation of the stage's matrices, as GEMMs at the large-
-        # GEMM rate, the work split over the tp ranks (and by ZeRO over the replicas, as the
-        # optimizer step is: Liu et al. 2025's distributed Muon)
+        # Muon's Newton-Schulz orthogonalisation of the stage's matrices, as 16-bit GEMMs at
+        # the large-GEMM rate (an fp8 recipe quantises only the layers' GEMMs), the work split
+        # over the tp ranks (and by ZeRO over the replicas, as the optimizer step is: Liu et
+        # al. 2025's distributed Muon)
         muon = sp.Integer(0)
         if c.optimizer == "muon" and not c.lora_rank:
-            muon = here * sp.Rational(md.muon_step_flops(), L) / t / hw.matmul_flops
+            muon = (here * sp.Rational(md.muon_step_flops(), L) / t
+                    / (hw.attention_flops or hw.matmul_flops))
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
         # biases and router, under 0.1 %, counted with them), the embedding and output layer

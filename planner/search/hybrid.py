@@ -96,6 +96,9 @@ def _check_system(system: System, precision: Precision, x) -> None:
         if getattr(x, key) and precision not in (Precision.fp8, Precision.mxfp8):
             raise SpecError(f"{key}: {what} in fp8 needs fp8 training (--precision fp8 or "
                             f"mxfp8); got {precision.value}")
+    if x.fp8_attention and not precision.gemm_only:
+        raise SpecError(f"fp8_attention: fp8 attention needs fp8 or fp4 training (--precision "
+                        f"fp8, mxfp8 or nvfp4); got {precision.value}")
     # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
     # fp4 GEMMs run inside one)
     if x.ep_overlap and precision.storage_bytes != 2:

@@ -127,11 +127,15 @@ class FlashAttention(Spec):
     dimension d and k keys per query the forward runs at fwd_tflops[d] x k / (k + k_half)
     (backward: bwd_*), causal masking adding causal_extra_keys to k_half; FLOPs counted as
     the benchmarks count them (4 s k d per head forward, half of that causal; backward 2.5x
-    the forward). Head dimensions between two given interpolate; beyond them, the nearest."""
+    the forward). Head dimensions between two given interpolate; beyond them, the nearest.
+    `fp8_fwd_tflops` and `fp8_fwd_half_keys`: the same kernel's fp8 forward (Transformer
+    Engine's fp8 dot-product attention); None where no fp8 benchmark is published."""
 
     kernel: str = Field(min_length=1)
     fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
     bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
+    fp8_fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
+    fp8_fwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
     fwd_half_keys: float = Field(ge=0, le=1e6)
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
@@ -144,7 +148,9 @@ class FlashAttention(Spec):
         """The same rates as a hashable value (what the cost model's `Hardware` keeps)."""
         return FlashCurve(tuple(sorted(self.fwd_tflops.items())),
                           tuple(sorted(self.bwd_tflops.items())), self.fwd_half_keys,
-                          self.bwd_half_keys, self.causal_extra_keys)
+                          self.bwd_half_keys, self.causal_extra_keys,
+                          tuple(sorted((self.fp8_fwd_tflops or {}).items())),
+                          self.fp8_fwd_half_keys or 0.0)
 
 
 @dataclass(frozen=True)
@@ -159,16 +165,20 @@ class FlashCurve:
     fwd_half_keys: float
     bwd_half_keys: float
     causal_extra_keys: float
+    fp8_fwd: tuple[tuple[int, float], ...] = ()  # the fp8 forward ("fp8_fwd"), if measured
+    fp8_fwd_half_keys: float = 0.0
 
     def rate(self, direction: str, head_dim: float) -> float:
-        table = self.fwd if direction == "fwd" else self.bwd
+        """`direction`: "fwd", "bwd" or "fp8_fwd"."""
+        table = {"fwd": self.fwd, "bwd": self.bwd, "fp8_fwd": self.fp8_fwd}[direction]
         return 1e12 * float(np.interp(head_dim, [d for d, _ in table], [r for _, r in table]))
 
     def achieved(self, direction: str, head_dim: float, keys, causal_share=0.0):
         """FLOP/s of one kernel call over `keys` keys per query (a number or an expression):
         R[d] k / (k + k_half + causal_share x causal_extra_keys); `causal_share` the part of
         the calls under a causal mask (1, or 1 / c_p with ring attention, 0 without one)."""
-        half = self.fwd_half_keys if direction == "fwd" else self.bwd_half_keys
+        half = {"fwd": self.fwd_half_keys, "bwd": self.bwd_half_keys,
+                "fp8_fwd": self.fp8_fwd_half_keys}[direction]
         return (self.rate(direction, head_dim) * keys
                 / (keys + half + causal_share * self.causal_extra_keys))
 
