@@ -44,7 +44,7 @@ from planner.inputs import (
     training_of,
     transformer_setup,
 )
-from planner.plan import Plan
+from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, check_headroom, within
 from planner.search.objective import objective_for
@@ -209,8 +209,13 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
     elif local_batch is not None and local_batch * n * g != global_batch:
         raise SpecError(f"local_batch: {local_batch} x {n * g} devices != global_batch "
                         f"{global_batch}")
-    plan = Plan.data_parallel(n, g, global_batch,
-                              enum_value(Collective, collective or "ring", "collective"), overlap)
+    softsync = chosen.get("softsync")
+    col = enum_value(Collective, collective or ("parameter-server" if softsync else "ring"),
+                     "collective")
+    plan = Plan.data_parallel(n, g, global_batch, col, overlap, softsync)
+    if softsync:
+        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
+                    softsync=softsync)
     return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.memory_bytes,
                                    memory_headroom))
 
@@ -327,7 +332,15 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len,
                      "prefer_supported": prefer_supported, **problem},
              (*TRANSFORMER_ONLY, "prefer_supported"))
-    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
+    softsync = problem.get("softsync")
+    if softsync is not None:  # the asynchronous protocol is the parameter server's
+        collective = collective or "parameter-server"
+        check_softsync(softsync, collective)
+        if strategy not in (None, "data") or stages is not None:
+            raise SpecError("softsync: the asynchronous parameter server is priced for data "
+                            "parallelism (--strategy data)")
+    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
+                softsync=softsync)
     cols = ((enum_value(Collective, collective, "collective"),) if collective
             else tuple(Collective))
     training = training_of(cnn.system.device.price_per_hour_usd,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from planner.expr.cnn import DataParallelModel
 
 CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "servers",
-            "strategy", "stages")
+            "strategy", "stages", *switches.CNN_ONLY)
 TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
                     "token_budget", "target_tokens", "recompute_layers",
@@ -116,9 +116,11 @@ def only_for(family: str, given: dict, keys) -> None:
 
 @functools.cache
 def build(model: str, hardware: str, precision: str | None = None, optimizer: str = "momentum",
-          bucket_bytes: float | None = None, servers: int = 1) -> DataParallelModel:
+          bucket_bytes: float | None = None, servers: int = 1,
+          softsync: int | None = None) -> DataParallelModel:
     """The symbolic model for a (model, hardware, options) triple (`bucket_bytes`: the
-    gradient bucket, default `planner.expr.cnn.DEFAULT_BUCKET_BYTES`); cached per process."""
+    gradient bucket, default `planner.expr.cnn.DEFAULT_BUCKET_BYTES`; `softsync`: the
+    parameter server's n-softsync, None synchronous); cached per process."""
     from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
     from planner.expr.memory import Optimizer
     from planner.spec.cnn import CNN
@@ -136,7 +138,8 @@ def build(model: str, hardware: str, precision: str | None = None, optimizer: st
     if servers < 1:
         raise SpecError(f"servers: must be a positive integer, got {servers}")
     opts = Options(prec, enum_value(Optimizer, optimizer, "optimizer"),
-                   DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, servers)
+                   DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, servers,
+                   softsync)
     return DataParallelModel(cnn, system, opts)
 
 

@@ -140,8 +140,10 @@ class Plan:
 
     @classmethod
     def data_parallel(cls, nodes: int, devices_per_node: int, global_batch: int,
-                      collective: Collective | str, overlap: bool = True) -> Plan:
-        """Pure data parallelism: every device holds a replica and a local batch."""
+                      collective: Collective | str, overlap: bool = True,
+                      softsync: int | None = None) -> Plan:
+        """Pure data parallelism: every device holds a replica and a local batch (with
+        `softsync`, a learner of the asynchronous parameter server)."""
         for key, value in (("nodes", nodes), ("devices_per_node", devices_per_node),
                            ("global_batch", global_batch)):
             _positive(key, value)
@@ -149,8 +151,9 @@ class Plan:
         if global_batch % devices:
             raise SpecError(f"global_batch: {global_batch} is not divisible by {devices} devices "
                             f"({nodes} nodes x {devices_per_node})")
+        check_softsync(softsync, collective, devices)
         return cls(nodes, devices_per_node, 1, 1, devices, global_batch // devices, global_batch,
-                   collective=collective, overlap=overlap)
+                   collective=collective, overlap=overlap, softsync=softsync)
 
     @classmethod
     def split(cls, tp: int, pp: int, dp: int, micro_batch: int, global_batch: int, *,
@@ -211,6 +214,18 @@ def check_fp8_weight_gather(on: bool, zero: int | None) -> None:
     if on and zero == 0:
         raise SpecError("fp8_weight_gather: the fp8 weight all-gather is ZeRO's / FSDP's "
                         "(Megatron-LM needs the distributed optimizer or FSDP); got --zero 0")
+
+
+def check_softsync(softsync: int | None, collective, devices: int | None = None) -> None:
+    """n-softsync is a parameter server's protocol, with at most one update per gradient."""
+    if softsync is None:
+        return
+    if str(getattr(collective, "value", collective)) != "parameter-server":
+        raise SpecError(f"softsync: the asynchronous protocol is a parameter server's "
+                        f"(--collective parameter-server); got {getattr(collective, 'value', collective)}")
+    if devices is not None and softsync > devices:
+        raise SpecError(f"softsync: {softsync}-softsync updates after every {devices} / "
+                        f"{softsync} gradients: at most {devices}, one per learner")
 
 
 def check_fp8_activations(on: bool, offload: bool) -> None:

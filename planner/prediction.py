@@ -50,6 +50,8 @@ class Prediction:
     # transformers: where the measured time likely lies, from comparable calibration runs'
     # residuals (`planner.bands.Band.to_json`: low_s, high_s, runs, group, note)
     time_band: dict | None = None
+    # CNNs with the asynchronous parameter server: the protocol and its staleness
+    asynchrony: dict | None = None
 
     @property
     def throughput_samples_per_s(self) -> float:
@@ -98,6 +100,9 @@ def predict(model: DataParallelModel, plan: Plan) -> Prediction:
             f"of '{model.system.name}'"
         )
     val = lambda name: float(model.numeric(name, col, ov)(n, g, b))  # noqa: E731
+    if (plan.softsync or None) != model.options.softsync:
+        raise SpecError(f"softsync: the plan's {plan.softsync} is not the model's "
+                        f"{model.options.softsync} (build it with softsync=)")
     t_iter = val("iteration")
     # Speed-up against one device processing the whole global batch without communication.
     t_one = float(model.numeric("compute")(1, 1, plan.global_batch)) + val("optimizer")
@@ -105,6 +110,13 @@ def predict(model: DataParallelModel, plan: Plan) -> Prediction:
     mem = {k: val(f"memory.{k}") for k in model.memory}
     capacity = model.system.device.memory_bytes
     compute, exposed, optimizer = val("compute"), val("exposed"), val("optimizer")
+    breakdown = {"compute": compute, "dp_comm_exposed": exposed, "optimizer": optimizer}
+    asynchrony = None
+    if model.asynchronous(col):  # the round: the slowest resource; the servers step
+        parts = {k: val(f"async.{k}") for k in ("learner", "server_links", "server_updates")}
+        optimizer = 0.0
+        breakdown = {"compute": compute, "comm_exposed": exposed, "optimizer": optimizer}
+        asynchrony = asynchrony_doc(plan.softsync, plan.devices, parts)
     return Prediction(
         iteration_time_s=t_iter,
         samples_per_s=plan.global_batch / t_iter,
@@ -112,11 +124,38 @@ def predict(model: DataParallelModel, plan: Plan) -> Prediction:
         communication_time_s=val("comm"),
         exposed_communication_time_s=exposed,
         optimizer_time_s=optimizer,
-        time_breakdown={"compute": compute, "dp_comm_exposed": exposed, "optimizer": optimizer},
+        time_breakdown=breakdown,
         memory_bytes_per_device=sum(mem.values()),
         memory_breakdown=mem,
         memory_capacity_bytes=capacity,
         fits_memory=sum(mem.values()) <= capacity,
         speedup=speedup,
         efficiency=speedup / plan.devices,
+        asynchrony=asynchrony,
     )
+
+
+# Zhang, Gupta, Lian and Liu, "Staleness-aware async-SGD for distributed deep learning", IJCAI
+# 2016 (the n-softsync protocol of Gupta, Zhang and Milthorpe, ICDM 2016, "Rudra")
+SOFTSYNC_SOURCE = ("Zhang, Gupta, Lian, Liu, Staleness-aware async-SGD, IJCAI 2016: n-softsync "
+                   "(sec. 2.2), staleness about n and at most 2n (sec. 2.4), learning rate "
+                   "alpha0 / staleness (sec. 4.3)")
+
+
+def asynchrony_doc(softsync: int, learners: int, parts: dict) -> dict:
+    """What the n-softsync parameter server does with `learners` learners: the server updates
+    after every learners / n gradients (n updates per round of one gradient per learner); a
+    gradient is about n updates stale on average and under 2 n with probability above
+    0.9999 (measured with 30 learners, Zhang et al. 2016 sec. 2.4), so the learning rate is
+    divided by each gradient's staleness (sec. 4.3): n rounds of updates then move the
+    weights as one synchronous step of the same global batch, and the samples to a target
+    are the synchronous run's (their prescription keeps mini-batch x learners fixed). The
+    round's bottleneck: the learner's compute and own exchange, the servers' links, or the
+    servers' updates."""
+    bottleneck = max(parts, key=parts.get)
+    return {"protocol": "n-softsync", "softsync": softsync, "learners": learners,
+            "gradients_per_update": learners / softsync, "updates_per_round": softsync,
+            "mean_staleness": softsync, "max_staleness": 2 * softsync,
+            "learning_rate": "alpha0 / staleness of each gradient",
+            **{f"{k}_s": v for k, v in parts.items()},
+            "bottleneck": bottleneck.replace("_", " "), "source": SOFTSYNC_SOURCE}

@@ -76,6 +76,12 @@ PREDICTION = obj({
     "time_band": obj({"runs": INT, "group": {"type": ["string", "null"]}, "note": STR,
                       "low_s": NUM, "high_s": NUM, "low_ratio": NUM, "high_ratio": NUM},
                      required=["runs", "group", "note"]),
+    # CNNs with the asynchronous parameter server (prediction.asynchrony_doc)
+    "asynchrony": obj({"protocol": STR, "softsync": INT, "learners": INT,
+                       "gradients_per_update": NUM, "updates_per_round": INT,
+                       "mean_staleness": NUM, "max_staleness": NUM, "learning_rate": STR,
+                       "learner_s": NUM, "server_links_s": NUM, "server_updates_s": NUM,
+                       "bottleneck": STR, "source": STR}),
     # with --critical-batch (time to train)
     **TRAINING_KEYS,
 }, required=["iteration_time_s", "samples_per_s", "throughput_samples_per_s", "compute_time_s",

@@ -19,7 +19,7 @@ from planner.inputs import (
     training_of,
     transformer_setup,
 )
-from planner.plan import Plan
+from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
 from planner.search.solution import Solution
 from planner.vocabulary import Collective
@@ -99,7 +99,7 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
     if is_transformer(model):
         only_for("transformer", {"local_batch": local_batch, "collective": collective,
-                                 "optimizer": optimizer, "servers": servers}, CNN_ONLY)
+                                 "optimizer": optimizer, "servers": servers, **pins}, CNN_ONLY)
         if global_batch is None:
             raise SpecError("global_batch: give --global-batch for a transformer sweep")
         m, base, prec = transformer_setup(model, hardware, precision, seq_len)
@@ -124,10 +124,14 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
         if (global_batch is None) == (local_batch is None):
             raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                             "--local-batch (weak scaling)")
-        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
+        softsync = pins.get("softsync")
+        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
+                    softsync=softsync)
         training = training_of(cnn.system.device.price_per_hour_usd,
                                target_samples=target_samples, **train)
-        col = enum_value(Collective, collective or "ring", "collective")
+        col = enum_value(Collective, collective or ("parameter-server" if softsync else "ring"),
+                         "collective")
+        check_softsync(softsync, col)
         from planner.expr.cnn import DataParallelModel
 
         systems = [(bw, DataParallelModel(cnn.cnn, with_inter_node_bandwidth(cnn.system, bw),
@@ -139,7 +143,9 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
             if batch % (n_val * g):
                 raise InfeasibleError(f"global batch {batch} does not split into whole local "
                                       f"batches over {n_val * g} devices")
-            plan = Plan.data_parallel(n_val, g, batch, col, overlap)
+            if softsync and softsync > n_val * g:
+                raise InfeasibleError(f"{softsync}-softsync needs at least {softsync} learners")
+            plan = Plan.data_parallel(n_val, g, batch, col, overlap, softsync)
             pred = predict(dpm, plan)
             return SweepPoint(plan, pred, bw, None if training is None else
                               training.report(batch, plan.devices, pred.iteration_time_s))

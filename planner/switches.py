@@ -267,12 +267,23 @@ SWITCHES: tuple[Switch, ...] = (
                    **{form: f"this {form} form writes AdamW only; use --format megatron for "
                             "sgd, momentum and muon" for form in ("torchtitan", "deepspeed")}},
            launch_default=("adam",)),
+    Switch("softsync", None, "parameter server run asynchronously (n-softsync): learners never "
+           "wait, the server updates after every (devices / N) gradients, staleness about N "
+           "[default: synchronous]", "Rudra's n-softsync (Zhang, Gupta et al. 2016)", kind=int,
+           low=1, high=2**23, families=("cnn",),
+           label=lambda value, plan: (f"asynchronous parameter server ({value}-softsync, "
+                                      f"staleness about {value})" if value else None),
+           launch={form: f"{form} has no asynchronous parameter server; use --format env, "
+                         "slurm or torchrun to start your own script"
+                   for form in FRAMEWORK_FORMS}),
 )
 BY_NAME: dict[str, Switch] = {s.name: s for s in SWITCHES}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 # the switches only transformer plans take (a CNN request naming one is refused)
 TRANSFORMER_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES
                                           if s.families == ("transformer",))
+# the switches only CNN plans take (a transformer request naming one is refused)
+CNN_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.families == ("cnn",))
 
 
 def add_fields(cls):

@@ -146,6 +146,9 @@ CASES = {
     "fp8_weight_gather": ({"precision": "fp8"}, True),
     "fp8_activations": ({"precision": "fp8"}, True),
     "fp8_attention": ({"precision": "fp8"}, True),
+    # a CNN switch: every framework form refuses CNN plans before it (the declared reason is
+    # checked in tests/test_async_ps.py)
+    "softsync": ({"model": "alexnet", "hardware": "k80-fdr"}, 1),
     "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
     "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),

@@ -7,8 +7,10 @@ import sys
 
 import click
 
+from planner import switches
 from planner.cli.options import (
     TRANSFORMER_KEYS,
+    cnn_options,
     headroom_option,
     reject_transformer_flags,
     require,
@@ -23,7 +25,7 @@ from planner.spec.numbers import loads_json
 
 EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "global_batch",
              "local_batch", "collective", "overlap", "precision", "optimizer", "servers",
-             "memory_headroom"}
+             "memory_headroom", *switches.CNN_ONLY}
 
 
 @click.command()
@@ -34,9 +36,11 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
               help="Devices used per node [default: all].")
 @click.option("--global-batch", type=DecimalInt(1, 2**40), help="Global batch (strong scaling).")
 @click.option("--local-batch", type=DecimalInt(1, 2**30), help="Local batch (weak scaling).")
-@click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
+@click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
+              help="The gradient exchange [default: ring; parameter-server with --softsync].")
 @click.option("--batch", "batch_file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
+@cnn_options
 @transformer_options
 @headroom_option
 def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
@@ -149,7 +153,7 @@ def _evaluate_jsonl(path: str) -> None:
             model, hardware = req.pop("model"), req.pop("hardware")
             if api.is_transformer(model):
                 cnn_only = sorted(set(req) & {"devices_per_node", "local_batch", "collective",
-                                             "servers"})
+                                             "servers", *switches.CNN_ONLY})
                 if cnn_only:
                     raise SpecError(f"{path}:{k}: key '{cnn_only[0]}' applies to CNN models only")
                 if not isinstance(req.get("global_batch"), int):

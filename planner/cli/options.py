@@ -69,6 +69,12 @@ TRANSFORMER_KEYS = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interle
                     "seq_len", *switches.TRANSFORMER_ONLY)
 
 
+def cnn_options(f):
+    """The switches only CNN plans take (the asynchronous parameter server's --softsync)."""
+    return with_options(f, [switch_option(s) for s in switches.SWITCHES
+                            if s.families == ("cnn",)])
+
+
 def switch_option(s: switches.Switch):
     """The click option of a switch: a bool's on / off pair, a count, a number or a choice.
     Unset is None (evaluate takes the default, solve prices it on every row), except for a

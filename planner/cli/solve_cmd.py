@@ -6,6 +6,7 @@ import click
 
 from planner.cli.options import (
     TRANSFORMER_KEYS,
+    cnn_options,
     headroom_option,
     reject_transformer_flags,
     require,
@@ -88,6 +89,7 @@ from planner.search.objective import Objective
               show_default=True, help="Wall-clock guard against runaway searches, in seconds "
                                       "(searches stop on a deterministic budget; one this "
                                       "guard stops says so).")
+@cnn_options
 @transformer_options
 @headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),

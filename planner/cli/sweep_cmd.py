@@ -6,6 +6,7 @@ import click
 
 from planner.cli.batch_cmd import Reporter, check_scheduler, cluster_options
 from planner.cli.options import (
+    cnn_options,
     headroom_option,
     parallel_check,
     parallel_options,
@@ -32,13 +33,15 @@ from planner.report import render
 @click.option("--bandwidth", "bandwidth_spec", default=None,
               help="Network bandwidth per NIC in GB/s to sweep ('6.25,12.5,25') [default: the "
                    "spec's].")
-@click.option("--collective", type=click.Choice(COLLECTIVES), default="ring", show_default=True)
+@click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
+              help="The gradient exchange [default: ring; parameter-server with --softsync].")
 @training_options
 @click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="USD per device-hour for the cost to train [default: the device spec's].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a plot over devices (.png or .svg): transformers MFU and time to "
                    "train (iteration time without a target), CNNs speed-up and time breakdown.")
+@cnn_options
 @transformer_options
 @headroom_option
 @parallel_options
@@ -94,7 +97,7 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
             raise SpecError("target_tokens: --target-tokens applies to transformer models "
                             "(CNNs: --target-samples)")
         family = {"local_batch": local_batch, "collective": collective, "optimizer": optimizer,
-                  "servers": servers}
+                  "servers": servers, "softsync": hybrid.get("softsync")}
     common = dict(nodes=nodes, global_batch=global_batch, bandwidths_GBps=bandwidths,
                   overlap=overlap, precision=precision, critical_batch=critical_batch,
                   target_steps=target_steps, target_samples=target_samples,

@@ -6,6 +6,12 @@ with b the local batch, n nodes, g devices per node. Gradients are allreduced in
 (PyTorch DDP's 25 MiB default, Li et al., "PyTorch Distributed", VLDB 2020); with overlap the
 allreduce starts when the first bucket is full and hides under the rest of the backward pass,
 so only max(0, T_comm - T_hide) is exposed.
+
+With a parameter server run asynchronously (`Options.softsync`, the n-softsync protocol of
+Zhang, Gupta, Lian and Liu, "Staleness-aware async-SGD for distributed deep learning", IJCAI
+2016, sec. 2.2; Gupta, Zhang and Milthorpe, ICDM 2016) no learner waits for another: one
+round of lambda = n g gradients takes the slowest of three resources instead of their sum
+(`async_parts`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class Options:
     optimizer: Optimizer = Optimizer.momentum
     bucket_bytes: float = DEFAULT_BUCKET_BYTES
     servers: int = 1
+    # n of the n-softsync protocol: the parameter server updates after every lambda / n
+    # gradients, learners never wait (None: synchronous, the seed paper's parameter server)
+    softsync: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,12 +142,49 @@ class DataParallelModel:
         across = self.flat(collective, n * g, m, self.flat_inter)
         return sp.Piecewise((0, sp.Eq(n * g, 1)), (inside, sp.Eq(n, 1)), (across, True))
 
+    def asynchronous(self, collective: Collective) -> bool:
+        return collective is Collective.parameter_server and self.options.softsync is not None
+
+    @functools.cache  # noqa: B019
+    def async_parts(self) -> dict[str, sp.Expr]:
+        """One round of the n-softsync parameter server (every learner pushing one gradient
+        and pulling the weights once), by the resource that serves it; the round takes the
+        slowest (no learner waits for another, so nothing else adds up):
+        - `learner`: a learner's compute, then its own push and pull of the m gradient bytes
+          (over its 1 / g share of the node's NICs across nodes, its own link inside one);
+        - `server_links`: the servers' links carry every learner's push and pull, 2 n g m / s
+          bytes (the seed's parameter-server traffic, Li et al. OSDI 2014), now spread over
+          the round instead of after a barrier;
+        - `server_updates`: the server applies an update after every (n g) / softsync
+          gradients, softsync updates per round, each the optimizer step of its 1 / s share
+          of the weights (Zhang et al. 2016, sec. 2.2).
+        One device exchanges nothing."""
+        m, k, s = sp.Float(self.grad_bytes), self.calls, self.options.servers
+        inside, across = self.intra, self.flat_inter
+        own_inside = 2 * inside.alpha * k + 2 * m / inside.beta
+        own_across = 2 * across.alpha * k + 2 * m * g / across.beta
+        links_inside = 2 * g * m / (s * inside.beta)
+        links_across = 2 * n * g * m / (s * across.beta)
+        one, node = sp.Eq(n * g, 1), sp.Eq(n, 1)
+        learner = self.t_compute + sp.Piecewise((0, one), (own_inside, node), (own_across, True))
+        links = sp.Piecewise((0, one), (links_inside, node), (links_across, True))
+        updates = self.options.softsync * self.t_opt / s
+        return {"learner": learner, "server_links": links, "server_updates": updates,
+                "round": sp.Piecewise((self.t_compute + self.t_opt, one),
+                                      (sp.Max(learner, links, updates, evaluate=False), True))}
+
     def exposed(self, collective: Collective, overlap: bool) -> sp.Expr:
+        if self.asynchronous(collective):  # what the round adds to the learner's compute
+            return self.async_parts()["round"] - self.t_compute
         comm = self.t_comm(collective)
         # evaluate=False: SymPy would otherwise try to order the Piecewise against 0 (slow).
         return sp.Max(0, comm - self.t_hide, evaluate=False) if overlap else comm
 
     def iteration_time(self, collective: Collective, overlap: bool) -> sp.Expr:
+        """One iteration; with the asynchronous parameter server one round of n g gradients
+        (`async_parts`), whose optimizer steps run on the servers."""
+        if self.asynchronous(collective):
+            return self.async_parts()["round"]
         return self.t_compute + self.t_opt + self.exposed(collective, overlap)
 
     def single_device_time(self) -> sp.Expr:
@@ -160,6 +206,8 @@ class DataParallelModel:
             "comm": lambda: self.t_comm(collective),
             "exposed": lambda: self.exposed(collective, overlap),
             "iteration": lambda: self.iteration_time(collective, overlap),
+            **{f"async.{k}": (lambda k=k: self.async_parts()[k])
+               for k in ("learner", "server_links", "server_updates")},
             **{f"memory.{k}": (lambda v=v: v) for k, v in self.memory.items()},
         }
         return self.numeric_expr(exprs[name]())

@@ -64,6 +64,8 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
     if precision is not None:
         pairs.append(precision_pair(precision))
     pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))
+    if pred.asynchrony is not None:
+        pairs.append(asynchrony_pair(pred.asynchrony))
     if pred.time_band is not None:
         pairs.append(band_pair(pred.time_band))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
@@ -83,6 +85,18 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
     if pred.speedup is not None:
         pairs.append(("speed-up", f"{pred.speedup:.2f} x (efficiency {pred.efficiency:.1%})"))
     return key_values(pairs)
+
+
+def asynchrony_pair(a: dict) -> tuple[str, str]:
+    """The asynchronous parameter server's round and staleness (`prediction.asynchrony_doc`)."""
+    return ("asynchrony", f"{a['softsync']}-softsync: {a['updates_per_round']} "
+                          f"update{'s' if a['updates_per_round'] > 1 else ''} a round "
+                          f"of {a['learners']} gradients, staleness about "
+                          f"{a['mean_staleness']} (under {a['max_staleness']}), learning rate "
+                          f"alpha0 / staleness; the round is the slowest of learner "
+                          f"{span(a['learner_s'])}, server links {span(a['server_links_s'])}, "
+                          f"server updates {span(a['server_updates_s'])} ({a['bottleneck']}; "
+                          f"Zhang, Gupta et al. 2016)")
 
 
 def band_pair(band: dict) -> tuple[str, str]:

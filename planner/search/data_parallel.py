@@ -163,6 +163,9 @@ class DataParallelSolver:
         if p.global_batch_range is not None:
             gates.append(core.Gate("global_batch_range", f"global_batch in [{lo}, {hi}]",
                                    (Bcol >= lo) & (Bcol <= hi)))
+        if p.softsync is not None:  # n-softsync: at most one update per learner's gradient
+            gates.append(core.Gate("softsync", f"softsync {p.softsync} <= devices",
+                                   p.softsync <= N))
         pins = [("nodes", rows["n"], "==", p.nodes), ("nodes_max", rows["n"], "<=", p.nodes_max),
                 ("devices", N, "==", p.devices), ("devices_max", N, "<=", p.devices_max),
                 ("devices_per_node", rows["g"], "==", p.devices_per_node),
@@ -248,7 +251,7 @@ class DataParallelSolver:
         rows, cols = self._built
         n_val, g_val, b_val, c_idx = (int(rows[row][f]) for f in ("n", "g", "b", "c"))
         return Plan.data_parallel(n_val, g_val, n_val * g_val * b_val, cols[c_idx],
-                                  self.p.overlap)
+                                  self.p.overlap, self.p.softsync)
 
     predict = _predict
 

@@ -28,6 +28,7 @@ class Problem:
     local_batch_min: int | None = None
     collectives: tuple[Collective, ...] = tuple(Collective)
     overlap: bool = True
+    softsync: int | None = None  # the parameter server's n-softsync (None: synchronous)
     objective: Objective = Objective.throughput
     fewest_nodes_within: float | None = None  # 0.05: the fewest nodes within 5% of the best
     top: int = 0
