@@ -9,6 +9,9 @@ EXPECTED = {
     "vgg16": (138_357_544, 15_470_264_320),
     "googlenet": (6_998_552, 1_582_671_872),
     "resnet50": (25_557_032, 4_089_184_256),
+    # 5 Conv3D layers of kernel 2 (4 -> 32 -> ... -> 512 channels at 128^3 .. 8^3 positions)
+    # and Dense 32768 -> 128 -> 64 -> 4, counted by hand in planner/models/cosmoflow.yaml
+    "cosmoflow": (5_597_604, 10_204_750_080),
 }
 
 
@@ -25,6 +28,34 @@ def test_forward_flops_within_3_percent_of_2x_macs(name):
     cnn = load_model(name)
     macs = EXPECTED[name][1]
     assert abs(cnn.forward_flops / (2 * macs) - 1) < 0.03
+
+
+def test_cosmoflow_volumes_halve_through_same_padded_kernels_and_pools():
+    """Kernel 2 with 'same' padding keeps each volume (Keras pads one row after), the pools
+    halve it: 128^3 -> 4^3 with 512 channels, 32,768 values into fc1."""
+    cnn = load_model("cosmoflow")
+    convs = [l for l in cnn.layers if l.type == "conv"]
+    assert [l.output_shape for l in convs] == [(32, 128, 128, 128), (64, 64, 64, 64),
+                                               (128, 32, 32, 32), (256, 16, 16, 16),
+                                               (512, 8, 8, 8)]
+    assert all(l.kernel == (2, 2, 2) and l.stride == (1, 1, 1) for l in convs)
+    assert next(l for l in cnn.layers if l.type == "flatten").output_shape == (32768,)
+    assert cnn.input_shape == (4, 128, 128, 128)
+
+
+def test_3d_layers_check_their_dimensions():
+    from planner.errors import SpecError
+    from planner.spec.cnn import build_cnn
+
+    base = {"kind": "cnn", "name": "v", "input": [1, 9, 9, 9]}
+    ok = build_cnn({**base, "layers": [{"type": "conv", "out": 2, "kernel": [3, 3, 1],
+                                        "stride": 2, "padding": "same"}]}, "v.yaml")
+    assert ok.layers[0].output_shape == (2, 5, 5, 5)  # ceil(9 / 2)
+    assert ok.layers[0].params == 2 * 9 + 2
+    with pytest.raises(SpecError, match="kernel: needs one number or 3"):
+        build_cnn({**base, "layers": [{"type": "conv", "out": 2, "kernel": [3, 3]}]}, "v.yaml")
+    flat = build_cnn({**base, "layers": [{"type": "globalavgpool"}]}, "v.yaml")
+    assert flat.layers[0].output_shape == (1, 1, 1, 1)
 
 
 def test_alexnet_layer_shapes_follow_caffe():

@@ -7,6 +7,7 @@ al., "Mixed Precision Training", ICLR 2018); momentum keeps one fp32 value per p
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 import sympy as sp
@@ -29,7 +30,7 @@ def breakdown(cnn: CNN, precision: Precision, optimizer: Optimizer, b: sp.Expr) 
     d = precision.bytes
     params = cnn.params
     master = 4 if d < 4 else 0
-    stored = cnn.input_shape[0] * cnn.input_shape[1] * cnn.input_shape[2] + sum(
+    stored = math.prod(cnn.input_shape) + sum(
         l.activation_elements for l in cnn.layers if l.type != "flatten"
     )
     return {

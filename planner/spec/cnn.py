@@ -1,7 +1,11 @@
 """CNN specs: layers as data, block templates, and shape inference.
 
-A model YAML lists layers; `block` entries instantiate a named template (with `$param`
-placeholders filled by plain lookup, never evaluated) `repeat` times. `concat` joins branches
+A model YAML lists layers over a (channels, height, width) input, or (channels, depth,
+height, width) for 3-D convolutions (CosmoFlow, 3-D U-Nets): a conv or pool layer's kernel,
+stride and padding are one number or one per spatial dimension, padding also 'same' (Keras /
+TensorFlow: output = ceil(input / stride), the padding split with the extra row after).
+`block` entries instantiate a named template (with `$param` placeholders filled by plain
+lookup, never evaluated) `repeat` times. `concat` joins branches
 along channels (GoogLeNet), `residual` adds a branch to a shortcut (ResNet). Loading expands all
 of it into a flat, ordered tuple of `Layer`s with inferred shapes, parameter and FLOP counts.
 
@@ -22,15 +26,20 @@ from planner.errors import SpecError
 from planner.spec.base import Spec, short, validate
 
 Dim = Annotated[int, Field(ge=0, le=1_000_000)]
-Pair = Dim | Annotated[list[Dim], Field(min_length=2, max_length=2)]
+# one number for every spatial dimension, or one each (2 for images, 3 for volumes)
+Pair = Dim | Annotated[list[Dim], Field(min_length=2, max_length=3)]
 # Kernels and strides are at least 1: a zero stride divides by zero in shape inference and a
 # zero kernel grows the output (8x8 -> 9x9).
 Size = Annotated[int, Field(ge=1, le=1_000_000)]
-SizePair = Size | Annotated[list[Size], Field(min_length=2, max_length=2)]
+SizePair = Size | Annotated[list[Size], Field(min_length=2, max_length=3)]
+SAME = "same"
 
 
-def _pair(value: Pair) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else tuple(value)
+def _per_dim(value, dims: int) -> tuple[int, ...] | None:
+    """`value` for each of `dims` spatial dimensions; None when a list has another length."""
+    if isinstance(value, int):
+        return (value,) * dims
+    return tuple(value) if len(value) == dims else None
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,9 @@ class Layer:
     input_elements: int
     block: str  # the top-level entry (and repeat) this layer belongs to
     unit: int  # index of that entry instance: pipeline cuts and hybrid modes go between units
+    # a conv or pool layer's window and stride per spatial dimension (empty for the others)
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
 
     @property
     def activation_elements(self) -> int:
@@ -60,7 +72,7 @@ class Layer:
 class CNN:
     name: str
     description: str
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]  # (channels, height, width) or (channels, depth, height, width)
     layers: tuple[Layer, ...]
 
     kind = "cnn"
@@ -92,7 +104,7 @@ class ConvSpec(_Leaf):
     out: int = PositiveInt
     kernel: SizePair
     stride: SizePair = 1
-    padding: Pair = 0
+    padding: Pair | Literal["same"] = 0
     groups: int = Field(default=1, ge=1, le=1_000_000)
     bias: bool = True
 
@@ -107,7 +119,7 @@ class PoolSpec(_Leaf):
     type: Literal["maxpool", "avgpool"]
     kernel: SizePair
     stride: SizePair | None = None
-    padding: Pair = 0
+    padding: Pair | Literal["same"] = 0
     ceil_mode: bool = False  # Caffe rounds pooled sizes up (GoogLeNet relies on it)
 
 
@@ -117,7 +129,8 @@ class LRNSpec(_Leaf):
 
 
 class ElementwiseSpec(_Leaf):
-    type: Literal["relu", "batchnorm", "dropout", "softmax", "flatten", "globalavgpool"]
+    type: Literal["relu", "leakyrelu", "tanh", "batchnorm", "dropout", "softmax", "flatten",
+                  "globalavgpool"]
     rate: float | None = Field(default=None, ge=0, lt=1)  # dropout only; no effect on cost
 
 
@@ -133,6 +146,8 @@ LEAVES: dict[str, type[_Leaf]] = {
 # Elementwise FLOPs per output element (forward).
 _PER_ELEMENT = {
     "relu": 1,  # one max(0, x)
+    "leakyrelu": 2,  # a compare and a multiply
+    "tanh": 1,  # one special-function evaluation
     "dropout": 1,  # one multiply by the mask
     "softmax": 3,  # exp, sum, divide
     "batchnorm": 4,  # subtract mean, divide by std, scale, shift (statistics amortised)
@@ -150,7 +165,8 @@ class ModelFile(Spec):
     name: str = Field(min_length=1)
     description: str = ""
     source: str = ""
-    input: Annotated[list[Annotated[int, Field(ge=1, le=1_000_000)]], Field(min_length=3, max_length=3)]
+    input: Annotated[list[Annotated[int, Field(ge=1, le=1_000_000)]],
+                     Field(min_length=3, max_length=4)]
     blocks: dict[str, BlockSpec] = Field(default_factory=dict)
     layers: list[Any] = Field(min_length=1)
 
@@ -276,7 +292,7 @@ class _Builder:
             raise self.fail(f"{path}.branches", "must be a non-empty list of layer lists")
         outs = [self.sequence(b, shape, f"{path}.branches[{k}]", args, scope, depth + 1)
                 for k, b in enumerate(branches)]
-        if any(len(o) != 3 for o in outs) or len({o[1:] for o in outs}) != 1:
+        if any(len(o) < 3 for o in outs) or len({o[1:] for o in outs}) != 1:
             raise self.fail(path, f"branch outputs differ in spatial size: {outs}")
         out = (sum(o[0] for o in outs), *outs[0][1:])
         self.add(self.name_for("concat", entry.get("name"), scope), "concat", out, 0, 0, 0,
@@ -295,9 +311,10 @@ class _Builder:
             side = shape
             if shortcut == "auto" and shape != out:
                 # ResNet option B: a strided 1x1 projection (+ BN) when the shapes differ.
-                if len(shape) != 3 or len(out) != 3 or shape[1] % out[1] or shape[2] % out[2]:
+                if (len(shape) < 3 or len(out) != len(shape)
+                        or any(a % z for a, z in zip(shape[1:], out[1:], strict=True))):
                     raise self.fail(path, f"cannot project shortcut {shape} to {out}")
-                stride = (shape[1] // out[1], shape[2] // out[2])
+                stride = [a // z for a, z in zip(shape[1:], out[1:], strict=True)]
                 proj = [{"type": "conv", "out": out[0], "kernel": 1, "stride": list(stride),
                          "bias": False}, {"type": "batchnorm"}]
                 side = self.sequence(proj, shape, f"{path}.shortcut", {}, scope + "down_", depth + 1)
@@ -324,9 +341,10 @@ class _Builder:
             return self.add(name, kind, (elems_in,), 0, 0, 0, elems_in)
         if kind in _PER_ELEMENT and kind != "batchnorm":
             return self.add(name, kind, shape, 0, 0, _PER_ELEMENT[kind] * elems_in, elems_in)
-        if len(shape) != 3:
-            raise self.fail(path, f"'{kind}' needs a (channels, height, width) input, got {shape}")
-        c, h, w = shape
+        if len(shape) not in (3, 4):
+            raise self.fail(path, f"'{kind}' needs a (channels, height, width) or (channels, "
+                            f"depth, height, width) input, got {shape}")
+        c, spatial = shape[0], shape[1:]
         if kind == "batchnorm":
             # 2 parameters per channel (scale and shift), as the issue's ResNet-50 total counts them.
             return self.add(name, kind, shape, 2 * c, 0, _PER_ELEMENT[kind] * elems_in, elems_in)
@@ -334,33 +352,47 @@ class _Builder:
             # square-sum over `size` channels (2*size), then scale, power, divide.
             return self.add(name, kind, shape, 0, 0, (2 * spec.size + 3) * elems_in, elems_in)
         if kind == "globalavgpool":
-            return self.add(name, kind, (c, 1, 1), 0, 0, elems_in, elems_in)
-        kh, kw = _pair(spec.kernel)
-        sh, sw = _pair(spec.stride if spec.stride is not None else spec.kernel) \
-            if kind != "conv" else _pair(spec.stride)
-        ph, pw = _pair(spec.padding)
-        if kh > h + 2 * ph or kw > w + 2 * pw:
-            raise self.fail(f"{path}.kernel", f"kernel {kh}x{kw} larger than its padded input "
-                            f"{h + 2 * ph}x{w + 2 * pw}")
-        rnd = math.ceil if getattr(spec, "ceil_mode", False) else math.floor
-        ho = rnd((h + 2 * ph - kh) / sh) + 1
-        wo = rnd((w + 2 * pw - kw) / sw) + 1
+            return self.add(name, kind, (c,) + (1,) * len(spatial), 0, 0, elems_in, elems_in)
+        dims = len(spatial)
+        stride_given = spec.stride if (kind == "conv" or spec.stride is not None) else spec.kernel
+        ks, ss = _per_dim(spec.kernel, dims), _per_dim(stride_given, dims)
+        for key, got in (("kernel", ks), ("stride", ss)):
+            if got is None:
+                raise self.fail(f"{path}.{key}", f"needs one number or {dims} (one per spatial "
+                                f"dimension of {shape})")
+        if spec.padding == SAME:  # Keras / TensorFlow: out = ceil(in / stride)
+            outs = tuple(-(-x // st) for x, st in zip(spatial, ss, strict=True))
+        else:
+            ps = _per_dim(spec.padding, dims)
+            if ps is None:
+                raise self.fail(f"{path}.padding", f"needs one number or {dims} (one per "
+                                f"spatial dimension of {shape})")
+            if any(k > x + 2 * p for k, x, p in zip(ks, spatial, ps, strict=True)):
+                padded = "x".join(str(x + 2 * p) for x, p in zip(spatial, ps, strict=True))
+                raise self.fail(f"{path}.kernel", f"kernel {'x'.join(map(str, ks))} larger than "
+                                f"its padded input {padded}")
+            rnd = math.ceil if getattr(spec, "ceil_mode", False) else math.floor
+            outs = tuple(rnd((x + 2 * p - k) / st) + 1
+                         for x, p, k, st in zip(spatial, ps, ks, ss, strict=True))
+        window = math.prod(ks)
         if kind == "conv":
             if c % spec.groups or spec.out % spec.groups:
                 raise self.fail(f"{path}.groups", f"groups={spec.groups} must divide input "
                                 f"channels {c} and out {spec.out}")
-            weights = spec.out * (c // spec.groups) * kh * kw
-            macs = weights * ho * wo
+            weights = spec.out * (c // spec.groups) * window
+            positions = math.prod(outs)
+            macs = weights * positions
             bias = spec.out if spec.bias else 0
-            return self.add(name, kind, (spec.out, ho, wo), weights + bias, macs,
-                            2 * macs + bias * ho * wo, elems_in)
-        return self.add(name, kind, (c, ho, wo), 0, 0, kh * kw * c * ho * wo, elems_in)
+            return self.add(name, kind, (spec.out, *outs), weights + bias, macs,
+                            2 * macs + bias * positions, elems_in, ks, ss)
+        return self.add(name, kind, (c, *outs), 0, 0, window * c * math.prod(outs), elems_in,
+                        ks, ss)
 
-    def add(self, name, kind, out, params, macs, flops, elems_in):
+    def add(self, name, kind, out, params, macs, flops, elems_in, kernel=(), stride=()):
         if len(self.layers) >= self.MAX_LAYERS:
             raise self.fail("layers", f"more than {self.MAX_LAYERS} layers after expansion")
         self.layers.append(Layer(name, kind, tuple(out), params, macs, flops, elems_in, self.block,
-                                 self.unit))
+                                 self.unit, tuple(kernel), tuple(stride)))
         return tuple(out)
 
 
