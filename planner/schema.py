@@ -100,12 +100,13 @@ def pareto(config: dict) -> dict:
 
 
 SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
-                    "local_batch": INT, "stages": INT, "replicas": INT, "micro_batch": INT,
+                    "local_batch": INT, "devices_per_sample": INT, "stages": INT,
+                    "replicas": INT, "micro_batch": INT,
                     "micro_batches": INT, "collective": STR, "overlap": BOOL},
                    required=["nodes", "devices_per_node", "devices", "global_batch",
                              "collective", "overlap"])
 SPLIT_PREDICTION = PREDICTION
-LAYER_PLAN = obj({"name": STR, "mode": {"enum": ["data", "model"]}, "degree": INT,
+LAYER_PLAN = obj({"name": STR, "mode": {"enum": ["data", "model", "spatial"]}, "degree": INT,
                   "compute_time_s": NUM, "communication_time_s": NUM})
 STAGE_PLAN = obj({"layers": {"type": "array", "items": STR}, "devices": INT, "time_s": NUM,
                   "memory_bytes": NUM, "memory_breakdown": obj({k: NUM for k in (

@@ -46,7 +46,10 @@ def small_model(hardware="k80-fdr"):
 
 def brute_modes(lm: LayerModes, capacity: float):
     best = None
+    rows = range(len(lm.segments))
     for assign in itertools.product(range(len(lm.degrees)), repeat=len(lm.segments)):
+        if not lm.valid[rows, assign].all():  # a mode that cannot run there
+            continue
         br = lm.evaluate(assign)
         if br.memory_bytes <= capacity and (best is None or br.iteration_time_s < best[0]):
             best = (br.iteration_time_s, assign)

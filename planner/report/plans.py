@@ -242,7 +242,8 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
     where = (f"{c['nodes']} nodes x {c['devices_per_node']} devices = {c['devices']} devices, "
              f"global batch {c['global_batch']}, {c['collective']}")
     if "layers" in sol.plan:
-        where += f", local batch {c['local_batch']}"
+        where += (f", local batch {c['local_batch']}" if "local_batch" in c
+                  else f", {c['devices_per_sample']} devices per sample")
         rows = [[l["name"], l["mode"], l["degree"], span(l["compute_time_s"]),
                  span(l["communication_time_s"])]
                 for l in sol.plan["layers"] if l["compute_time_s"] or l["communication_time_s"]]

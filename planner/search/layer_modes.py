@@ -64,10 +64,13 @@ def solve_modes(lm: LayerModes, capacity_bytes: float, time_limit_s: float, work
     """CP-SAT over the modes of one point (see `best_modes`), with what stopped it."""
     S, K = lm.shape
     model = cp_model.CpModel()
-    # Variables: x[s][j] = segment s runs at degree index j.
+    # Variables: x[s][j] = segment s runs in mode j (a mode that cannot run there is 0).
     x = [[model.new_bool_var(f"x_{s}_{j}") for j in range(K)] for s in range(S)]
     for s in range(S):
         model.add_exactly_one(x[s])
+        for j in range(K):
+            if not lm.valid[s, j]:
+                model.add(x[s][j] == 0)
     # Leaving model k (to another mode, or at the end of the network) costs the all-to-all.
     z = {}
     for s in range(S):
@@ -75,24 +78,37 @@ def solve_modes(lm: LayerModes, capacity_bytes: float, time_limit_s: float, work
             z[s, j] = model.new_bool_var(f"exit_{s}_{j}")
             nxt = x[s + 1][j] if s + 1 < S else 0
             model.add(z[s, j] >= x[s][j] - nxt)
-    # Gradient allreduce per replica group: ceil(bytes / bucket) calls, at least one if used.
+    # Entering a spatial mode from another (after the first segment) re-partitions its input.
+    e = {}
+    for s in range(1, S):
+        for j in range(K):
+            if lm.entry[s, j] > 0:
+                e[s, j] = model.new_bool_var(f"entry_{s}_{j}")
+                model.add(e[s, j] >= x[s][j] - x[s - 1][j])
+    # Gradient allreduce per replica group (data and spatial modes share all N devices):
+    # ceil(bytes / bucket) calls, at least one if used.
     grad_terms = []
-    for j in range(K):
-        if lm.latency[j] == 0 and lm.per_byte[j] == 0:
+    groups = sorted(set(lm.group.tolist()))
+    for grp in groups:
+        if lm.latency[grp] == 0 and lm.per_byte[grp] == 0:
             continue
-        used = [(x[s][j], int(lm.grad_bytes[s, j])) for s in range(S) if lm.grad_bytes[s, j] > 0]
+        modes = [j for j in range(K) if lm.group[j] == grp]
+        used = [(x[s][j], int(lm.grad_bytes[s, j])) for s in range(S) for j in modes
+                if lm.grad_bytes[s, j] > 0 and lm.valid[s, j]]
         if not used:
             continue
-        total = sum(b for _, b in used)
-        calls = model.new_int_var(0, lm.calls(total), f"calls_{j}")
+        total = sum(int(lm.grad_bytes[s, modes].max()) for s in range(S))
+        calls = model.new_int_var(0, lm.calls(total), f"calls_{grp}")
         model.add(calls * int(lm.bucket) >= sum(v * b for v, b in used))
         for v, _ in used:
             model.add(calls >= v)
-        grad_terms.append(calls * _ns(lm.latency[j]))
-        grad_terms += [v * _ns(b * lm.per_byte[j]) for v, b in used]
-    lin = lambda table: sum(x[s][j] * _ns(table[s, j]) for s in range(S) for j in range(K))  # noqa: E731
+        grad_terms.append(calls * _ns(lm.latency[grp]))
+        grad_terms += [v * _ns(b * lm.per_byte[grp]) for v, b in used]
+    lin = lambda table: sum(x[s][j] * _ns(table[s, j]) for s in range(S) for j in range(K)  # noqa: E731
+                            if lm.valid[s, j])
     horizon = _ns(lm.compute.max(axis=1).sum() + lm.act.max(axis=1).sum()
-                  + lm.exit.max(axis=1).sum() + lm.optimizer.max(axis=1).sum()) + 1
+                  + lm.exit.max(axis=1).sum() + lm.entry.max(axis=1).sum()
+                  + lm.optimizer.max(axis=1).sum()) + 1
     grad_hi = sum(_ns(lm.latency[j]) * lm.calls(lm.grad_bytes[:, j].sum())
                   + _ns(lm.grad_bytes[:, j].sum() * lm.per_byte[j]) for j in range(K)) + 1
     grad = model.new_int_var(0, grad_hi, "gradient_comm")
@@ -110,6 +126,7 @@ def solve_modes(lm: LayerModes, capacity_bytes: float, time_limit_s: float, work
     iteration = model.new_int_var(0, horizon + grad_hi, "iteration_ns")
     model.add(iteration == lin(lm.compute + lm.act + lm.optimizer)
               + sum(z[s, j] * _ns(lm.exit[s, j]) for s in range(S) for j in range(1, K))
+              + sum(v * _ns(lm.entry[s, j]) for (s, j), v in e.items())
               + exposed)
     model.minimize(iteration)
     solver, status, stopped = run_inner(model, time_limit_s, workers, deterministic_time)

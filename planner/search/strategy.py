@@ -26,6 +26,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from planner.errors import InfeasibleError, SpecError
 from planner.expr.cnn import DataParallelModel
 from planner.expr.collectives import Collective
 from planner.prediction import Prediction
-from planner.search.data_parallel import DataParallelSolver, Problem, Solution
+from planner.search.data_parallel import ROW, DataParallelSolver, Problem, Solution
 from planner.search.layer_modes import Inner, solve_modes
 from planner.search.memory_fit import usable_bytes
 from planner.search.solution import ObjectiveValue, TrainingReport, record
@@ -52,6 +53,8 @@ from planner.search.stages import solve_cut
 # The deterministic budget of one split search (see the module docstring), sized to end in a
 # few seconds on a laptop core: a point costs a few milliseconds to bound, a solve tens.
 MAX_POINTS = 1000  # points whose own bound is computed
+# devices the hybrid search tries with fewer samples than devices, unless pins or budgets say
+DEFAULT_SHARED_DEVICES = 4096
 MAX_INNER_SOLVES = 100  # CP-SAT solves, each within INNER_DETERMINISTIC_TIME
 _TIE = 1e-9  # relative: a plan this close to its point's bound is optimal there
 
@@ -213,26 +216,66 @@ class SplitSearch:
 
     @staticmethod
     def _batch(key) -> int:
-        return key[0] * key[1] * key[2] if len(key) == 5 else key[2]
+        return int(key[0] * key[1] * key[2]) if len(key) == 5 else key[2]
 
     # --- hybrid ----------------------------------------------------------------------------------
 
+    def _shared_points(self) -> list[tuple]:
+        """(n, g, b, collective index, objective factor) with fewer samples than devices (b a
+        fraction B / N, N a multiple of B): only groups of devices sharing whole samples (spatial
+        or model modes) run there. For a fixed global batch, within the node and device pins
+        and budgets, up to as many devices per sample as any mode's degree can use."""
+        p, dpn = self.p, self.m.system.devices_per_node
+        B = p.global_batch
+        if B is None or p.local_batch is not None or p.local_batch_min is not None:
+            return []
+        cnn = self.m.cnn
+        deepest = max((l.output_shape[1] for l in cnn.layers if len(l.output_shape) >= 3),
+                      default=1)
+        widest = min((l.output_shape[0] for l in cnn.layers if l.params), default=1)
+        most = B * max(deepest, widest)  # more devices than this leave a mode without rows
+        caps = [x for x in (p.devices, p.devices_max) if x is not None]
+        caps += [x * dpn for x in (p.nodes, p.nodes_max) if x is not None]
+        top = min([most, *caps]) if caps else min(most, DEFAULT_SHARED_DEVICES)
+        out = []
+        for n in range(1, top + 1):
+            for g in range(1, dpn + 1):
+                N = n * g
+                if top < N or N <= B or N % B:
+                    continue
+                if (p.nodes not in (None, n) or p.devices not in (None, N)
+                        or p.devices_per_node not in (None, g)
+                        or (p.nodes_max is not None and n > p.nodes_max)
+                        or (p.devices_max is not None and p.devices_max < N)):
+                    continue
+                factor = float(self.dp_solver.factor_values(np.array([N]), np.array([B]))[0])
+                out += [(n, g, Fraction(B, N), c, factor)
+                        for c in range(len(self.p.collectives))]
+        return out
+
     def hybrid(self, dp_sol: Solution | None) -> SplitSolution | None:
-        rows, factor = self._points()
+        try:
+            rows, factor = self._points()
+        except InfeasibleError:
+            shared = self._shared_points()
+            if not shared:
+                raise
+            rows, factor = np.zeros(0, dtype=ROW), np.zeros(0)
+            self.collectives = list(self.p.collectives)
         a = LayerArrays.of(self.m.cnn)
         # Lower bound per point: weighted layers at the least roofline any mode allows,
         # weightless ones as in data parallelism (the same in every mode), and the least
         # communication any assignment of modes has.
         weighted = a.params > 0
-        floor = weighted_layer_floor(self.m, a, rows["b"][:, None],
-                                     (rows["n"] * rows["g"])[:, None])
-        rest = data_layer_times(self.m, a, rows["b"][:, None])
-        comm = np.array([self._least_hybrid_comm(int(n), int(g), int(c))
-                         for n, g, c in zip(rows["n"], rows["g"], rows["c"], strict=True)])
-        lb = (floor + (rest * ~weighted).sum(axis=1) + comm) * factor
-        cands = [(float(lb[i]), (*(int(rows[i][f]) for f in ("n", "g", "b", "c")),
-                                 float(factor[i])))
-                 for i in range(len(rows))]
+        keys = [(*(int(rows[i][f]) for f in ("n", "g", "b", "c")), float(factor[i]))
+                for i in range(len(rows))] + self._shared_points()
+        b_col = np.array([float(k[2]) for k in keys])[:, None]
+        n_col = np.array([k[0] * k[1] for k in keys], dtype=float)[:, None]
+        floor = weighted_layer_floor(self.m, a, b_col, n_col)
+        rest = data_layer_times(self.m, a, b_col)
+        comm = np.array([self._least_hybrid_comm(k[0], k[1], k[3]) for k in keys])
+        lb = (floor + (rest * ~weighted).sum(axis=1) + comm) * np.array([k[4] for k in keys])
+        cands = [(float(lb[i]), keys[i]) for i in range(len(keys))]
         incumbent = dp_sol.objective["value"] if dp_sol else float("inf")
         # The data-parallel optimum is the all-data plan; let the search find it again (the
         # incumbent only prunes), so start just above it.
@@ -257,10 +300,14 @@ class SplitSearch:
         _, key, lm, assign = best
         br = lm.evaluate(assign)
         n, g, b_, c, _ = key
-        config = {"nodes": n, "devices_per_node": g, "devices": n * g,
-                  "global_batch": n * g * b_, "local_batch": b_,
+        batch = int(n * g * b_)
+        config = {"nodes": n, "devices_per_node": g, "devices": n * g, "global_batch": batch,
                   "collective": self.collectives[c].value, "overlap": self.p.overlap}
-        pred = self._prediction(br.iteration_time_s, n * g, n * g * b_, br.compute_time_s,
+        if Fraction(b_).denominator == 1:
+            config["local_batch"] = int(b_)
+        else:  # several devices share each sample
+            config["devices_per_sample"] = Fraction(b_).denominator
+        pred = self._prediction(br.iteration_time_s, n * g, batch, br.compute_time_s,
                                 br.activation_comm_s + br.gradient_comm_s,
                                 br.activation_comm_s + br.exposed_gradient_comm_s,
                                 br.optimizer_time_s, br.memory_bytes, br.memory_breakdown,
