@@ -169,6 +169,12 @@ def _solve() -> dict:
         "data_parallel": {"oneOf": [{"type": "null"}, obj({
             "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
         "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
+        "spatial": {"type": "array", "items": obj({
+            "devices_per_sample": INT, "spatial_dims": INT, "side_now": INT, "scale": NUM,
+            "side": NUM, "scale_bandwidth_only": NUM, "side_bandwidth_only": NUM,
+            "scale_latency_only": NUM,
+            "formula": STR, "work_one_s": NUM, "work_split_s": NUM, "halo_bandwidth_s": NUM,
+            "halo_latency_s": NUM})},
     }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
     return {"oneOf": [plan, split, _cluster(spec), _placement()]}
 

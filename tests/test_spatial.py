@@ -174,3 +174,32 @@ def test_cosmoflow_at_batch_4_splits_its_volumes(run_json):
     from planner.schema import schemas
 
     validate(doc, schemas()["solve"])
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_crossover_side_matches_a_sweep_of_built_models(k):
+    """The closed-form side above which k devices per sample beat one (from the model at side
+    32) against models built at every side from 8 to 400: the first side where the split
+    sample's work and halos undercut one device's work is the crossover, rounded up; and the
+    root lies between its two one-term forms."""
+    from planner.analysis.spatial import crossover, trunk_terms
+
+    c = crossover(volume_model(side=32), k)
+    first = None
+    for side in range(8, 401):
+        t = trunk_terms(volume_model(side=side), k)
+        if t is None:
+            continue
+        if t["work_one_s"] - t["work_split_s"] > t["halo_bandwidth_s"] + t["halo_latency_s"]:
+            first = side
+            break
+    assert first is not None and first == math.ceil(c["side"] - 1e-9)
+    lo = max(c["scale_bandwidth_only"], c["scale_latency_only"])
+    assert lo <= c["scale"] <= c["scale_bandwidth_only"] + c["scale_latency_only"]
+
+
+def test_hybrid_solution_reports_the_crossover(run_json):
+    doc = run_json("solve", "-m", "cosmoflow", "-H", "dgx-a100-80gb", "--global-batch", "4",
+                   "--nodes-max", "2", "--precision", "bf16", "--strategy", "hybrid")
+    sides = {x["devices_per_sample"]: x["side"] for x in doc["spatial"]}
+    assert set(sides) == {2, 4, 8} and all(0 < s < 128 for s in sides.values())

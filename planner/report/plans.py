@@ -232,7 +232,7 @@ def split_doc(sol) -> dict:
     return {"strategy": sol.strategy, "status": sol.status, "config": sol.config,
             "plan": sol.plan, "prediction": {**sol.prediction.to_json(), **(sol.training or {})},
             "objective": sol.objective, "data_parallel": sol.data_parallel,
-            "search": sol.search}
+            "search": sol.search, **({"spatial": sol.spatial} if sol.spatial else {})}
 
 
 def split_text(sol, precision: dict | None = None, price: dict | None = None) -> str:
@@ -278,6 +278,12 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
                                             " x of it here)"))
     else:
         pairs.append(("best data parallel", "none fits in memory"))
+    if sol.spatial:
+        x = sol.spatial
+        pairs.append(("spatial pays above", ", ".join(
+            f"side {s['side']:.3g} at {s['devices_per_sample']} devices per sample" for s in x)
+            + f" (one device per sample against a split sample, the convolution trunk; the "
+              f"volume's side is {x[0]['side_now']})"))
     return "\n\n".join([head, key_values(pairs), plan])
 
 

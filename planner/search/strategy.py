@@ -84,6 +84,9 @@ class SplitSolution:
     # deterministic budget: the same on every run) or "time-limit" (the wall-clock guard: this
     # answer may differ between runs).
     stopped_by: str | None = None
+    # hybrid plans: the volume side above which splitting a sample over k devices beats one
+    # device per sample, for each k a node allows (`planner.analysis.spatial.crossover`)
+    spatial: list | None = None
 
     def __post_init__(self):
         """Every dict field reads as attributes (`planner.search.solution.Record`)."""
@@ -312,8 +315,16 @@ class SplitSearch:
                                 br.activation_comm_s + br.exposed_gradient_comm_s,
                                 br.optimizer_time_s, br.memory_bytes, br.memory_breakdown,
                                 activation_communication_time_s=br.activation_comm_s)
-        return self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
-                              dp_sol, stats, stopped)
+        sol = self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
+                             dp_sol, stats, stopped)
+        from planner.analysis.spatial import crossover
+
+        g = self.m.system.devices_per_node
+        found = [crossover(self.m, k, self.collectives[c]) for k in range(2, g + 1)
+                 if g % k == 0]
+        sol.spatial = [{key: (float(v) if isinstance(v, np.floating) else v)
+                        for key, v in x.items() if key != "layers"} for x in found if x] or None
+        return sol
 
     def _least_hybrid_comm(self, n: int, g: int, c: int) -> float:
         """A floor on the communication of every mode assignment at one point, when none of it
