@@ -99,6 +99,12 @@ def pareto(config: dict) -> dict:
                                            "cost_usd": NUM, "steps": NUM})}
 
 
+# where splitting a sample over k devices beats one device per sample (analysis/spatial.py)
+SPATIAL_CROSSOVERS = {"type": "array", "items": obj({
+    "devices_per_sample": INT, "spatial_dims": INT, "side_now": INT, "scale": NUM, "side": NUM,
+    "scale_bandwidth_only": NUM, "side_bandwidth_only": NUM, "scale_latency_only": NUM,
+    "formula": STR, "work_one_s": NUM, "work_split_s": NUM, "halo_bandwidth_s": NUM,
+    "halo_latency_s": NUM})}
 SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
                     "local_batch": INT, "devices_per_sample": INT, "stages": INT,
                     "replicas": INT, "micro_batch": INT,
@@ -169,12 +175,7 @@ def _solve() -> dict:
         "data_parallel": {"oneOf": [{"type": "null"}, obj({
             "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM})]},
         "search": obj({"inner_solves": INT, "candidates": INT, "pruned": INT, "time_s": NUM}),
-        "spatial": {"type": "array", "items": obj({
-            "devices_per_sample": INT, "spatial_dims": INT, "side_now": INT, "scale": NUM,
-            "side": NUM, "scale_bandwidth_only": NUM, "side_bandwidth_only": NUM,
-            "scale_latency_only": NUM,
-            "formula": STR, "work_one_s": NUM, "work_split_s": NUM, "halo_bandwidth_s": NUM,
-            "halo_latency_s": NUM})},
+        "spatial": SPATIAL_CROSSOVERS,
     }, ["strategy", "status", "config", "plan", "prediction", "objective", "data_parallel"])
     return {"oneOf": [plan, split, _cluster(spec), _placement()]}
 
@@ -282,6 +283,7 @@ def _limits() -> dict:
                               "nodes_chosen": BOOL, "nodes_max": INT, "reason": STR}),
         # what `solve` picks on this case: on the same collective, on any, and with the
         # smallest efficient local batch as --local-batch-min (null: no plan fits)
+        "spatial": SPATIAL_CROSSOVERS,
         "solve": obj({"same_collective": SOLVED, "any_collective": SOLVED,
                       "local_batch_min": INT, "with_local_batch_min": SOLVED}),
     }, ["optimal_nodes", "max_speedup", "comm_bound_from_nodes", "max_useful_nodes",

@@ -203,3 +203,12 @@ def test_hybrid_solution_reports_the_crossover(run_json):
                    "--nodes-max", "2", "--precision", "bf16", "--strategy", "hybrid")
     sides = {x["devices_per_sample"]: x["side"] for x in doc["spatial"]}
     assert set(sides) == {2, 4, 8} and all(0 < s < 128 for s in sides.values())
+
+
+def test_limits_carry_the_same_crossover(run_json):
+    from planner.analysis.spatial import crossovers
+
+    doc = run_json("limits", "-m", "cosmoflow", "-H", "dgx-a100-80gb", "--global-batch", "64",
+                   "--precision", "bf16")
+    want = crossovers(build("cosmoflow", "dgx-a100-80gb", "bf16"))
+    assert [x["side"] for x in doc["spatial"]] == pytest.approx([x["side"] for x in want])

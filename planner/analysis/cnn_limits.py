@@ -360,4 +360,10 @@ class Limits(TimeToTrain):
             "collective": self.collective.value,
             "overlap": self.overlap,
             **self._ttt_summary(),
+            **({"spatial": x} if (x := self._spatial()) else {}),
         }
+
+    def _spatial(self) -> list[dict]:
+        from planner.analysis.spatial import crossovers
+
+        return crossovers(self.dp, self.collective)

@@ -62,6 +62,14 @@ def trunk_terms(dp: DataParallelModel, k: int, collective: Collective = Collecti
             "layers": [dp.cnn.layers[i].name for i in layers]}
 
 
+def crossovers(dp: DataParallelModel, collective: Collective = Collective.ring) -> list[dict]:
+    """`crossover` for every group size a node allows (k dividing its devices), as the JSON
+    documents carry them (without the trunk's layer names)."""
+    g = dp.system.devices_per_node
+    found = [crossover(dp, k, collective) for k in range(2, g + 1) if g % k == 0]
+    return [{key: v for key, v in x.items() if key != "layers"} for x in found if x]
+
+
 def crossover(dp: DataParallelModel, k: int, collective: Collective = Collective.ring
               ) -> dict | None:
     """The side above which spatial k beats one device per sample (module docstring): the

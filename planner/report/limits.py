@@ -4,6 +4,7 @@ dicts, and the formulas behind them (`planner.formulas.Derived`)."""
 
 from __future__ import annotations
 
+from planner.report.plans import spatial_pair
 from planner.report.render import key_values, si, span
 
 
@@ -33,6 +34,7 @@ def limits_text(s: dict) -> str:
          "unreachable at any bandwidth" if bw is None
          else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
         *extra,
+        *([spatial_pair(s["spatial"])] if s.get("spatial") else []),
         *_solve_pairs(s),
     ])
 

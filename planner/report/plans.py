@@ -99,6 +99,14 @@ def asynchrony_pair(a: dict) -> tuple[str, str]:
                           f"Zhang, Gupta et al. 2016)")
 
 
+def spatial_pair(x: list[dict]) -> tuple[str, str]:
+    """Where splitting a sample beats one device per sample (`analysis.spatial.crossovers`)."""
+    return ("spatial pays above", ", ".join(
+        f"side {s['side']:.3g} at {s['devices_per_sample']} devices per sample" for s in x)
+        + f" (one device per sample against a split sample, the convolution trunk; the "
+          f"volume's side is {x[0]['side_now']})")
+
+
 def band_pair(band: dict) -> tuple[str, str]:
     """Where the measured time likely lies (`planner.bands`), or that nothing checks it."""
     if "low_s" not in band:
@@ -279,11 +287,7 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
     else:
         pairs.append(("best data parallel", "none fits in memory"))
     if sol.spatial:
-        x = sol.spatial
-        pairs.append(("spatial pays above", ", ".join(
-            f"side {s['side']:.3g} at {s['devices_per_sample']} devices per sample" for s in x)
-            + f" (one device per sample against a split sample, the convolution trunk; the "
-              f"volume's side is {x[0]['side_now']})"))
+        pairs.append(spatial_pair(sol.spatial))
     return "\n\n".join([head, key_values(pairs), plan])
 
 

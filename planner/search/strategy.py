@@ -317,13 +317,9 @@ class SplitSearch:
                                 activation_communication_time_s=br.activation_comm_s)
         sol = self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
                              dp_sol, stats, stopped)
-        from planner.analysis.spatial import crossover
+        from planner.analysis.spatial import crossovers
 
-        g = self.m.system.devices_per_node
-        found = [crossover(self.m, k, self.collectives[c]) for k in range(2, g + 1)
-                 if g % k == 0]
-        sol.spatial = [{key: (float(v) if isinstance(v, np.floating) else v)
-                        for key, v in x.items() if key != "layers"} for x in found if x] or None
+        sol.spatial = crossovers(self.m, self.collectives[c]) or None
         return sol
 
     def _least_hybrid_comm(self, n: int, g: int, c: int) -> float:
