@@ -8,7 +8,8 @@ against vTrain's single-node runs, SC21 Table 1 and BERT-Large; the out-of-sampl
 them without the group. CNNs: `planner calibrate`'s rows grouped by source, where only the
 single-device rows are fitted (one compute efficiency per device), so every multi-device row is
 already out of sample. MLPerf Training: every pretraining submission at the plan its config
-pins (`planner.mlperf`), nothing fitted to them.
+pins (`planner.mlperf`), nothing fitted to them. Recommendation: MLPerf's DLRM-DCNv2 runs
+against the table placement's prediction (`benchmarks/dlrm_accuracy.py`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,18 @@ def mlperf_training() -> None:
         print(f"  not priced ({n}): {why}")
 
 
+def recommendation() -> None:
+    """MLPerf Training's DLRM-DCNv2 runs against the table placement's prediction
+    (benchmarks/dlrm_accuracy.py; nothing fitted)."""
+    import dlrm_accuracy
+
+    print("\nRecommendation (planner/calibration/mlperf_dlrm.csv): each configuration's best "
+          "placement at a 5 s limit; nothing fitted to these rows")
+    dlrm_accuracy.report(5.0)
+
+
 if __name__ == "__main__":
     transformers()
     cnns()
     mlperf_training()
+    recommendation()

@@ -22,7 +22,11 @@ CSV = Path(__file__).resolve().parents[1] / "planner" / "calibration" / "mlperf_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=10.0)
-    args = parser.parse_args()
+    report(parser.parse_args().time_limit)
+
+
+def report(time_limit_s: float) -> None:
+    """Print every configuration's measured and predicted throughput and the MAPE."""
     with open(CSV, encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     groups: dict[tuple, list[float]] = {}
@@ -35,7 +39,7 @@ def main() -> None:
     errors = []
     for (system, devices, batch), measured in sorted(groups.items()):
         p = api.place_tables("dlrm-dcnv2", system, devices=devices, global_batch=batch,
-                             time_limit_s=args.time_limit)
+                             time_limit_s=time_limit_s)
         predicted = batch / p.priced.iteration_time_s
         errors += [predicted / m - 1 for m in measured]
         med = statistics.median(measured)
