@@ -77,6 +77,40 @@ def _rows(cnn, seg) -> int:
 
 
 @dataclass(frozen=True)
+class Modes:
+    """The modes of one point: each one's kind ("data", "model", "spatial") and degree, and
+    per segment which of them can run there."""
+
+    kinds: list[str]
+    degrees: list[int]
+    valid: np.ndarray  # (segments, modes)
+
+
+def modes_at(cnn, n: int, g: int, b: Fraction, spatial: bool = True) -> Modes:
+    """The modes of a point of n nodes x g devices at b samples per device. Groups of k tile
+    the nodes (k divides g, or g divides k); model k splits at most the narrowest weighted
+    layer's channels; spatial k needs k rows in every layer of its segment; with b < 1 a
+    mode runs only where its group holds whole samples (k b an integer)."""
+    segs = segments(cnn)
+    N = n * g
+    widths = [cnn.layers[i].output_shape[0] for s in segs for i in s.layers
+              if cnn.layers[i].params]
+    widest = min(widths) if widths else 1
+    tiles = [k for k in range(2, N + 1) if N % k == 0 and (g % k == 0 or k % g == 0)]
+    model = [k for k in tiles if k <= widest]
+    rows = [_rows(cnn, s) for s in segs]  # first spatial dim, 0: not spatial
+    spatial_degrees = [k for k in tiles if k <= max(rows, default=0)] if spatial else []
+    kinds = ["data"] + ["model"] * len(model) + ["spatial"] * len(spatial_degrees)
+    degrees = [1, *model, *spatial_degrees]
+    spat = np.array([kind == "spatial" for kind in kinds])
+    whole = np.array([(k * b).denominator == 1 for k in degrees])
+    valid = np.tile(whole, (len(segs), 1))
+    for s_, r in enumerate(rows):
+        valid[s_, spat] &= np.array([k <= r for k in spatial_degrees], dtype=bool)
+    return Modes(kinds, degrees, valid)
+
+
+@dataclass(frozen=True)
 class Breakdown:
     """One assignment of modes, evaluated (seconds, bytes)."""
 
@@ -92,7 +126,8 @@ class Breakdown:
 
 
 class LayerModes:
-    """Cost tables of every (segment, degree) for one point. `degrees[0]` is 1 (data)."""
+    """Cost tables of every (segment, mode) for one point: `kinds` and `degrees` per mode
+    (mode 0 is data), `valid` per segment and mode."""
 
     def __init__(self, dp: DataParallelModel, n: int, g: int, b: int | Fraction,
                  collective: Collective, overlap: bool, spatial: bool = True):
@@ -106,26 +141,13 @@ class LayerModes:
         self.segments: list[Group] = segments(cnn)
         self.arrays = a = LayerArrays.of(cnn)
         N = n * g
-        weighted = [[i for i in s.layers if a.params[i] > 0] for s in self.segments]
-        widest = min(cnn.layers[i].output_shape[0] for w in weighted for i in w) if any(weighted) \
-            else 1
-        # Groups of k tile the nodes: k divides g (inside a node) or g divides k (whole nodes).
-        tiles = [k for k in range(2, N + 1) if N % k == 0 and (g % k == 0 or k % g == 0)]
-        model = [k for k in tiles if k <= widest]
-        rows = [_rows(cnn, s) for s in self.segments]  # first spatial dim, 0: not spatial
-        spatial_degrees = [k for k in tiles if k <= max(rows, default=0)] if spatial else []
-        # modes: data, model k, spatial k; `degrees` the degree of each, `kinds` its kind
-        self.kinds = ["data"] + ["model"] * len(model) + ["spatial"] * len(spatial_degrees)
-        self.degrees = [1, *model, *spatial_degrees]
+        # modes: data, model k, spatial k; `degrees` the degree of each, `kinds` its kind,
+        # `valid` where each can run (`modes_at`)
+        modes = modes_at(cnn, n, g, b, spatial)
+        self.kinds, self.degrees, self.valid = modes.kinds, modes.degrees, modes.valid
         S, K = len(self.segments), len(self.degrees)
         spat = np.array([kind == "spatial" for kind in self.kinds])
         self.spatial = spat
-        # a mode runs where its group's k b samples are whole, a spatial k where every layer
-        # of the segment keeps at least k rows
-        whole = np.array([(k * b).denominator == 1 for k in self.degrees])
-        self.valid = np.tile(whole, (S, 1))
-        for s_, r in enumerate(rows):
-            self.valid[s_, spat] &= np.array([k <= r for k in spatial_degrees], dtype=bool)
         # the gradient's replica group of each mode: data and spatial modes allreduce over all
         # N devices (group 0), model k over the N / k replicas of its shard
         self.group = np.array([0 if kind != "model" else j for j, kind in enumerate(self.kinds)])

@@ -38,7 +38,7 @@ from planner.cost.cnn_layout import (
     units,
     weighted_layer_floor,
 )
-from planner.cost.layer_modes import LayerModes
+from planner.cost.layer_modes import LayerModes, modes_at
 from planner.cost.stages import Stages, slowest_stage_floor
 from planner.errors import InfeasibleError, SpecError
 from planner.expr.cnn import DataParallelModel
@@ -251,9 +251,11 @@ class SplitSearch:
                         or (p.nodes_max is not None and n > p.nodes_max)
                         or (p.devices_max is not None and p.devices_max < N)):
                     continue
+                b = Fraction(B, N)
+                if not modes_at(cnn, n, g, b).valid.any(axis=1).all():
+                    continue  # a segment no group holding whole samples can take
                 factor = float(self.dp_solver.factor_values(np.array([N]), np.array([B]))[0])
-                out += [(n, g, Fraction(B, N), c, factor)
-                        for c in range(len(self.p.collectives))]
+                out += [(n, g, b, c, factor) for c in range(len(self.p.collectives))]
         return out
 
     def hybrid(self, dp_sol: Solution | None) -> SplitSolution | None:
