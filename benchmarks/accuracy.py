@@ -9,7 +9,8 @@ them without the group. CNNs: `planner calibrate`'s rows grouped by source, wher
 single-device rows are fitted (one compute efficiency per device), so every multi-device row is
 already out of sample. MLPerf Training: every pretraining submission at the plan its config
 pins (`planner.mlperf`), nothing fitted to them. Recommendation: MLPerf's DLRM-DCNv2 runs
-against the table placement's prediction (`benchmarks/dlrm_accuracy.py`).
+against the table placement's prediction (`benchmarks/dlrm_accuracy.py`). 3-D CNNs: MLPerf
+HPC's CosmoFlow runs against the data-parallel prediction.
 """
 
 from __future__ import annotations
@@ -91,8 +92,48 @@ def recommendation() -> None:
     dlrm_accuracy.report(5.0)
 
 
+# MLPerf HPC accelerators -> the built-in system of that device (per-node layout aside)
+HPC_SYSTEMS = (("A100-SXM4-80GB", "dgx-a100-80gb"), ("A100-SXM4-40GB", "dgx-a100-40gb"),
+               ("H100", "dgx-h100"), ("V100-SXM2-16GB", "dgx1-v100-16gb"))
+
+
+def cosmoflow() -> None:
+    """MLPerf HPC's CosmoFlow strong-scaling runs (planner/calibration/mlperf_hpc_cosmoflow.csv,
+    benchmarks/extract_mlperf_hpc.py) against the data-parallel prediction at each
+    submission's GPUs and global batch, fp16 for AMP (nothing fitted; re-published logs and
+    devices without a built-in system left out). The measured epoch includes the evaluation."""
+    import csv
+    from pathlib import Path
+
+    from planner import api
+
+    path = Path(__file__).resolve().parents[1] / "planner/calibration/mlperf_hpc_cosmoflow.csv"
+    print("\nCNNs, 3-D (MLPerf HPC CosmoFlow, strong scaling): each submission's GPUs and "
+          "global batch, data parallel; nothing fitted")
+    print(f"{'submission':<44} {'system':<15} {'GPUs':>5} {'measured':>10} {'predicted':>10} "
+          f"{'error':>7}")
+    errors = []
+    with open(path, encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            system = next((s for key, s in HPC_SYSTEMS if key in r["accelerator"]), None)
+            if system is None or "re-published" in r["notes"] or not r["epoch_time_s"]:
+                continue
+            batch, gpus = int(r["global_batch"]), int(r["gpus"])
+            measured = batch / float(r["samples_per_s"])
+            pred = api.evaluate("cosmoflow", system, devices=gpus, global_batch=batch,
+                                precision="fp16" if r["precision"] == "AMP" else None)
+            error = pred.prediction.iteration_time_s / measured - 1
+            errors.append(error)
+            name = f"{r['round']} {r['submitter']} {r['system']}"[:44]
+            print(f"{name:<44} {system:<15} {gpus:>5} {measured * 1e3:>8.2f}ms "
+                  f"{pred.prediction.iteration_time_s * 1e3:>8.2f}ms {error:>+7.1%}")
+    print(f"{'all':<44} {'':<15} {len(errors):>5}   MAPE {sum(map(abs, errors)) / len(errors):.1%}"
+          f", bias {sum(errors) / len(errors):+.1%}")
+
+
 if __name__ == "__main__":
     transformers()
     cnns()
     mlperf_training()
     recommendation()
+    cosmoflow()
