@@ -199,8 +199,10 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                      schedule=schedule or "1f1b", seq_len=seq_len,
                                      memory_headroom=memory_headroom, **chosen)
     overlap, optimizer = chosen.get("overlap", True), chosen.get("optimizer")
+    softsync = chosen.get("softsync")
     only_for("cnn", given, TRANSFORMER_ONLY)
-    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1)
+    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
+                softsync=softsync)
     n, g = placement(cnn, nodes, devices, devices_per_node)
     if global_batch is None:
         if local_batch is None:
@@ -209,13 +211,9 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
     elif local_batch is not None and local_batch * n * g != global_batch:
         raise SpecError(f"local_batch: {local_batch} x {n * g} devices != global_batch "
                         f"{global_batch}")
-    softsync = chosen.get("softsync")
     col = enum_value(Collective, collective or ("parameter-server" if softsync else "ring"),
                      "collective")
     plan = Plan.data_parallel(n, g, global_batch, col, overlap, softsync)
-    if softsync:
-        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
-                    softsync=softsync)
     return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.memory_bytes,
                                    memory_headroom))
 

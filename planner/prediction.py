@@ -147,9 +147,10 @@ def asynchrony_doc(softsync: int, learners: int, parts: dict) -> dict:
     after every learners / n gradients (n updates per round of one gradient per learner); a
     gradient is about n updates stale on average and under 2 n with probability above
     0.9999 (measured with 30 learners, Zhang et al. 2016 sec. 2.4), so the learning rate is
-    divided by each gradient's staleness (sec. 4.3): n rounds of updates then move the
-    weights as one synchronous step of the same global batch, and the samples to a target
-    are the synchronous run's (their prescription keeps mini-batch x learners fixed). The
+    divided by each gradient's staleness (sec. 4.3): a round's n updates, each of learners / n
+    gradients about n updates stale, then move the weights as one synchronous step of the
+    same global batch, and the samples to a target are the synchronous run's (their
+    prescription keeps mini-batch x learners fixed). The
     round's bottleneck: the learner's compute and own exchange, the servers' links, or the
     servers' updates."""
     bottleneck = max(parts, key=parts.get)

@@ -20,7 +20,7 @@ from planner.errors import InfeasibleError, SpecError
 from planner.expr.cnn import DataParallelModel
 from planner.expr.collectives import Collective
 from planner.expr.symbols import b, g, n
-from planner.plan import Plan
+from planner.plan import Plan, check_softsync
 from planner.prediction import Config, Prediction, predict  # noqa: F401  (Config: old name)
 from planner.search import driver
 from planner.search import table as core
@@ -80,6 +80,11 @@ class DataParallelSolver:
         core.check_knee_tolerance(p.knee_tolerance)
         if not p.collectives:
             raise SpecError("collective: no collective allowed")
+        for c in p.collectives if p.softsync is not None else ():
+            check_softsync(p.softsync, c)
+        if (p.softsync or None) != self.m.options.softsync:
+            raise SpecError(f"softsync: the request's {p.softsync} is not the model's "
+                            f"{self.m.options.softsync} (build it with softsync=)")
         if p.objective is Objective.efficiency and p.global_batch is None:
             raise SpecError("objective: efficiency needs a fixed --global-batch")
         check_training(p.training, p.objective, p.pareto)
