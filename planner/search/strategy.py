@@ -22,6 +22,7 @@ load. The wall-clock `time_limit_s` only guards against runaways: a search it st
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ class SplitSolution:
         self.objective = record(self.objective, ObjectiveValue)
         self.data_parallel, self.search = record(self.data_parallel), record(self.search)
         self.training = record(self.training, TrainingReport)
+        self.spatial = record(self.spatial)
 
 
 def _divisors(x: int) -> list[int]:
@@ -317,12 +319,11 @@ class SplitSearch:
                                 br.activation_comm_s + br.exposed_gradient_comm_s,
                                 br.optimizer_time_s, br.memory_bytes, br.memory_breakdown,
                                 activation_communication_time_s=br.activation_comm_s)
-        sol = self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
-                             dp_sol, stats, stopped)
         from planner.analysis.spatial import crossovers
 
-        sol.spatial = crossovers(self.m, self.collectives[c]) or None
-        return sol
+        sol = self._solution("hybrid", proven, config, {"layers": br.layers}, pred, best[0],
+                             dp_sol, stats, stopped)
+        return dataclasses.replace(sol, spatial=crossovers(self.m, self.collectives[c]) or None)
 
     def _least_hybrid_comm(self, n: int, g: int, c: int) -> float:
         """A floor on the communication of every mode assignment at one point, when none of it
