@@ -18,7 +18,7 @@ import statistics
 import time
 from collections import defaultdict
 
-from planner import mlperf
+from planner import mlperf, switches
 from planner.catalog import load_model, load_system
 from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import HybridSolver, Search
@@ -56,7 +56,7 @@ def main() -> None:
     for job in jobs():
         q = Search(global_batch=job["batch"], devices=job["devices"], grad_reduce_bf16=True,
                    cuda_graphs=job["graphs"], lora_rank=job["lora"],
-                   fp8_attention=job["fp8_attention"])
+                   fp8_attention=job["fp8_attention"], searched=switches.SEARCHED)
         try:
             sol = HybridSolver(job["model"], load_system(job["system"]), job["precision"],
                                q).solve()

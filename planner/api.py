@@ -316,7 +316,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
-                    objective=objective_for(objective, "transformer"), training=training)
+                    objective=objective_for(objective, "transformer"), training=training,
+                    searched=switches.left_to_search(problem))
         if prefer_supported is not None and not 0 <= prefer_supported <= 1:
             raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
                             f"{prefer_supported!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner import switches
 from planner.errors import InfeasibleError, SpecError
 from planner.inputs import (
     CNN_ONLY,
@@ -115,7 +116,8 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
 
             q = request(Search, {"global_batch": batch, "nodes": n_val, "overlap": overlap,
                                  "time_limit_s": time_limit_s, "optimizer": optimizer or "adam",
-                                 **pins}, training=training)
+                                 **pins}, training=training,
+                        searched=switches.left_to_search(pins))
             sol = HybridSolver(m, system, prec, q).solve()
             return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
     else:

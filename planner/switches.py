@@ -61,6 +61,8 @@ class Switch:
     # the Megatron-LM flags written when a bool switch is away from its default (checked
     # against arguments.py at the commit planner.launch.megatron_lm names)
     megatron_flags: tuple[str, ...] = ()
+    # `solve` chooses it per plan when the request leaves it unset (a bool)
+    searched: bool = False
 
     @property
     def flag(self) -> str:
@@ -156,7 +158,7 @@ SWITCHES: tuple[Switch, ...] = (
                                  "--format megatron"}),
     Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
            "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
-           label=_on("tp overlap on"),
+           solve="searched (pin it on or off)", searched=True, label=_on("tp overlap on"),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
            "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
@@ -282,6 +284,8 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 # the switches only transformer plans take (a CNN request naming one is refused)
 TRANSFORMER_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES
                                           if s.families == ("transformer",))
+# the switches `solve` chooses per plan where the request leaves them unset
+SEARCHED: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.searched)
 # the switches only CNN plans take (a transformer request naming one is refused)
 CNN_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.families == ("cnn",))
 
@@ -298,6 +302,11 @@ def add_fields(cls):
             annotations[s.name] = s.annotation()
             setattr(cls, s.name, s.default)
     return cls
+
+
+def left_to_search(given: dict) -> tuple[str, ...]:
+    """The switches of `SEARCHED` a request's keywords leave unset (None or absent)."""
+    return tuple(name for name in SEARCHED if given.get(name) is None)
 
 
 def checked(obj) -> None:

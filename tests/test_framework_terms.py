@@ -260,11 +260,13 @@ def test_cuda_graphs_lower_every_kernel_floor_to_the_gpus_own():
 
 
 def test_solve_says_when_no_run_supports_its_pick_and_can_prefer_one(run):
-    """Llama-3-70B on 1,024 H100: the fastest plan shards the weights (ZeRO-3), which no
-    calibration run does: solve says so and names the fastest plan with the weights whole;
-    --prefer-supported takes that plan when it is within the given fraction."""
+    """Llama-3-70B on 1,024 H100 without tp overlap: the fastest plan shards the weights
+    (ZeRO-3), which no calibration run does: solve says so and names the fastest plan with
+    the weights whole; --prefer-supported takes that plan when it is within the given
+    fraction."""
     args = ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "1024",
-            "--global-batch", "1024", "--seq-len", "8192", "--format", "json")
+            "--global-batch", "1024", "--seq-len", "8192", "--no-tp-overlap", "--format",
+            "json")
     code, out, err = run(*args)
     fastest = json.loads(out)
     assert code == 0 and fastest["config"]["zero"] == 3
@@ -279,6 +281,28 @@ def test_solve_says_when_no_run_supports_its_pick_and_can_prefer_one(run):
     # a pinned ZeRO stage is the user's choice: nothing is searched again
     code, _, err = run(*args, "--zero", "3")
     assert code == 0 and "weights whole" not in err
+
+
+def test_solve_chooses_tp_overlap_where_it_pays_and_keeps_a_pin(run_json):
+    """tp overlap left free, Llama-3-70B on 1,024 H100 runs tensor parallel with it on and the
+    weights whole (the recipes' shape), faster than the best plan without it; pinned off it
+    stays off; the row's choice reaches the plan (and so every launcher form)."""
+    args = ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "1024",
+            "--global-batch", "1024", "--seq-len", "8192")
+    free = run_json(*args)
+    off = run_json(*args, "--no-tp-overlap")
+    assert free["config"]["tp_overlap"] is True and free["config"]["tp"] > 1
+    assert free["config"]["sequence_parallel"] and free["config"]["zero"] < 3
+    assert off["config"]["tp_overlap"] is False
+    assert (free["prediction"]["iteration_time_s"] < off["prediction"]["iteration_time_s"])
+    same = run_json("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "1024",
+                    "--global-batch", "1024", "--seq-len", "8192",
+                    *(f"--{k.replace('_', '-')}={free['config'][k]}"
+                      for k in ("tp", "cp", "pp", "dp", "micro_batch", "interleave", "zero")),
+                    "--sequence-parallel", "--tp-overlap", "--recompute",
+                    free["config"]["recompute"])
+    assert same["prediction"]["iteration_time_s"] == pytest.approx(
+        free["prediction"]["iteration_time_s"], rel=1e-12)
 
 
 # --- optimizers beyond Adam -----------------------------------------------------------------

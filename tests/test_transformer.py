@@ -238,7 +238,7 @@ def test_evaluate_equals_solve_at_the_optimum_and_pins_hold():
                                   devices=p.devices, tp=p.tp, pp=p.pp, micro_batch=p.micro_batch,
                                   interleave=p.interleave, recompute=p.recompute,
                                   sequence_parallel=p.sequence_parallel, zero=p.zero,
-                                  schedule=p.schedule)
+                                  schedule=p.schedule, tp_overlap=p.tp_overlap)
     assert ev.prediction.iteration_time_s == sol.prediction.iteration_time_s
     assert sol.objective["value"] == sol.prediction.iteration_time_s / 1536  # s/sample
     assert sol.prediction.fits_memory and p.devices <= 4096

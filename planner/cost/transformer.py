@@ -24,6 +24,9 @@ _NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl")  # PLAN_SY
 # each pipeline chunk (partial)
 PARTIAL = len(RECOMPUTE)
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
+# a switch a row may set for itself (the search chooses it per row), overriding the shared
+# value: the key names the switch
+_PER_ROW = ("tp_overlap",)
 _KEYS = {*_NUMERIC, *_CATEGORICAL, *switches.NAMES}
 
 
@@ -109,11 +112,14 @@ class Hardware:
         )
 
 
-def _choice(rec, sp, zero, gpipe, shared: dict) -> Choices:
+def _choice(rec, sp, zero, gpipe, *per_row, shared: dict, names: tuple = ()) -> Choices:
+    """The Choices of one categorical cell: recompute, sp, zero, gpipe, then the per-row
+    switches `names` (their values in `per_row`) over the `shared` ones."""
     partial = int(rec) == PARTIAL
+    own = {k: bool(v) for k, v in zip(names, per_row, strict=True)}
     return Choices(recompute="full" if partial else RECOMPUTE[int(rec)],
                    sequence_parallel=bool(sp), zero=int(zero), schedule=SCHEDULES[int(gpipe)],
-                   partial=partial, **shared)
+                   partial=partial, **{**shared, **own})
 
 
 def iteration(m: Transformer, hw: Hardware, cfg: dict,
@@ -124,26 +130,29 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
 
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     rl (layers of each chunk recomputed by the PARTIAL rows; default 1), recompute (0/1/2 as
-    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and, shared by every row, scalars
-    named as the switches of `planner.switches` (each its default when left out)."""
+    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars named as the switches of
+    `planner.switches` (each its default when left out), shared by every row, except that
+    `tp_overlap` may be an array too (0/1 per row: the search chooses it)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
-    cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in _CATEGORICAL))
+    names = tuple(k for k in _PER_ROW if k in cfg and np.ndim(cfg[k]))
+    cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in (*_CATEGORICAL, *names)))
     unknown = set(cfg) - _KEYS
     if unknown:  # a misspelt switch would otherwise price its default
         raise ValueError(f"iteration: unknown keys {sorted(unknown)}")
-    shared = {s.name: cfg[s.name] for s in switches.SWITCHES if s.name in cfg}
+    shared = {s.name: cfg[s.name] for s in switches.SWITCHES
+              if s.name in cfg and s.name not in names}
     shape = np.broadcast_shapes(*(x.shape for x in nums), cats[0].shape)
     num_shape = (1,) * len(shape) + np.broadcast_shapes(*(x.shape for x in nums))
     cat_shape = (1,) * len(shape) + cats[0].shape
     num_shape, cat_shape = num_shape[-len(shape):], cat_shape[-len(shape):]
     if len(shape) and any(a > 1 and c > 1 for a, c in zip(num_shape, cat_shape, strict=True)):
         # choices vary along the same axes as the plan: price each choice on its own rows
-        return _grouped(m, hw, nums, cats, shared, shape, outputs)
+        return _grouped(m, hw, nums, cats, shared, shape, outputs, names)
 
     # each cell of the choice grid prices every plan: one program for all the cells' choices
     cells = list(np.ndindex(cats[0].shape)) or [()]
-    choices = [_choice(*(c[i] for c in cats), shared) for i in cells]
+    choices = [_choice(*(c[i] for c in cats), shared=shared, names=names) for i in cells]
     unique = tuple(dict.fromkeys(choices))
     values = program(m, hw, unique, outputs)(*nums)
     out = {k: np.empty(shape) for k in outputs}
@@ -158,7 +167,7 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     return out
 
 
-def _grouped(m, hw, nums, cats, shared, shape, outputs) -> dict:
+def _grouped(m, hw, nums, cats, shared, shape, outputs, names=()) -> dict:
     nums = [np.broadcast_to(x, shape).ravel() for x in nums]
     cats = [np.broadcast_to(c, shape).ravel() for c in cats]
     combos, inverse = np.unique(np.column_stack(cats), axis=0, return_inverse=True)
@@ -166,7 +175,8 @@ def _grouped(m, hw, nums, cats, shared, shape, outputs) -> dict:
     out = {k: np.empty(inverse.size) for k in outputs}
     for j, combo in enumerate(combos):
         rows = np.flatnonzero(inverse == j)
-        values = program(m, hw, (_choice(*combo, shared),), outputs)(*(x[rows] for x in nums))
+        values = program(m, hw, (_choice(*combo, shared=shared, names=names),),
+                         outputs)(*(x[rows] for x in nums))
         for k in outputs:
             out[k][rows] = values[f"0/{k}"]
     return {k: v.reshape(shape) for k, v in out.items()}

@@ -62,7 +62,11 @@ MAX_ROWS = 20_000_000
 # a priced row of the search: the structure, the global batch, the per-row choices (recompute
 # as RECOMPUTE's index or PARTIAL, sequence parallelism, ZeRO, GPipe) and, for PARTIAL rows,
 # the layers of each chunk recomputed (0 otherwise)
-COLUMNS = ("t", "p", "v", "d", "mb", "B", "rec", "sp", "zero", "gpipe", "cp", "ep", "etp", "rl")
+# a row: the structure (`hybrid_space.structures`), the global batch, the categorical choices
+# (`hybrid_space.choices`) and the recomputed layers of a partial row
+STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
+CHOICE = ("rec", "sp", "zero", "gpipe", "tpo")
+COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
 ROW = np.dtype([(k, np.int64) for k in COLUMNS])
 OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.efficiency)
 UNITS = {o.value: o.unit for o in Objective}
@@ -224,12 +228,19 @@ class HybridSolver:
         rows, times = [], []
 
         def keep(st, B, chosen, fits, time_s, rl=None):
+            # tp overlap runs on sequence-parallel shards of a tensor-parallel layer: where
+            # the search tries it, rows without them keep it off (they would price alike)
+            tpo = chosen[:, CHOICE.index("tpo")][None, :]
+            sp = chosen[:, CHOICE.index("sp")][None, :]
+            fits = fits & ((tpo == 0) | ((st[:, :1] > 1) & (sp == 1)))
             si, ci = np.nonzero(fits)
-            out = np.empty((len(si), 14), dtype=np.int64)
-            out[:, :5], out[:, 5], out[:, 6:10], out[:, 10:13] = \
-                st[si, :5], B, chosen[ci], st[si, 5:]
-            out[:, 13] = 0 if rl is None else rl[si]
-            rows.append(out.view(ROW).ravel())
+            out = np.empty(len(si), dtype=ROW)
+            for j, k in enumerate(STRUCTURE):
+                out[k] = st[si, j]
+            for j, k in enumerate(CHOICE):
+                out[k] = chosen[ci, j]
+            out["B"], out["rl"] = B, 0 if rl is None else rl[si]
+            rows.append(out)
             times.append(time_s[si, ci])
 
         for B in self.batches:
@@ -265,8 +276,8 @@ class HybridSolver:
         t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
                "acc": B // (d * mb), **switches.values(self.q),
-               **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe"),
-                                                    chosen.T, strict=True)}}
+               **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe",
+                                                     "tp_overlap"), chosen.T, strict=True)}}
         if rl is not None:
             cfg["rl"] = rl
         r = iteration(self.m, self.hw, cfg, outputs)
@@ -376,10 +387,12 @@ class HybridSolver:
         return {**out, "tokens": out["samples"] * self.m.seq_len}
 
     def _plan(self, row) -> Plan:
-        t, p, v, d, mb, B, rec, sp, zero, gpipe, cp, ep, etp, rl = (int(row[k]) for k in COLUMNS)
-        return Plan.split(t, p, d, mb, B, node_size=self.hw.g, interleave=v, cp=cp, ep=ep,
-                          etp=etp, recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
-                          sequence_parallel=bool(sp and t > 1), zero=zero,
-                          schedule=SCHEDULES[gpipe],
-                          recompute_layers=rl if rec == PARTIAL else None,
-                          **switches.values(self.q))
+        r = {k: int(row[k]) for k in COLUMNS}
+        rec, t = r["rec"], r["t"]
+        return Plan.split(t, r["p"], r["d"], r["mb"], r["B"], node_size=self.hw.g,
+                          interleave=r["v"], cp=r["cp"], ep=r["ep"], etp=r["etp"],
+                          recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
+                          sequence_parallel=bool(r["sp"] and t > 1), zero=r["zero"],
+                          schedule=SCHEDULES[r["gpipe"]],
+                          recompute_layers=r["rl"] if rec == PARTIAL else None,
+                          **{**switches.values(self.q), "tp_overlap": bool(r["tpo"])})

@@ -58,6 +58,9 @@ class Search:
     workers: int = 1
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM  # fraction of device memory kept free
     knee_tolerance: float = core.DEFAULT_KNEE_TOLERANCE  # the knee: fewest devices within it
+    # the switches of `planner.switches.SEARCHED` the request left unset: the search tries
+    # each on and off per plan (a switch named here prices both, whatever its field says)
+    searched: tuple[str, ...] = ()
 
     def __post_init__(self):
         switches.checked(self)
@@ -163,17 +166,19 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
 
 
-def choices(q: Search) -> list[tuple[int, int, int, int]]:
-    """(recompute, sp, zero, gpipe) combinations the search prices (see the module docstring),
-    those the rules of `planner.rules` reading only them allow; a one-line error where the
-    pins leave none."""
+def choices(q: Search) -> list[tuple[int, int, int, int, int]]:
+    """(recompute, sp, zero, gpipe, tp_overlap) combinations the search prices (see the
+    module docstring), those the rules of `planner.rules` reading only them allow; a one-line
+    error where the pins leave none. tp_overlap is tried on and off when searched (rows
+    without sequence parallelism or tensor parallelism keep it off: `planner.search.hybrid`)."""
     # partial recomputation is not priced with the activation offload
     recs = ([PARTIAL] if q.recompute_layers else [RECOMPUTE.index(q.recompute)] if q.recompute
             else [0, 1, 2] if q.offload_activations else [0, 1, 2, PARTIAL])
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
-    every = [(r, s, z, k) for r in recs for s in sps for z in zeros for k in gp]
+    tpo = [0, 1] if "tp_overlap" in q.searched else [int(q.tp_overlap)]
+    every = [(r, s, z, k, o) for r in recs for s in sps for z in zeros for k in gp for o in tpo]
     ok = [c for c in every
           if rules.mask(None, q, SimpleNamespace(rec=c[0], sp=c[1], zero=c[2]), rules.CHOICE)]
     if not ok:
