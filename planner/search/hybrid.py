@@ -59,11 +59,10 @@ from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
 MAX_ROWS = 20_000_000
-# a priced row of the search: the structure, the global batch, the per-row choices (recompute
-# as RECOMPUTE's index or PARTIAL, sequence parallelism, ZeRO, GPipe) and, for PARTIAL rows,
-# the layers of each chunk recomputed (0 otherwise)
-# a row: the structure (`hybrid_space.structures`), the global batch, the categorical choices
-# (`hybrid_space.choices`) and the recomputed layers of a partial row
+# a priced row of the search: the structure (`hybrid_space.structures`), the global batch, the
+# per-row choices of `hybrid_space.choices` (recompute as RECOMPUTE's index or PARTIAL,
+# sequence parallelism, ZeRO, GPipe, tp overlap) and, for PARTIAL rows, the layers of each
+# chunk recomputed (0 otherwise)
 STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
 CHOICE = ("rec", "sp", "zero", "gpipe", "tpo")
 COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
