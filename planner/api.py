@@ -431,7 +431,8 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
     prec = (enum_value(Precision, precision, "precision")
             or cluster.pools[0].system.device.default_precision)
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
-                objective=objective_for(objective, "transformer"))
+                objective=objective_for(objective, "transformer"),
+                searched=switches.left_to_search(problem))
     return ClusterSolver(m, cluster, prec, q).solve()
 
 
