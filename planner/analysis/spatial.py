@@ -52,9 +52,7 @@ def trunk_terms(dp: DataParallelModel, k: int, collective: Collective = Collecti
     if leading == 0:
         return None
     layers = [i for s in split.segments[:leading] for i in s.layers]
-    alpha = split.dp.intra.alpha
-    halo_layers = sum(1 for i in layers if split.layer_act[i, j] > 0)
-    h_lat = 4 * alpha * halo_layers  # 2 messages, forward and backward, per windowed layer
+    h_lat = float(split.halo_latency[layers, j].sum())
     total = float(split.layer_act[layers, j].sum())
     return {"work_one_s": float((one.layer_fwd[layers, 0] + one.layer_bwd[layers, 0]).sum()),
             "work_split_s": float((split.layer_fwd[layers, j] + split.layer_bwd[layers, j]).sum()),

@@ -35,6 +35,7 @@ overlap max: the search models those two exactly with integer and max variables.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -86,25 +87,31 @@ class Modes:
     valid: np.ndarray  # (segments, modes)
 
 
+@functools.lru_cache(maxsize=64)
+def _limits(cnn) -> tuple[int, tuple[int, ...]]:
+    """(the narrowest weighted layer's channels: model k's largest degree, each segment's
+    fewest rows: spatial k's), per network (the search asks at every point)."""
+    segs = segments(cnn)
+    widths = [cnn.layers[i].output_shape[0] for s in segs for i in s.layers
+              if cnn.layers[i].params]
+    return (min(widths) if widths else 1), tuple(_rows(cnn, s) for s in segs)
+
+
 def modes_at(cnn, n: int, g: int, b: Fraction, spatial: bool = True) -> Modes:
     """The modes of a point of n nodes x g devices at b samples per device. Groups of k tile
     the nodes (k divides g, or g divides k); model k splits at most the narrowest weighted
     layer's channels; spatial k needs k rows in every layer of its segment; with b < 1 a
     mode runs only where its group holds whole samples (k b an integer)."""
-    segs = segments(cnn)
     N = n * g
-    widths = [cnn.layers[i].output_shape[0] for s in segs for i in s.layers
-              if cnn.layers[i].params]
-    widest = min(widths) if widths else 1
+    widest, rows = _limits(cnn)
     tiles = [k for k in range(2, N + 1) if N % k == 0 and (g % k == 0 or k % g == 0)]
     model = [k for k in tiles if k <= widest]
-    rows = [_rows(cnn, s) for s in segs]  # first spatial dim, 0: not spatial
     spatial_degrees = [k for k in tiles if k <= max(rows, default=0)] if spatial else []
     kinds = ["data"] + ["model"] * len(model) + ["spatial"] * len(spatial_degrees)
     degrees = [1, *model, *spatial_degrees]
     spat = np.array([kind == "spatial" for kind in kinds])
     whole = np.array([(k * b).denominator == 1 for k in degrees])
-    valid = np.tile(whole, (len(segs), 1))
+    valid = np.tile(whole, (len(rows), 1))
     for s_, r in enumerate(rows):
         valid[s_, spat] &= np.array([k <= r for k in spatial_degrees], dtype=bool)
     return Modes(kinds, degrees, valid)
@@ -187,6 +194,7 @@ class LayerModes:
         # Activation collectives of weighted layers in model k: gather inputs forward,
         # reduce-scatter input gradients backward (none for the first weighted layer).
         act = np.zeros((L, K))
+        halo_latency = np.zeros((L, K))  # of `act`, the spatial halos' message latencies
         exit_ = np.zeros((S, K))
         entry = np.zeros((S, K))
         halo = np.array([_halo_rows(l) for l in cnn.layers], dtype=float)
@@ -198,7 +206,8 @@ class LayerModes:
                 # from both neighbours (two messages), forward and the gradient's backward
                 rows_bytes = halo * np.divide(a.inputs, depth, out=np.zeros(L), where=depth > 0)
                 size = k * fb * rows_bytes * d
-                act[:, j] = np.where(halo > 0, 2 * (2 * lk.alpha + size / lk.beta), 0.0)
+                halo_latency[:, j] = np.where(halo > 0, 4 * lk.alpha, 0.0)
+                act[:, j] = np.where(halo > 0, halo_latency[:, j] + 2 * size / lk.beta, 0.0)
             else:
                 m = k * fb * a.inputs * d
                 gather = np.array([float(coll.all_gather(k, x, lk.alpha, lk.beta)) for x in m])
@@ -227,6 +236,7 @@ class LayerModes:
 
         seg_sum = lambda x: np.array([x[list(s.layers)].sum(axis=0) for s in self.segments])  # noqa: E731
         self.layer_fwd, self.layer_bwd, self.layer_act = fwd, bwd, act
+        self.halo_latency = halo_latency
         self.share = weights_share  # of each layer's weights a device holds
         self.compute = seg_sum(fwd + bwd)  # (S, K)
         self.act = seg_sum(act)

@@ -24,9 +24,9 @@ _NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl")  # PLAN_SY
 # each pipeline chunk (partial)
 PARTIAL = len(RECOMPUTE)
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
-# a switch a row may set for itself (the search chooses it per row), overriding the shared
-# value: the key names the switch
-_PER_ROW = ("tp_overlap",)
+# the switches a row may set for itself (the search chooses them per row), overriding the
+# shared value: the key names the switch
+_PER_ROW = switches.SEARCHED
 _KEYS = {*_NUMERIC, *_CATEGORICAL, *switches.NAMES}
 
 
@@ -62,6 +62,12 @@ class Hardware:
     # `matmul_flops` for a 16-bit or wider precision (0: take `matmul_flops`)
     attention_flops: float = 0.0
     attention_fp8_flops: float = 0.0
+
+    @property
+    def sixteen_bit_flops(self) -> float:
+        """What an fp8 / fp4 recipe keeps at 16 bits runs at (`attention_flops`, else the
+        matmul rate)."""
+        return self.attention_flops or self.matmul_flops
 
     @property
     def scale_up(self) -> int:
@@ -132,7 +138,8 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     rl (layers of each chunk recomputed by the PARTIAL rows; default 1), recompute (0/1/2 as
     RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars named as the switches of
     `planner.switches` (each its default when left out), shared by every row, except that
-    `tp_overlap` may be an array too (0/1 per row: the search chooses it)."""
+    those of `planner.switches.SEARCHED` may be arrays too (0/1 per row: the search chooses
+    them)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
     nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
     names = tuple(k for k in _PER_ROW if k in cfg and np.ndim(cfg[k]))

@@ -182,7 +182,7 @@ class LayerCosts:
             return hw.matmul_flops, hw.value_bytes
         if self.choices.fp8_attention:
             return hw.attention_fp8_flops or hw.matmul_flops, 1
-        return hw.attention_flops or hw.matmul_flops, hw.value_bytes
+        return hw.sixteen_bit_flops, hw.value_bytes
 
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
@@ -252,8 +252,7 @@ class LayerCosts:
                           (tok, sp.Integer(d_in) / t, h))
             # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024), in
             # 16 bits under an fp8 / fp4 recipe
-            scan = md.ssm_scan_flops() * b / (self.cp * t) / (hw.attention_flops
-                                                              or hw.matmul_flops)
+            scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.sixteen_bit_flops
             core = _max(scan, hw.launch_s) if hw.launch_s else scan
         gates = md.ffn_matrices - 1
         if kind.ffn == "dense":

@@ -271,7 +271,7 @@ class TransformerExpressions(LayerCosts):
         muon = sp.Integer(0)
         if c.optimizer == "muon" and not c.lora_rank:
             muon = (here * sp.Rational(md.muon_step_flops(), L) / t
-                    / (hw.attention_flops or hw.matmul_flops))
+                    / hw.sixteen_bit_flops)
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
         # biases and router, under 0.1 %, counted with them), the embedding and output layer

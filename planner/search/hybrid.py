@@ -61,10 +61,17 @@ from planner.spec.transformer import Transformer
 MAX_ROWS = 20_000_000
 # a priced row of the search: the structure (`hybrid_space.structures`), the global batch, the
 # per-row choices of `hybrid_space.choices` (recompute as RECOMPUTE's index or PARTIAL,
-# sequence parallelism, ZeRO, GPipe, tp overlap) and, for PARTIAL rows, the layers of each
-# chunk recomputed (0 otherwise)
+# sequence parallelism, ZeRO, GPipe, the searched switches) and, for PARTIAL rows, the layers
+# of each chunk recomputed (0 otherwise)
 STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
-CHOICE = ("rec", "sp", "zero", "gpipe", "tpo")
+CHOICE = ("rec", "sp", "zero", "gpipe", *switches.SEARCHED)
+# where each searched switch does anything (on elsewhere it prices as off: such rows are not
+# kept): (structures' t column, the choice's columns by name) -> bool array
+APPLIES = {
+    # tp overlap runs on sequence-parallel shards of a tensor-parallel layer
+    "tp_overlap": lambda t, col: (t > 1) & (col("sp") == 1),
+}
+assert set(switches.SEARCHED) <= set(APPLIES), "a searched switch needs its APPLIES rule"
 COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
 ROW = np.dtype([(k, np.int64) for k in COLUMNS])
 OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.efficiency)
@@ -227,11 +234,10 @@ class HybridSolver:
         rows, times = [], []
 
         def keep(st, B, chosen, fits, time_s, rl=None):
-            # tp overlap runs on sequence-parallel shards of a tensor-parallel layer: where
-            # the search tries it, rows without them keep it off (they would price alike)
-            tpo = chosen[:, CHOICE.index("tpo")][None, :]
-            sp = chosen[:, CHOICE.index("sp")][None, :]
-            fits = fits & ((tpo == 0) | ((st[:, :1] > 1) & (sp == 1)))
+            # a searched switch on where it does nothing prices as off: keep it off there
+            col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
+            for name in switches.SEARCHED:
+                fits = fits & ((col(name) == 0) | APPLIES[name](st[:, :1], col))
             si, ci = np.nonzero(fits)
             out = np.empty(len(si), dtype=ROW)
             for j, k in enumerate(STRUCTURE):
@@ -276,7 +282,8 @@ class HybridSolver:
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
                "acc": B // (d * mb), **switches.values(self.q),
                **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe",
-                                                     "tp_overlap"), chosen.T, strict=True)}}
+                                                     *switches.SEARCHED), chosen.T,
+                                                    strict=True)}}
         if rl is not None:
             cfg["rl"] = rl
         r = iteration(self.m, self.hw, cfg, outputs)
@@ -394,4 +401,5 @@ class HybridSolver:
                           sequence_parallel=bool(r["sp"] and t > 1), zero=r["zero"],
                           schedule=SCHEDULES[r["gpipe"]],
                           recompute_layers=r["rl"] if rec == PARTIAL else None,
-                          **{**switches.values(self.q), "tp_overlap": bool(r["tpo"])})
+                          **{**switches.values(self.q),
+                             **{k: bool(r[k]) for k in switches.SEARCHED}})

@@ -166,19 +166,22 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
 
 
-def choices(q: Search) -> list[tuple[int, int, int, int, int]]:
-    """(recompute, sp, zero, gpipe, tp_overlap) combinations the search prices (see the
-    module docstring), those the rules of `planner.rules` reading only them allow; a one-line
-    error where the pins leave none. tp_overlap is tried on and off when searched (rows
-    without sequence parallelism or tensor parallelism keep it off: `planner.search.hybrid`)."""
+def choices(q: Search) -> list[tuple[int, ...]]:
+    """(recompute, sp, zero, gpipe, then each switch of `planner.switches.SEARCHED`)
+    combinations the search prices (see the module docstring), those the rules of
+    `planner.rules` reading only them allow; a one-line error where the pins leave none. A
+    searched switch is tried on and off (rows it does nothing on keep it off:
+    `planner.search.hybrid`), a pinned one takes its value."""
     # partial recomputation is not priced with the activation offload
     recs = ([PARTIAL] if q.recompute_layers else [RECOMPUTE.index(q.recompute)] if q.recompute
             else [0, 1, 2] if q.offload_activations else [0, 1, 2, PARTIAL])
     sps = [int(q.sequence_parallel)] if q.sequence_parallel is not None else [1]
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
-    tpo = [0, 1] if "tp_overlap" in q.searched else [int(q.tp_overlap)]
-    every = [(r, s, z, k, o) for r in recs for s in sps for z in zeros for k in gp for o in tpo]
+    own = [[0, 1] if name in q.searched else [int(getattr(q, name))]
+           for name in switches.SEARCHED]
+    every = [(r, s, z, k, *o) for r in recs for s in sps for z in zeros for k in gp
+             for o in itertools.product(*own)]
     ok = [c for c in every
           if rules.mask(None, q, SimpleNamespace(rec=c[0], sp=c[1], zero=c[2]), rules.CHOICE)]
     if not ok:
