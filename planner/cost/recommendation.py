@@ -22,6 +22,8 @@ import numpy as np
 from planner.cost.transformer import Hardware
 from planner.expr import recommendation as ex
 from planner.expr.collectives import ring_allreduce
+from planner.expr.layer import DEVICE, RING
+from planner.expr.layer import links as links_of
 from planner.spec.hardware import Precision, System
 from planner.spec.recommendation import Recommendation
 
@@ -45,9 +47,11 @@ def links(system: System, hw: Hardware, devices: int) -> Links:
     """Inside one scale-up domain: its links; beyond: the all-to-all at a device's share of its
     node's NICs (each device exchanges with every other at once), the ring at the node's NICs
     capped by the scale-up link (one NCCL ring per NIC)."""
+    inside, device = links_of(hw, DEVICE)
     if devices <= hw.scale_up:
-        return Links(hw.intra_bw, hw.intra_lat, hw.intra_bw)
-    return Links(hw.nic_bw / hw.g, hw.inter_lat, min(hw.nic_bw, hw.intra_bw))
+        return Links(inside[0], inside[1], inside[0])
+    _, ring = links_of(hw, RING)
+    return Links(device[0], device[1], ring[0])
 
 
 @dataclass(frozen=True)
