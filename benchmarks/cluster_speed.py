@@ -16,10 +16,10 @@ import time
 
 from planner import api
 
-# the three-pool batches: B200 alone wins (1,536), replicas on all three (3,072), a
-# pipeline over all three (8,192)
-CASES = (("lab-a100-h100", 1536), ("mixed-hopper-blackwell", 1536),
-         ("mixed-hopper-blackwell", 3072), ("mixed-hopper-blackwell", 8192))
+# the three-pool batches: B200 alone wins (768), a pipeline over all three (1,536),
+# replicas on all three (4,096)
+CASES = (("lab-a100-h100", 1536), ("mixed-hopper-blackwell", 768),
+         ("mixed-hopper-blackwell", 1536), ("mixed-hopper-blackwell", 4096))
 
 
 def main() -> None:

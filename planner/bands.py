@@ -3,8 +3,10 @@ residuals of comparable calibration runs.
 
 Every calibration run the planner can price leaves a residual (`planner/calibration/
 residuals.csv`): leave-one-group-out where constants were fitted to its group (vTrain, SC21:
-predicted with constants refitted without the group), held out otherwise (BERT-Large, MLPerf
-Training: nothing fitted to them). A prediction's band is the 10th-90th percentile of the
+predicted with constants refitted without the group; MLPerf Training on Blackwell and AMD
+CDNA, whose GEMM share `planner.fit_mlperf` fits: predicted with the share refitted without the
+run's benchmark), held out otherwise (BERT-Large, MLPerf Training on Hopper: nothing fitted to
+them). A prediction's band is the 10th-90th percentile of the
 measured / predicted ratio over the most specific group of comparable runs with at least
 `MIN_RUNS` of them: system family x precision x model size x scale (devices), then without the
 scale, then family x precision, then family. Mixture-of-experts plans only borrow from
@@ -137,8 +139,8 @@ def _band(feat: dict, rows) -> Band:
 
 def _rows() -> list[dict]:
     """Every priced calibration run with its out-of-sample prediction."""
+    from planner import fit_mlperf, mlperf
     from planner import fit_transformer as ft
-    from planner import mlperf
     from planner.catalog import load_model, load_system
 
     out = []
@@ -157,6 +159,7 @@ def _rows() -> list[dict]:
             out.append({"source": g.name.split(" (")[0].split(" ")[0], "group": g.name,
                         **a100, "size": size, "scale": scale_class(devices),
                         "measured_over_predicted": float(np.exp(-e))})
+    held = fit_mlperf.held_out_predictions()
     for r in mlperf.rows():
         if r["error"] is None:
             continue
@@ -166,7 +169,8 @@ def _rows() -> list[dict]:
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
                         plan.devices)
         out.append({"source": "MLPerf", "group": run.group, **feat,
-                    "measured_over_predicted": run.measured_s / r["predicted_s"]})
+                    "measured_over_predicted": run.measured_s / held.get(id(run),
+                                                                         r["predicted_s"])})
     return out
 
 

@@ -1,7 +1,9 @@
 """Fit each device's fused-attention rate (`flash_attention:` in its spec) to the published kernel
 benchmarks in `planner/calibration/flash_attention.csv`: FlashAttention-2 on A100 (Dao 2023,
 figs. 4-7), cuDNN's fused attention on H100 (Shah et al. 2024, FlashAttention-3, figs. 5-6),
-the kernel Transformer Engine, and so Megatron-LM and NeMo, run on Hopper.
+the kernel Transformer Engine, and so Megatron-LM and NeMo, run on Hopper; cuDNN on B200
+(9.13.0, Zadouri et al. 2026, FlashAttention-4's benchmark figures) and on GB200 and GB300
+(backend 9.27.0, NVIDIA cudnn-frontend's published training benchmark), head dim 128 only.
 
 The form: at head dimension d and k keys per query a direction (forward, backward) runs at
 R[d] x k / (k + k_half), a saturating curve in the keys each query tile streams past (short
@@ -26,7 +28,8 @@ from importlib import resources
 import numpy as np
 
 # (device spec, kernel in the CSV): the kernel the device's usual training stack runs
-SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"))
+SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"), ("b200", "cudnn"),
+           ("gb200", "cudnn"), ("gb300", "cudnn"))
 _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 

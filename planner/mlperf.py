@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 from pathlib import Path
 
 from planner.catalog import load_model, load_system
@@ -59,8 +60,14 @@ def _flag(value: str, default: bool) -> bool:
     return default if value == "" else value not in ("0", "False", "false")
 
 
-def read(path: Path = CSV) -> list[Run]:
-    """Every row of the file, duplicates (the same measurement filed twice) left out."""
+def read(path: Path = CSV) -> tuple[Run, ...]:
+    """Every row of the file, duplicates (the same measurement filed twice) left out (read
+    once per process: the same Run objects every call)."""
+    return _read(Path(path).resolve())
+
+
+@functools.cache
+def _read(path: Path) -> tuple[Run, ...]:
     out = []
     with open(path, newline="", encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
@@ -79,7 +86,7 @@ def read(path: Path = CSV) -> list[Run]:
                 why = "parallel sizes or batch not all given by the submission's files"
             out.append(Run(r, MODELS.get(r["benchmark"], r["benchmark"]), system, precision,
                            float(r["step_time_s"]), why))
-    return out
+    return tuple(out)
 
 
 def plan_of(run: Run) -> Plan:
@@ -106,8 +113,9 @@ def plan_of(run: Run) -> Plan:
                       fp8_attention=r["fp8_attention"] == "1")
 
 
-def predicted(run: Run) -> tuple[float | None, str | None]:
-    """(predicted step time, None), or (None, why the planner refuses the plan)."""
+def predicted(run: Run, system=None) -> tuple[float | None, str | None]:
+    """(predicted step time, None), or (None, why the planner refuses the plan); `system`:
+    priced on this one instead of the run's built-in system (`planner.fit_mlperf`)."""
     if run.why_not:
         return None, run.why_not
     model = load_model(run.model)
@@ -115,7 +123,7 @@ def predicted(run: Run) -> tuple[float | None, str | None]:
     if seq:
         model = with_seq_len(model, int(seq))
     try:
-        pred = predict(model, load_system(run.system), run.precision, plan_of(run))
+        pred = predict(model, system or load_system(run.system), run.precision, plan_of(run))
     except SpecError as err:
         return None, f"refused: {err}"
     return pred.iteration_time_s, None

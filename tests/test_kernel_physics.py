@@ -94,6 +94,28 @@ def test_fp8_speeds_up_only_the_gemms():
     assert 1.2 < ratio < 2.0, ratio
 
 
+def test_the_lm_head_stays_at_16_bits_in_an_fp8_or_fp4_recipe():
+    """Megatron-LM's output layer is not a Transformer Engine layer: its three GEMMs cost the
+    same in a bf16, an fp8 and an nvfp4 recipe (the 16-bit rate), while the layers' own GEMMs
+    speed up; with the GEMMs' rate the head would have been 2x / 4x cheaper."""
+    from planner.catalog import load_model
+    from planner.expr.symbols import c_p, e_p, e_t
+
+    m, system = load_model("llama3-8b"), load_system("dgx-b200")
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    head, layer = {}, {}
+    for p in (Precision.bf16, Precision.fp8, Precision.nvfp4):
+        ex = TransformerExpressions(m, Hardware.of(system, p), Choices(flash_attention=True))
+        head[p] = float(ex.terms["logit_time"].subs(at))
+        layer[p] = float(ex.terms["layer_time"].subs(at))
+    assert head[Precision.fp8] == pytest.approx(head[Precision.bf16], rel=1e-12)
+    assert head[Precision.nvfp4] == pytest.approx(head[Precision.bf16], rel=1e-12)
+    assert layer[Precision.nvfp4] < layer[Precision.fp8] < 0.8 * layer[Precision.bf16]
+    # the head alone: 3 GEMMs of (s, h, vocab) at the 16-bit rate
+    flops = 3 * 2 * m.seq_len * m.hidden * m.vocab
+    assert head[Precision.nvfp4] > flops / Hardware.of(system, Precision.bf16).matmul_flops
+
+
 def test_fp8_gemms_run_at_their_own_measured_share_of_the_fp8_peak():
     """The large-GEMM rate at fp8 is the device's fp8 microbenchmark share times the A100's
     fitted-to-microbenchmark ratio (H100: 0.709 x 0.807 = 0.572 of 1,979 TFLOP/s), not the

@@ -120,9 +120,9 @@ def test_slurm_het_job_gives_each_node_its_stage_order_rank(lab):
 
 
 def test_best_single_pool_plan_has_every_form(run):
-    """When one pool alone is best (B200 at batch 1,536), its plan is an ordinary plan."""
+    """When one pool alone is best (B200 at batch 768), its plan is an ordinary plan."""
     args = ("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell", "--global-batch",
-            "1536", "--format")
+            "768", "--format")
     code, out, err = run(*args, "megatron")
     assert code == 0, err
     flags = megatron_flags(out)
@@ -144,7 +144,7 @@ def test_pipeline_forms_refused_in_one_line(run, fmt, message):
 
 def test_replicas_across_pools_refused_naming_the_shares(run):
     code, _, err = run("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
-                       "--global-batch", "3072", "--format", "megatron")
+                       "--global-batch", "4096", "--format", "megatron")
     assert code == 2 and "same micro-batches" in err and "on dgx-b200" in err
 
 

@@ -326,7 +326,7 @@ def test_replicas_balance_in_closed_form_and_need_their_link(run_json):
     """Replicas on three pools: each pool's integer micro-batches within one of the closed
     form that makes all pools finish together; the plan needs a link between pools."""
     doc = run_json("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
-                   "--global-batch", "3072")
+                   "--global-batch", "4096")
     plan, limits = doc["plan"], doc["limits"]
     assert plan["kind"] == "replicas across pools"
     got = {g["stages"][0]["pool"]: g["micro_batches"] for g in plan["groups"]}

@@ -152,7 +152,7 @@ class LayerCosts:
         passes = 6 if self.choices.recompute == "full" else 4
         return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
 
-    def _matmul(self, rows, inner, cols, count=1, kept=False):
+    def _matmul(self, rows, inner, cols, count=1, kept=False, sixteen=False):
         """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
         whichever is slower (roofline, Williams et al. 2009), and never faster than the host
         issues a kernel. The rate falls with the GEMM's thinnest dimension n as n / (n + n_half):
@@ -160,10 +160,13 @@ class LayerCosts:
         hide its prologue (the saturating curve of vTrain, Bang et al. 2024, fig. 4, and of the
         cuBLAS shape sweeps in NVIDIA's matmul performance guide). `kept`: one of attention's
         products, which an fp8 / fp4 recipe keeps out of the GEMMs' format
-        (`attention_rate`)."""
+        (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head)."""
         hw = self.hw
-        rate, operand_bytes = self.attention_rate() if kept else (
-            hw.matmul_flops, 1 if hw.gemm_only else hw.value_bytes)  # fp8 / fp4: 1 byte
+        if sixteen:
+            rate, operand_bytes = hw.sixteen_bit_flops, hw.value_bytes
+        else:
+            rate, operand_bytes = self.attention_rate() if kept else (
+                hw.matmul_flops, 1 if hw.gemm_only else hw.value_bytes)  # fp8 / fp4: 1 byte
         if hw.gemm_half_dim:
             rate = rate * gemm_share(smin(rows, inner, cols),
                                      hw.gemm_half_dim)

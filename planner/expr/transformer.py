@@ -124,7 +124,11 @@ class TransformerExpressions(LayerCosts):
         # recomputation
         grads = 1 if c.lora_rank else 2
         layer = (1 + grads) * proj + core + core_bwd + elem + elem_bwd + extra
-        logit = (1 + grads) * self._matmul(tok, h, sp.Integer(md.vocab) / t)
+        # the LM head stays at 16 bits in an fp8 / fp4 recipe: Megatron-LM's output layer is
+        # its own ColumnParallelLinear, not a Transformer Engine layer (gpt_model.py at
+        # d98e8a6; TE's only with --fp8-output-proj and mxfp8), as torchtitan's float8
+        # documentation configures it too (filter_fqns=["output"], float8.md at b5bcd76)
+        logit = (1 + grads) * self._matmul(tok, h, sp.Integer(md.vocab) / t, sixteen=True)
         if not c.grad_accumulation_fusion and not c.lora_rank:
             # the output layer's weight gradient too, on the last stage
             layer = layer + self._unfused_accumulation()

@@ -9,7 +9,8 @@ ep, etp and cp too), activations their per-tensor count, uneven chunks their own
 the data-parallel allreduce NCCL's pipelined ring (docs/nccl-check.md), and ZeRO-3 the first
 layer's gathers, and when compute beside an overlapped collective slowed down, MoE layers
 paid their routing and token permutation, and a single pipeline stage held the embedding and
-the untied output layer both, and an fp8 recipe's unfused attention kept its 16-bit rate;
+the untied output layer both, and an fp8 recipe's unfused attention kept its 16-bit rate,
+and the LM head its 16-bit rate in an fp8 / fp4 recipe;
 `test_transformer_grid` holds the engine to them at 1e-9 relative.
 Regenerate only when the physics changes on purpose:
 
