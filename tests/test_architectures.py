@@ -172,11 +172,16 @@ def test_totals_are_the_sum_over_layers(name):
     m = load_model(name)
     seq = m.layer_sequence()
     assert len(seq) == m.layers
-    assert m.params() == sum(map(m.kind_params, seq)) + m.embedding_params() + m.head_params()
-    assert m.forward_flops() == sum(map(m.kind_matmul_flops, seq)) + m.logit_flops()
+    mtp = (seq[-1],) * m.mtp_layers  # multi-token prediction blocks (DeepSeek-V3: one)
+    h = m.hidden
+    assert m.params() == (sum(map(m.kind_params, seq + mtp)) + m.embedding_params()
+                          + m.head_params() + m.mtp_layers * (2 * h * h + 3 * m.norm_params()))
+    assert m.forward_flops() == (sum(map(m.kind_matmul_flops, seq + mtp))
+                                 + (1 + m.mtp_layers) * m.logit_flops()
+                                 + m.mtp_layers * 4 * m.seq_len * h * h)
     assert m.model_flops(count_masked=True) == 3 * m.forward_flops()
     assert m.model_flops() == 3 * (m.forward_flops()
-                                   - sum(map(m.kind_masked_attention_flops, seq)))
+                                   - sum(map(m.kind_masked_attention_flops, seq + mtp)))
     assert abs(m.layer_params() * m.layers - m.layers_params()) <= m.layers
 
 

@@ -24,7 +24,8 @@ DEEPSEEK = ("evaluate", "-m", "deepseek-v3", "-H", "dgx-h100", "--devices", "102
 def test_megatron_deepseek_v3_is_the_published_architecture(run):
     """DeepSeek-V3 (config.json; Technical Report sec. 2): MLA ranks and head sizes, 18,432-wide
     dense FFN in the first 3 layers and 58 MoE layers of 2,048-wide experts plus one shared
-    expert, sigmoid router with the expert bias, top-k scaling 2.5, 8 groups / 4 chosen."""
+    expert, sigmoid router with the expert bias, top-k scaling 2.5, 8 groups / 4 chosen, one
+    multi-token prediction depth."""
     flags = _megatron_flags(_out(run, *DEEPSEEK, "--format", "megatron"))
     want = {"--multi-latent-attention": [], "--q-lora-rank": ["1536"],
             "--kv-lora-rank": ["512"], "--qk-head-dim": ["128"],
@@ -36,6 +37,7 @@ def test_megatron_deepseek_v3_is_the_published_architecture(run):
             "--moe-router-score-function": ["sigmoid"], "--moe-router-enable-expert-bias": [],
             "--moe-router-topk-scaling-factor": ["2.5"], "--moe-router-num-groups": ["8"],
             "--moe-router-group-topk": ["4"], "--rotary-base": ["10000"],
+            "--mtp-num-layers": ["1"],
             "--attention-dropout": ["0.0"], "--hidden-dropout": ["0.0"]}
     for flag, values in want.items():
         assert flags.get(flag) == values, flag
@@ -133,10 +135,29 @@ def test_torchtitan_refuses_models_it_has_no_flavor_of(run, model):
     assert code == 2 and "no" in err and "flavor" in err and "--format megatron" in err, err
 
 
-def test_torchtitan_deepseek_v3_flavor_and_commit(run):
+def deepseek_v3_without_mtp(folder) -> str:
+    """The built-in DeepSeek-V3 with its multi-token prediction depth removed: what
+    torchtitan's 671B flavor builds."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "planner" / "models" / "deepseek-v3.yaml").read_text()
+    assert "\nmtp_layers: 1\n" in text
+    path = folder / "deepseek-v3-no-mtp.yaml"
+    path.write_text(text.replace("\nmtp_layers: 1\n", "\n"))
+    return str(path)
+
+
+def test_torchtitan_refuses_deepseek_v3_with_its_mtp_depth(run):
+    code, out, err = run(*DEEPSEEK, "--format", "torchtitan")
+    assert code == 2 and out == "" and "multi-token prediction" in err
+    assert "--format megatron" in err and len(err.strip().splitlines()) == 1
+
+
+def test_torchtitan_deepseek_v3_flavor_and_commit(run, tmp_path):
     from tests.test_launch_torchtitan import torchtitan_config
 
-    text = _out(run, *DEEPSEEK, "--format", "torchtitan")
+    model = deepseek_v3_without_mtp(tmp_path)
+    text = _out(run, *DEEPSEEK[:2], model, *DEEPSEEK[3:], "--format", "torchtitan")
     assert "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a" in text.splitlines()[0]
     cfg = torchtitan_config(text)
     assert cfg.model_spec.flavor == "671B"

@@ -331,8 +331,12 @@ def test_moe_float8_async_tp(run):
     assert code == 2 and "dropless" in err
 
 
-def test_deepseek_v3_flavor(run):
-    cfg = torchtitan_config(_out(run, *DEEPSEEK, "--format", "torchtitan"), devices=1024)
+def test_deepseek_v3_flavor(run, tmp_path):
+    from tests.test_launch_models import deepseek_v3_without_mtp
+
+    model = deepseek_v3_without_mtp(tmp_path)
+    cfg = torchtitan_config(_out(run, *DEEPSEEK[:2], model, *DEEPSEEK[3:], "--format",
+                                 "torchtitan"), devices=1024)
     assert (cfg.model_spec.name, cfg.model_spec.flavor) == ("deepseek_v3", "671B")
     assert cfg.parallelism.expert_parallel_degree == 64
 

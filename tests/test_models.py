@@ -112,7 +112,7 @@ def test_conv_carries_flops_fc_carries_weights_in_alexnet():
 TRANSFORMERS = {
     "mixtral-8x7b": (46_702_792_704, 46.7, 1),  # Jiang et al. 2024: 46.7B
     "mixtral-8x22b": (140_620_634_112, 141, 0),  # Mistral AI: 141B
-    "deepseek-v3": (671_026_419_200, 671, 0),  # main model; the 14B MTP module not counted
+    "deepseek-v3": (682_636_487_424, 671, 0),  # 671B: the main model, its MTP depth apart
     "qwen3-30b-a3b": (30_532_122_624, 30.5, 1),
     "qwen3-235b-a22b": (235_093_634_560, 235, 0),
     "gpt-oss-120b": (116_829_156_672, 116.83, 2),  # model card: 116.83B
@@ -135,9 +135,24 @@ def test_builtin_transformer_exact_total(name):
     m = load_model(name)
     params, headline, digits = TRANSFORMERS[name]
     assert m.params() == params
-    assert round(params / 1e9, digits) == headline
+    assert round((params - m.mtp_params()) / 1e9, digits) == headline
     sources = read_yaml(MODELS / f"{name}.yaml")["sources"]
     assert "config.json" in sources["architecture"], "every built-in names its source"
+
+
+def test_deepseek_v3_mtp_depth_by_its_parts():
+    """One multi-token prediction depth: a MoE block like the last layer, the 2h -> h
+    projection (7,168 x 14,336) and three RMSNorms; with the checkpoint's copies of the
+    embedding and the head (129,280 x 7,168 each) it is the "14B" MTP module of DeepSeek's
+    README (13.46B), 685B in all."""
+    m = load_model("deepseek-v3")
+    assert m.mtp_params() == 11_610_068_224
+    module = m.mtp_params() + 2 * 129_280 * 7168
+    assert round(module / 1e9) in (13, 14) and round(m.params() / 1e9 + 2 * 0.92668) == 684
+    # forward FLOPs per sequence: the block, the projection and the head once more
+    s = m.seq_len
+    assert m.mtp_depth_flops() == (m.kind_matmul_flops(m.layer_sequence()[-1])
+                                   + 2 * s * 14336 * 7168 + 2 * s * 7168 * 129_280)
 
 
 def test_llama31_405b_exact_total():
@@ -170,5 +185,7 @@ def test_deepseek_v3_itemised():
     assert kinds == {"attention+dense": 3, "attention+moe": 58}
     moe = 256 * 3 * 7168 * 2048 + 3 * 7168 * 2048 + 256 * (7168 + 1)
     assert m.moe_params() == moe
-    assert m.params() == (3 * (187_107_328 + 3 * 7168 * 18432 + 2 * 7168)
-                          + 58 * (187_107_328 + moe + 2 * 7168) + 2 * 129280 * 7168 + 7168)
+    main = (3 * (187_107_328 + 3 * 7168 * 18432 + 2 * 7168)
+            + 58 * (187_107_328 + moe + 2 * 7168) + 2 * 129280 * 7168 + 7168)
+    # and its multi-token prediction depth: a MoE block, the 2h -> h projection, three norms
+    assert m.params() == main + (187_107_328 + moe + 2 * 7168) + 7168 * 14336 + 3 * 7168

@@ -149,6 +149,25 @@ class TransformerExpressions(LayerCosts):
 
         ep, moe = self.ep, sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
 
+        # --- multi-token prediction (DeepSeek-V3 sec. 2.2; Megatron-LM places the depths on
+        # the last stage, after the output layer): per depth the 2h -> h projection (a
+        # column-parallel TE linear), one block of the last layer's kind with its collectives,
+        # and the LM head again; as (compute, tp, cp, ep, offload) like a kept layer ---
+        mtp_kept = (sp.Integer(0),) * 5
+        if md.mtp_layers:
+            kind = md.mtp_kind()
+            m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = self._kind_parts(kind)
+            m_fwd = m_proj + m_core + m_elem
+            m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
+                       + (m_fwd if full else m_core if selective else 0)
+                       + (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit)
+            m_cp = ((2 if full or selective else 1) * overlapped(ring, m_core, slow)
+                    + overlapped(2 * ring, m_core_bwd, slow))
+            if c.ep_overlap:
+                m_ep = overlapped(m_ep, m_layer, slow)
+            mtp_kept = tuple(md.mtp_layers * x for x in (m_layer, m_tp, m_cp, m_ep))
+            mtp_kept = (*mtp_kept, sp.Integer(0))
+
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer; with
         # pinned first / last stages, those and ceil(rest / others) on the others ---
         # --- partial recomputation: of a stage's n layers, the first recompute_layers of
@@ -177,9 +196,9 @@ class TransformerExpressions(LayerCosts):
             here = _max(first, middle, last)
             chunks = v  # Megatron-LM: each pinned stage's layers divide into its v chunks
 
-            def slowest(per_layer, again=0):
+            def slowest(per_layer, again=0, tail=logit):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)
-                return _max(cost(first), cost(middle), cost(last) + logit)
+                return _max(cost(first), cost(middle), cost(last) + tail)
         else:
             here, fewer = sp.ceiling(L / p), sp.floor(L / p)
             # v chunks of ceil(L / (p v)) layers at most (fewer where L does not divide into
@@ -196,9 +215,9 @@ class TransformerExpressions(LayerCosts):
             last = _if(v > 1, v * whole_chunks
                        + sp.floor((L - p * v * whole_chunks + 1) / p), fewer)
 
-            def slowest(per_layer, again=0):
+            def slowest(per_layer, again=0, tail=logit):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)
-                return _if(p > 1, _max(cost(here), cost(last) + logit), cost(L) + logit)
+                return _if(p > 1, _max(cost(here), cost(last) + tail), cost(L) + tail)
 
         if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
             ep_layer = overlapped(ep_layer, layer, slow)
@@ -221,8 +240,10 @@ class TransformerExpressions(LayerCosts):
             again = (fwd, tp_layer - tp_kept, cp_layer - cp_kept, ep_layer - ep_kept, 0)
         else:
             kept, again = (layer, tp_layer, cp_layer, ep_layer, off_layer), (0,) * 5
+        # the last stage's tail: the output layer, then the multi-token prediction depths
         stage, compute_stage, tp_stage, cp_stage, ep_stage = (
-            slowest(sum(kept[:k]), sum(again[:k])) for k in (5, 1, 2, 3, 4))
+            slowest(sum(kept[:k]), sum(again[:k]), logit + sum(mtp_kept[:k]))
+            for k in (5, 1, 2, 3, 4))
 
         # --- pipeline point-to-point: b s h / t per chunk boundary, forward and backward.
         # Without sequence parallelism the boundary tensor is whole on each of the t ranks:
@@ -248,10 +269,18 @@ class TransformerExpressions(LayerCosts):
         expert_params = here * experts_per_layer / (self.etp * ep)
         # the embedding and output layer, vocabulary-parallel over tp: the first stage holds
         # the embedding, the last the output layer (tied: a copy of the embedding, Megatron-LM's
-        # shared word embeddings), one stage both (and, tied, once)
+        # shared word embeddings), one stage both (and, tied, once); with multi-token
+        # prediction the last stage holds the depths, and (pipelined, untied) the
+        # embedding they read (gpt_model.py builds it where mtp_process), the depths' routed
+        # experts split e_t e_p ways like the layers'
         emb, head = md.embedding_params(), md.head_params()
-        head_copy = head + (md.vocab * h if md.tied_embeddings else 0)
-        outer = _if(p > 1, max(emb, head_copy), emb + head) / t
+        mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
+                       if md.mtp_layers and md.mtp_kind().ffn == "moe" else 0)
+        mtp_dense = md.mtp_params() - mtp_experts
+        head_copy = (head + (md.vocab * h if md.tied_embeddings or md.mtp_layers else 0)
+                     + mtp_dense)
+        outer = _if(p > 1, max(emb, head_copy), emb + head + mtp_dense) / t
+        outer = outer + sp.Integer(mtp_experts) / (self.etp * ep)
         local_params = here * (md.layer_params() - experts_per_layer) / t + outer + expert_params
         # the parameters that train: all, or with frozen base weights the LoRA adapters (of
         # each adapted projection, A of QKV and B of the output projection whole on every tp
@@ -302,7 +331,12 @@ class TransformerExpressions(LayerCosts):
         # stored per micro-batch by a stage of n layers (partial: the kept layers whole)
         held = _stage_cost(rebuilt if partial else act_layer, act_layer - rebuilt,
                            recomputed if partial else None)
-        logits = 4 * tok * sp.Integer(md.vocab) / t  # fp32 logits of one micro-batch, last stage
+        # fp32 logits of one micro-batch on the last stage, once per multi-token prediction
+        # depth too, with each depth's block activations
+        logits = mtp_logits = (
+            4 * tok * sp.Integer(md.vocab) / t * (1 + md.mtp_layers)
+            + (md.mtp_layers * self.kind_activation_bytes(c.recompute, md.mtp_kind())
+               if md.mtp_layers else 0))
         gpipe = c.schedule == "gpipe"
         # the last stage holds its own warm-up's micro-batches and their logits (1F1B runs
         # each micro-batch's loss backward right after its forward: one at a time)
@@ -365,14 +399,16 @@ class TransformerExpressions(LayerCosts):
         # one stage's parts per layer, for plans whose stages differ (`planner.cost.pools`
         # assembles them with the forms above): a pipeline over several kinds of device
         self.stage_parts = {
-            "layer_time": sum(kept), "logit_time": logit,
+            "layer_time": sum(kept), "logit_time": logit + sum(mtp_kept),
             "layer_backward": grads * proj + core_bwd + elem_bwd,
             "layer_params": (md.layer_params() - experts_per_layer) / t
             + experts_per_layer / (self.etp * ep),
-            "embedding_params": sp.Integer(emb) / t, "head_params": sp.Integer(head_copy) / t,
-            "single_params": sp.Integer(emb + head) / t,
+            "embedding_params": sp.Integer(emb) / t,
+            "head_params": sp.Integer(head_copy) / t + sp.Integer(mtp_experts) / (self.etp * ep),
+            "single_params": (sp.Integer(emb + head + mtp_dense) / t
+                              + sp.Integer(mtp_experts) / (self.etp * ep)),
             "layer_activations": act_layer, "rebuilt_activations": rebuilt,
-            "logit_activations": 4 * tok * sp.Integer(md.vocab) / t,
+            "logit_activations": mtp_logits,
             "send_bytes": send, "regather": regather,
             "grad_bytes": sp.Integer(gb), "weight_bytes": wb,
             "state_bytes": kappa,

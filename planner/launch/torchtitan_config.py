@@ -211,6 +211,10 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                         "torchtitan form)")
     name, flavor, notes = _flavor(m)
     tt = TORCHTITAN_COMMIT[:7]
+    if m.mtp_layers:  # its DeepSeek-V3 flavors are registered without MTP depths
+        raise SpecError(f"format: torchtitan ({tt}) builds no multi-token prediction depth "
+                        f"into its '{flavor}' flavor (num_mtp_layers is a model_registry "
+                        "argument, not a config field); use --format megatron")
     precision = target.precision
     if precision in ("fp64", "nvfp4", "fp4"):
         raise SpecError(f"format: torchtitan has no {precision} training as the plan prices "

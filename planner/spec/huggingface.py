@@ -146,6 +146,9 @@ def deepseek_v3(c: _Config) -> dict:
                   "shared_experts": c.get("n_shared_experts", 1),
                   "router_bias": c.get("topk_method", "noaux_tc") == "noaux_tc"}
     out["first_dense_layers"] = c.get("first_k_dense_replace", 3)
+    # multi-token prediction depths (DeepSeek-V3: 1; their weights are the checkpoint's
+    # layers past num_hidden_layers)
+    out["mtp_layers"] = c.get("num_nextn_predict_layers", 0)
     return out
 
 

@@ -127,6 +127,7 @@ class Transformer:
     router_topk_scale: float | None = None
     router_groups: int | None = None
     router_group_topk: int | None = None
+    mtp_layers: int = 0  # multi-token prediction depths (`mtp_kind` blocks)
 
     kind = "transformer"
 
@@ -315,8 +316,27 @@ class Transformer:
         return (self.norm_params() + pooler
                 + (0 if self.tied_embeddings else self.vocab * self.hidden))
 
+    def mtp_kind(self) -> LayerKind:
+        """The kind of a multi-token prediction block: the last layer's (DeepSeek-V3 sec. 2.2:
+        TRM_k is one of the main model's blocks; a MoE block there)."""
+        return self.layer_sequence()[-1]
+
+    def mtp_depth_params(self) -> int:
+        """One multi-token prediction depth as Megatron-LM builds it
+        (multi_token_prediction.py at d98e8a6): the norms of the previous depth's hidden state
+        and of the shifted tokens' embedding, their 2h -> h projection, the block, its final
+        norm; the embedding and the output layer are the main model's (shared)."""
+        h = self.hidden
+        return self.kind_params(self.mtp_kind()) + 2 * h * h + 3 * self.norm_params()
+
+    def mtp_params(self) -> int:
+        return self.mtp_layers * self.mtp_depth_params() if self.mtp_layers else 0
+
     def params(self) -> int:
-        return self.layers_params() + self.embedding_params() + self.head_params()
+        """Every trained parameter: the layers, embedding and head, and the multi-token
+        prediction depths (which DeepSeek-V3's 671B leaves out)."""
+        return (self.layers_params() + self.embedding_params() + self.head_params()
+                + self.mtp_params())
 
     def active_params(self) -> int:
         """Parameters a token passes through (MoE: top_k experts), embeddings excluded."""
@@ -476,15 +496,31 @@ class Transformer:
     def logit_flops(self) -> int:
         return 2 * self.seq_len * self.hidden * self.vocab
 
+    def mtp_depth_flops(self) -> int:
+        """Forward matmul FLOPs of one multi-token prediction depth per sequence: its
+        projection of the 2h concatenation, its block, the LM head again."""
+        s, h = self.seq_len, self.hidden
+        return 2 * s * 2 * h * h + self.kind_matmul_flops(self.mtp_kind()) + self.logit_flops()
+
     def forward_flops(self) -> int:
-        return self.layers_matmul_flops() + self.logit_flops()
+        return (self.layers_matmul_flops() + self.logit_flops()
+                + self.mtp_layers * self.mtp_depth_flops())
+
+    def _kinds_run(self) -> tuple[tuple[LayerKind, int], ...]:
+        """`layer_kinds` with the multi-token prediction blocks counted too: every block a
+        sequence runs."""
+        if not self.mtp_layers:
+            return self.layer_kinds()
+        kind, out = self.mtp_kind(), dict(self.layer_kinds())
+        out[kind] = out.get(kind, 0) + self.mtp_layers
+        return tuple(out.items())
 
     def lora_model_flops(self, rank: int, count_masked: bool = False) -> int:
         """`model_flops` when only LoRA adapters train (base weights frozen): every matmul
         with a weight runs forward and its input gradient (2x forward: no weight gradient),
         the attention core and the SSD scan forward and backward (3x), the adapters' GEMMs 3x
         (2 r (in + out) per token each)."""
-        kinds = self.layer_kinds()
+        kinds = self._kinds_run()
         skipped = 0 if count_masked else sum(
             n * self.kind_masked_attention_flops(k) for k, n in kinds)
         core = sum(n * (self.kind_attention_core_flops(k) + self.kind_ssm_scan_flops(k))
@@ -501,7 +537,7 @@ class Transformer:
         7B model at s = 131,072 on H100 showed 85 % MFU); `count_masked` counts them as SC21
         eq. 3 and PaLM do (to read those papers' TFLOP/s back as time)."""
         skipped = 0 if count_masked else sum(
-            n * self.kind_masked_attention_flops(k) for k, n in self.layer_kinds())
+            n * self.kind_masked_attention_flops(k) for k, n in self._kinds_run())
         return 3 * (self.forward_flops() - skipped)
 
 
@@ -555,4 +591,5 @@ def build_transformer(data: dict, where: str) -> Transformer:
         router_topk_scale=moe.router_topk_scale if moe else None,
         router_groups=moe.router_groups if moe else None,
         router_group_topk=moe.router_group_topk if moe else None,
+        mtp_layers=spec.mtp_layers,
     )

@@ -134,6 +134,9 @@ class TransformerFile(Spec):
     attention_sinks: bool = False
     layer_pattern: str | None = Field(default=None, min_length=1, max_length=100_000)
     mamba: Mamba | None = None
+    # multi-token prediction depths (DeepSeek-V3 sec. 2.2; Megatron-LM --mtp-num-layers): each
+    # a block of the last layer's kind after its own projection, with the LM head run again
+    mtp_layers: int = Field(default=0, ge=0, le=64)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -148,6 +151,12 @@ class TransformerFile(Spec):
             raise ValueError(f"moe.top_k {self.moe.top_k} exceeds moe.experts {self.moe.experts}")
         if self.first_dense_layers and not self.moe:
             raise ValueError("first_dense_layers needs moe")
+        if self.mtp_layers and self.layer_pattern is not None:
+            raise ValueError("mtp_layers with a layer_pattern: a hybrid model's MTP block "
+                             "pattern is not modelled")
+        if self.mtp_layers and self.position_embedding not in ("rotary", "none"):
+            raise ValueError("mtp_layers needs rotary or no position embedding (Megatron-LM "
+                             "runs multi-token prediction with rope or none only)")
         if self.first_dense_layers >= self.layers:
             raise ValueError(f"first_dense_layers {self.first_dense_layers} leaves no MoE layer "
                              f"of {self.layers}")
