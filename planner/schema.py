@@ -104,7 +104,7 @@ SPATIAL_CROSSOVERS = {"type": "array", "items": obj({
     "devices_per_sample": INT, "spatial_dims": INT, "side_now": INT, "scale": NUM, "side": NUM,
     "scale_bandwidth_only": NUM, "side_bandwidth_only": NUM, "scale_latency_only": NUM,
     "formula": STR, "work_one_s": NUM, "work_split_s": NUM, "halo_bandwidth_s": NUM,
-    "halo_latency_s": NUM})}
+    "halo_latency_s": NUM, "issue_bound": BOOL})}
 SPLIT_CONFIG = obj({"nodes": INT, "devices_per_node": INT, "devices": INT, "global_batch": INT,
                     "local_batch": INT, "devices_per_sample": INT, "stages": INT,
                     "replicas": INT, "micro_batch": INT,

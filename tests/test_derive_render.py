@@ -28,7 +28,7 @@ from planner.formulas import (
 from planner.latex import LHS, lhs, symbol_latex
 from planner.tidy import evaluate, tidy
 
-RESNET = ("-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096")
+RESNET = ("-m", "resnet50", "-H", "dgx1-v100", "--global-batch", "4096")
 CASES = [(c.value, True) for c in Collective] + [("ring", False)]
 TRANSFORMER = ("gpt3-175b", None)
 RING_OPTIMUM = {  # issue 13: n* = (1/g) sqrt((B (c - h_1) - 2 M / beta) / (2 k alpha))

@@ -195,7 +195,10 @@ def test_crossover_side_matches_a_sweep_of_built_models(k):
             break
     assert first is not None and first == math.ceil(c["side"] - 1e-9)
     lo = max(c["scale_bandwidth_only"], c["scale_latency_only"])
-    assert lo <= c["scale"] <= c["scale_bandwidth_only"] + c["scale_latency_only"]
+    if c["issue_bound"]:  # the slabs' kernels are issue bound there: the root lies higher
+        assert c["scale"] > lo
+    else:
+        assert lo <= c["scale"] <= c["scale_bandwidth_only"] + c["scale_latency_only"]
 
 
 def test_hybrid_solution_reports_the_crossover(run_json):

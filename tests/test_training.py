@@ -218,10 +218,11 @@ def test_joint_time_to_train_optimum_bounds_the_solver():
 
 
 def test_derive_gives_the_time_to_train_batch_formula(run_json):
-    doc = run_json("derive", "-m", "resnet50", "-H", "dgx-a100-80gb", "--global-batch", "4096",
+    # a V100 (no issue floor fitted): the optimum is the stationary point, where B_noise enters
+    doc = run_json("derive", "-m", "resnet50", "-H", "dgx1-v100", "--global-batch", "4096",
                    "--critical-batch", "4096", "--formula", "time_to_train_batch")
     (f,) = doc["formulas"]
-    lim = api.limits("resnet50", "dgx-a100-80gb", global_batch=4096, critical_batch=4096.0)
+    lim = api.limits("resnet50", "dgx1-v100", global_batch=4096, critical_batch=4096.0)
     assert math.isclose(f["value"], lim.time_to_train_batch[0], rel_tol=1e-9)
     assert "B_noise" in f["symbols"] and "n" in f["symbols"]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.expr.cnn import DataParallelModel, LinkParams
 from planner.expr.collectives import Collective, hierarchical_allreduce
+from planner.expr.roofline import issue_time
 from planner.spec.cnn import CNN
 
 
@@ -82,10 +83,11 @@ class LayerArrays:
                    arr(lambda l: bool(l.forward_flops or l.params)).astype(bool))
 
 
-def roofline(flops, bytes_, flop_rate: float, byte_rate: float):
-    """max(FLOPs / achieved FLOP/s, bytes / achieved memory B/s) (Williams et al. 2009), the
-    same per-layer rule as `cost/roofline.py`."""
-    return np.maximum(np.asarray(flops) / flop_rate, np.asarray(bytes_) / byte_rate)
+def roofline(flops, bytes_, flop_rate: float, byte_rate: float, floor=0.0):
+    """max(FLOPs / achieved FLOP/s, bytes / achieved memory B/s, the kernels' issue floor)
+    (Williams et al. 2009), the same per-layer rule as `expr/roofline.py`."""
+    return np.maximum(np.maximum(np.asarray(flops) / flop_rate, np.asarray(bytes_) / byte_rate),
+                      floor)
 
 
 def rates(dp: DataParallelModel) -> tuple[float, float]:
@@ -95,16 +97,25 @@ def rates(dp: DataParallelModel) -> tuple[float, float]:
             dev.efficiency.memory * dev.memory_bandwidth_Bps)
 
 
+def issue_floors(dp: DataParallelModel, a: LayerArrays) -> tuple[np.ndarray, float]:
+    """(backward, forward) issue floor of every layer: its kernels (one forward; backward a
+    weighted layer's two, the first's and an elementwise one's one: `bwd_factor`) times the
+    host's issue time (`expr/roofline.py`)."""
+    t = issue_time(dp.system.device)
+    return a.bwd_factor * t, t
+
+
 def data_layer_times(dp: DataParallelModel, a: LayerArrays, batch) -> np.ndarray:
     """Forward + backward roofline of every layer on `batch` samples with all its weights (data
     mode; the per-layer terms of `DataParallelModel.compute_sum`). `batch` broadcasts: an
     array of shape (P, 1) gives (P, layers)."""
     d = dp.options.precision.bytes
     r = rates(dp)
+    bwd_floor, fwd_floor = issue_floors(dp, a)
     x = np.asarray(batch, dtype=float)
-    fwd = roofline(a.flops * x, d * (a.params + (a.inputs + a.outputs) * x), *r)
+    fwd = roofline(a.flops * x, d * (a.params + (a.inputs + a.outputs) * x), *r, fwd_floor)
     bwd = roofline(a.bwd_factor * a.flops * x, d * (2 * a.params + (2 * a.inputs + a.outputs) * x),
-                   *r)
+                   *r, bwd_floor)
     return (fwd + bwd) * a.costed
 
 
@@ -115,13 +126,14 @@ def weighted_layer_floor(dp: DataParallelModel, a: LayerArrays, batch, devices) 
     the FLOPs of `batch` samples and streams at least P/k weights, k x batch gathered inputs and
     batch outputs; P/k + I k b is smallest at k = sqrt(P / (I b)), clipped to [1, devices]."""
     d = dp.options.precision.bytes
-    flop_rate, byte_rate = rates(dp)
+    r = rates(dp)
+    bwd_floor, fwd_floor = issue_floors(dp, a)
     w = a.params > 0
     F, P, I, O, bf = a.flops[w], a.params[w], a.inputs[w], a.outputs[w], a.bwd_factor[w]
     b = np.asarray(batch, dtype=float)
     k = np.clip(np.sqrt(P / (I * b)), 1, np.asarray(devices, dtype=float))
-    fwd = np.maximum(F * b / flop_rate, d * (P / k + I * k * b + O * b) / byte_rate)
-    bwd = np.maximum(bf * F * b / flop_rate, d * (2 * P / k + 2 * I * k * b + O * b) / byte_rate)
+    fwd = roofline(F * b, d * (P / k + I * k * b + O * b), *r, fwd_floor)
+    bwd = roofline(bf * F * b, d * (2 * P / k + 2 * I * k * b + O * b), *r, bwd_floor[w])
     return (fwd + bwd).sum(axis=-1)
 
 

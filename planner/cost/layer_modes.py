@@ -43,7 +43,15 @@ from fractions import Fraction
 import numpy as np
 
 from planner.cost import cnn_layout
-from planner.cost.cnn_layout import Group, LayerArrays, allreduce_terms, link, roofline, segments
+from planner.cost.cnn_layout import (
+    Group,
+    LayerArrays,
+    allreduce_terms,
+    issue_floors,
+    link,
+    roofline,
+    segments,
+)
 from planner.expr import collectives as coll
 from planner.expr.cnn import DataParallelModel
 from planner.expr.collectives import Collective
@@ -137,10 +145,12 @@ class LayerModes:
     (mode 0 is data), `valid` per segment and mode."""
 
     def __init__(self, dp: DataParallelModel, n: int, g: int, b: int | Fraction,
-                 collective: Collective, overlap: bool, spatial: bool = True):
+                 collective: Collective, overlap: bool, spatial: bool = True,
+                 floors: bool = True):
         """`b`: samples per device, a fraction where several devices share one sample (only
         the modes whose group's k b samples are whole run then); `spatial`: offer the spatial
-        modes."""
+        modes; `floors`: each layer's kernels take at least their issue time (False: the bare
+        roofline, what scales with the sample's volume: `planner.analysis.spatial`)."""
         b = Fraction(b)
         self.dp, self.n, self.g, self.b = dp, n, g, b
         self.collective, self.overlap = collective, overlap
@@ -182,13 +192,16 @@ class LayerModes:
         share = np.where(spat[None, :], 1.0 / ks[None, :], share)
         weights_share = np.where(spat[None, :], 1.0, share)  # spatial: every device all weights
         work = share * samples  # fraction of the layer's per-sample work, times samples
+        bwd_floor, fwd_floor = issue_floors(dp, a)  # every device issues the layer's kernels
+        if not floors:
+            bwd_floor, fwd_floor = 0 * bwd_floor, 0.0
         fwd = roofline(a.flops[:, None] * work,
                        d * (a.params[:, None] * weights_share + a.inputs[:, None] * gathered
-                            + a.outputs[:, None] * work), *rates)
+                            + a.outputs[:, None] * work), *rates, fwd_floor)
         bwd = roofline(a.bwd_factor[:, None] * a.flops[:, None] * work,
                        d * (2 * a.params[:, None] * weights_share
                             + 2 * a.inputs[:, None] * gathered
-                            + a.outputs[:, None] * work), *rates)
+                            + a.outputs[:, None] * work), *rates, bwd_floor[:, None])
         fwd, bwd = fwd * a.costed[:, None], bwd * a.costed[:, None]
 
         # Activation collectives of weighted layers in model k: gather inputs forward,
