@@ -22,6 +22,8 @@ from collections import defaultdict
 from planner import calibrate as cal
 from planner import fit_mlperf, mlperf
 from planner import fit_transformer as ft
+from planner.bands import family
+from planner.catalog import load_system
 
 
 def transformers() -> None:
@@ -62,8 +64,8 @@ def mlperf_training() -> None:
     rows = mlperf.rows()
     priced = [r for r in rows if r["error"] is not None]
     held = fit_mlperf.held_out_predictions()
-    out = {id(r["run"]): held.get(id(r["run"]), r["predicted_s"]) / r["measured_s"] - 1
-           for r in priced}
+    out = {id(r["run"]): held.get(fit_mlperf.key(r["run"]), r["predicted_s"]) / r["measured_s"]
+           - 1 for r in priced}
     print("\nMLPerf Training (planner/calibration/mlperf_training.csv): each submission at its "
           "own plan; out of sample: leave-one-benchmark-out")
     print(f"{'group':<36} {'rows':>4} {'MAPE':>7} {'bias':>7} {'worst':>7} {'held-out MAPE':>13}")
@@ -72,9 +74,7 @@ def mlperf_training() -> None:
         by[r["group"]].append(r)
     fam: dict[str, list[dict]] = defaultdict(list)
     for r in priced:
-        system = r["run"].system
-        fam["H100 / H200" if system in ("dgx-h100", "hgx-h200") else
-            "AMD" if system.startswith("mi") else "B200 / B300 / GB200 / GB300"].append(r)
+        fam[family(load_system(r["run"].system).device.name)].append(r)
     groups = [*sorted(by.items()), *((f"all {k}", v) for k, v in sorted(fam.items())),
               ("all priced", priced)]
     for group, rs in groups:

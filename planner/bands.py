@@ -15,7 +15,8 @@ dispatch), and plans that shard the weights
 (ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs: with none in the data
 their band says "not covered" rather than something it does not know.
 
-    python -m planner.bands        # rewrite residuals.csv (about two minutes)
+    python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
+                                   # refits included)
 """
 
 from __future__ import annotations
@@ -169,8 +170,8 @@ def _rows() -> list[dict]:
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
                         plan.devices)
         out.append({"source": "MLPerf", "group": run.group, **feat,
-                    "measured_over_predicted": run.measured_s / held.get(id(run),
-                                                                         r["predicted_s"])})
+                    "measured_over_predicted": run.measured_s / held.get(
+                        fit_mlperf.key(run), r["predicted_s"])})
     return out
 
 

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from planner import mlperf
+from planner.bands import family
 from planner.calibrate import _golden_min
 from planner.catalog import load_system
 
@@ -42,9 +43,9 @@ MICROBENCHMARK = {
     "gb300": (0.729, 0.723),
     "mi300x": (0.511, None), "mi325x": (0.6, None), "mi355x": (0.622, None),
 }
-FAMILIES = {"Hopper": ("h100-sxm5-80gb", "h200-sxm-141gb"),
-            "Blackwell": ("b200", "gb200", "b300", "gb300"),
-            "AMD CDNA": ("mi300x", "mi325x", "mi355x")}
+# the families as the error bands group devices (`planner.bands.family`)
+FAMILIES = {fam: tuple(d for d in MICROBENCHMARK if family(d) == fam)
+            for fam in dict.fromkeys(family(d) for d in MICROBENCHMARK)}
 APPLIED = ("Blackwell", "AMD CDNA")
 BOUNDS = (0.4, 1.0)
 
@@ -60,10 +61,10 @@ def with_share(system, share: float):
     return dataclasses.replace(system, device=dev.model_copy(update={"efficiency": eff}))
 
 
-def runs(family: str) -> list[mlperf.Run]:
+def runs(fam: str) -> list[mlperf.Run]:
     """The family's priceable MLPerf rows."""
     return [r for r in mlperf.read() if not r.why_not
-            and load_system(r.system).device.name in FAMILIES[family]]
+            and load_system(r.system).device.name in FAMILIES[fam]]
 
 
 def log_errors(rows: list[mlperf.Run], share: float) -> np.ndarray:
@@ -81,35 +82,39 @@ def fit(rows: list[mlperf.Run]) -> float:
     return _golden_min(lambda s: float(np.mean(log_errors(rows, s) ** 2)), *BOUNDS, tol=1e-3)
 
 
+def held_out_shares(rows: list[mlperf.Run]) -> dict[str, float]:
+    """Benchmark -> the share fitted to the other benchmarks' rows (none when it is the only
+    one)."""
+    benches = sorted({r.row["benchmark"] for r in rows})
+    return {b: fit([r for r in rows if r.row["benchmark"] != b]) for b in benches
+            if len(benches) > 1}
+
+
 def held_out(rows: list[mlperf.Run]) -> dict[str, tuple[float, np.ndarray]]:
     """Benchmark -> (the share fitted without it, its rows' log errors at that share)."""
-    out = {}
-    for bench in sorted({r.row["benchmark"] for r in rows}):
-        rest = [r for r in rows if r.row["benchmark"] != bench]
-        if not rest:
-            continue
-        share = fit(rest)
-        out[bench] = (share, log_errors([r for r in rows if r.row["benchmark"] == bench],
-                                        share))
-    return out
+    return {b: (share, log_errors([r for r in rows if r.row["benchmark"] == b], share))
+            for b, share in held_out_shares(rows).items()}
+
+
+def key(run: mlperf.Run) -> tuple:
+    """A row's identity: its values as the CSV gives them."""
+    return tuple(run.row.values())
 
 
 @functools.cache
-def held_out_predictions() -> dict[int, float]:
-    """id(run) -> its step time predicted leave-one-benchmark-out, for every priceable row
-    of the `APPLIED` families (`mlperf.read()`'s Run objects, read once per process): what
-    the error bands and `benchmarks/accuracy.py` take as those rows' out-of-sample
-    prediction."""
+def held_out_predictions() -> dict[tuple, float]:
+    """`key(run)` -> its step time predicted leave-one-benchmark-out, for every priceable row
+    of the `APPLIED` families: what the error bands and `benchmarks/accuracy.py` take as
+    those rows' out-of-sample prediction."""
     out = {}
-    for family in APPLIED:
-        rows = runs(family)
-        for bench in sorted({r.row["benchmark"] for r in rows}):
-            share = fit([r for r in rows if r.row["benchmark"] != bench])
-            for run in rows:
-                if run.row["benchmark"] == bench:
-                    t, _ = mlperf.predicted(run, with_share(load_system(run.system), share))
-                    if t is not None:
-                        out[id(run)] = t
+    for fam in APPLIED:
+        rows = runs(fam)
+        shares = held_out_shares(rows)
+        for run in rows:
+            t, _ = mlperf.predicted(run, with_share(load_system(run.system),
+                                                    shares[run.row["benchmark"]]))
+            if t is not None:
+                out[key(run)] = t
     return out
 
 
@@ -118,15 +123,15 @@ def _mape(log_err: np.ndarray) -> float:
 
 
 def main() -> None:
-    for family in FAMILIES:
-        rows = runs(family)
+    for fam in FAMILIES:
+        rows = runs(fam)
         share = fit(rows)
         before, after = log_errors(rows, A100_SHARE), log_errors(rows, share)
-        print(f"{family}: {len(rows)} rows; share {share:.3f} of the microbenchmark "
+        print(f"{fam}: {len(rows)} rows; share {share:.3f} of the microbenchmark "
               f"(carried A100 share {A100_SHARE}): MAPE {_mape(before):.1f} % -> "
               f"{_mape(after):.1f} % in sample, bias {100 * np.mean(np.expm1(before)):+.1f} "
               f"% -> {100 * np.mean(np.expm1(after)):+.1f} %"
-              + ("" if family in APPLIED else " (not applied: the carried share is kept)"))
+              + ("" if fam in APPLIED else " (not applied: the carried share is kept)"))
         out = held_out(rows)
         for bench, (s, err) in out.items():
             print(f"  held out {bench}: share {s:.3f} without it, its {len(err)} rows "
@@ -135,8 +140,8 @@ def main() -> None:
             every = np.concatenate([e for _, e in out.values()])
             print(f"  leave-one-benchmark-out over all {len(every)} rows: MAPE "
                   f"{_mape(every):.1f} %")
-        if family in APPLIED:
-            for dev in FAMILIES[family]:
+        if fam in APPLIED:
+            for dev in FAMILIES[fam]:
                 bf16, fp8 = MICROBENCHMARK[dev]
                 spec = f"matmul: {round(bf16 * share, 3)}"
                 if fp8 is not None:

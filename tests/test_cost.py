@@ -82,9 +82,9 @@ def test_roofline_pieces_symbolic_and_numeric_agree(model, hw):
     f = dp.numeric("compute")
     for x in (0.5, 1, 3, 17, 100, 1000, 1e5):
         exact = float(dp.expand(dp.t_compute).subs(b, x))
-        if hw != "k80-fdr" and x <= 1:  # issue bound: the floors' sum, every layer
+        if hw != "k80-fdr" and x == 0.5:  # every layer issue bound: the floors' sum
             floors = dp.compute_sum.floors.sum()
-            assert floors > 0 and exact >= floors * (1 - 1e-12)
+            assert floors > 0 and math.isclose(exact, floors, rel_tol=1e-12)
         for pieces in (symbolic, numeric):
             piece = next(p for p in pieces if p.b_lo <= x <= p.b_hi)
             assert math.isclose(piece(x), exact, rel_tol=1e-9)

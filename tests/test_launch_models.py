@@ -147,10 +147,20 @@ def deepseek_v3_without_mtp(folder) -> str:
     return str(path)
 
 
-def test_torchtitan_refuses_deepseek_v3_with_its_mtp_depth(run):
-    code, out, err = run(*DEEPSEEK, "--format", "torchtitan")
+def test_torchtitan_runs_deepseek_v3_mtp_without_pipeline_or_context_parallelism(run):
+    """torchtitan's model_registry builds the MTP depth (num_mtp_layers) and rejects it with
+    pp or cp (deepseek_v3/MTP.md at b5bcd76): refused there, written without them."""
+    from tests.test_launch_torchtitan import torchtitan_config
+
+    code, out, err = run(*DEEPSEEK, "--format", "torchtitan")  # pp 8
     assert code == 2 and out == "" and "multi-token prediction" in err
     assert "--format megatron" in err and len(err.strip().splitlines()) == 1
+    flat = ("evaluate", "-m", "deepseek-v3", "-H", "dgx-h100", "--devices", "1024", "--ep",
+            "64", "--etp", "1", "--global-batch", "4096", "--zero", "3", "--recompute", "full")
+    text = _out(run, *flat, "--format", "torchtitan")
+    assert "num_mtp_layers=1" in text
+    cfg = torchtitan_config(text, devices=1024)
+    assert (cfg.model_spec.name, cfg.model_spec.flavor) == ("deepseek_v3", "671B")
 
 
 def test_torchtitan_deepseek_v3_flavor_and_commit(run, tmp_path):

@@ -143,12 +143,12 @@ def test_builtin_transformer_exact_total(name):
 def test_deepseek_v3_mtp_depth_by_its_parts():
     """One multi-token prediction depth: a MoE block like the last layer, the 2h -> h
     projection (7,168 x 14,336) and three RMSNorms; with the checkpoint's copies of the
-    embedding and the head (129,280 x 7,168 each) it is the "14B" MTP module of DeepSeek's
-    README (13.46B), 685B in all."""
+    embedding and the head (129,280 x 7,168 each) it is the MTP module of DeepSeek's README,
+    13.46B (which it rounds to "14B", and 671B + 14B to "685B")."""
     m = load_model("deepseek-v3")
     assert m.mtp_params() == 11_610_068_224
     module = m.mtp_params() + 2 * 129_280 * 7168
-    assert round(module / 1e9) in (13, 14) and round(m.params() / 1e9 + 2 * 0.92668) == 684
+    assert 13.4e9 < module < 13.5e9
     # forward FLOPs per sequence: the block, the projection and the head once more
     s = m.seq_len
     assert m.mtp_depth_flops() == (m.kind_matmul_flops(m.layer_sequence()[-1])

@@ -55,7 +55,15 @@ def test_a_depth_sits_on_the_last_stage_with_its_weights_and_an_embedding_copy()
     last = (2 * base.layer_params() + base.head_params() + mtp.mtp_params()
             + base.vocab * base.hidden)
     assert float(two[1]["weights"]) == pytest.approx(2 * last, rel=1e-12)
-    assert float(two[1]["time"]) > float(two[0]["time"])
+    # five layers over two stages: three and the embedding on the first, two, the head, the
+    # depth and the embedding copy on the last, which holds more
+    five = _toy(layers=5, mtp_layers=1)
+    first = 3 * five.layer_params() + five.embedding_params()
+    last = (2 * five.layer_params() + five.head_params() + five.mtp_params()
+            + five.vocab * five.hidden)
+    assert last > first
+    got = float(iteration(five, HW, {**CFG, "p": 2, "acc": 4})["weights"])
+    assert got == pytest.approx(2 * last, rel=1e-12)
 
 
 def test_a_depth_is_the_last_layers_kind():

@@ -246,7 +246,7 @@ class Limits(TimeToTrain):
                            "a step of the collective's ceiling(log2 p) latency")
         b_edge = sp.Float(self.global_batch / (self.g * x))
         return Formula("optimal_nodes", S.B / (S.g * b_edge), vals,
-                       f"roofline ridge at local batch {float(b_edge):.4g}")
+                       f"roofline corner at local batch {float(b_edge):.4g}")
 
     @property
     def optimal_nodes(self) -> float:

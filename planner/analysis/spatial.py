@@ -41,7 +41,9 @@ def trunk_terms(dp: DataParallelModel, k: int, collective: Collective = Collecti
                 ) -> dict | None:
     """(W, W_k, H_bw, H_lat, layers) of the convolution trunk at the spec's size, per sample:
     one device (data mode, one sample) against a group of k devices sharing it (spatial k
-    inside one node of at least k devices); None where no leading segment takes spatial k."""
+    inside one node of at least k devices), the works with their kernels' issue floors (as a
+    plan prices them; `_passes` holds them per layer and pass without, and the floors); None
+    where no leading segment takes spatial k."""
     g = dp.system.devices_per_node
     if k < 2 or k > g or g % k:
         return None
@@ -123,7 +125,9 @@ def crossover(dp: DataParallelModel, k: int, collective: Collective = Collective
             "scale": float(x), "side": float(x * side), "scale_bandwidth_only": x_bw,
             "side_bandwidth_only": x_bw * side, "scale_latency_only": x_lat,
             "issue_bound": floored,
-            "formula": "side* = side x, (W - W_k) x^d = H_bw x^(d-1) + H_lat; between "
-                       "max(H_bw / (W - W_k), (H_lat / (W - W_k))^(1/d)) and their sum; "
-                       "where the slabs are issue bound, sum_l max(W_l x^d, F_l) - "
-                       "max(W_k,l x^d, F_l) in place of (W - W_k) x^d", **t}
+            "formula": ("side* = side x, sum_l max(W_l x^d, F_l) - max(W_k,l x^d, F_l) = "
+                        "H_bw x^(d-1) + H_lat (the slabs' kernels issue bound: above the "
+                        "one-term forms, which leave the floors F_l out)" if floored else
+                        "side* = side x, (W - W_k) x^d = H_bw x^(d-1) + H_lat; between "
+                        "max(H_bw / (W - W_k), (H_lat / (W - W_k))^(1/d)) and their sum"),
+            **t}

@@ -144,7 +144,7 @@ class TimeToTrain:
         if form < 0:
             return Formula("time_to_train_batch", sp.Float(B), vals,
                            "a piece end: one sample per device, device memory or a roofline "
-                           "ridge")
+                           "corner")
         note, expr = self.ttt_batch_exprs[form]
         return Formula("time_to_train_batch", expr, vals, note)
 

@@ -163,7 +163,7 @@ class LayerCosts:
         (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head)."""
         hw = self.hw
         if sixteen:
-            rate, operand_bytes = hw.sixteen_bit_flops, hw.value_bytes
+            rate, operand_bytes = self._sixteen_bit()
         else:
             rate, operand_bytes = self.attention_rate() if kept else (
                 hw.matmul_flops, 1 if hw.gemm_only else hw.value_bytes)  # fp8 / fp4: 1 byte
@@ -181,11 +181,14 @@ class LayerCosts:
         GEMMs: Micikevicius et al. 2022, sec. 4), in fp8 with `fp8_attention` (TE's fp8
         dot-product attention, whatever the GEMMs' format); otherwise the GEMMs' rate."""
         hw = self.hw
-        if not hw.gemm_only:
-            return hw.matmul_flops, hw.value_bytes
-        if self.choices.fp8_attention:
+        if hw.gemm_only and self.choices.fp8_attention:
             return hw.attention_fp8_flops or hw.matmul_flops, 1
-        return hw.sixteen_bit_flops, hw.value_bytes
+        return self._sixteen_bit()
+
+    def _sixteen_bit(self) -> tuple[float, int]:
+        """(FLOP/s, bytes per operand) of a GEMM kept out of an fp8 / fp4 recipe's format: the
+        device's 16-bit rate (in a 16-bit or wider recipe, the GEMMs' own)."""
+        return self.hw.sixteen_bit_flops, self.hw.value_bytes
 
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at

@@ -1,8 +1,10 @@
 """The structure of a roofline sum: a convex piecewise-affine function of the local batch.
 
-Each layer's time is max(affine, affine) in b, so their sum is affine between the layers'
-ridge points (where a layer turns from memory bound to compute bound). `affine_pieces` reads
-that structure off the SymPy expression itself, so `limits` can solve each piece in closed form.
+Each layer's time is the max of affine functions of b (compute, memory, and the flat issue
+floor of its kernels), so their sum is affine between the layers' corners: where a layer
+turns from issue bound to memory or compute bound, and from memory bound to compute bound (its
+ridge point). `affine_pieces` reads that structure off the SymPy expression itself, so
+`limits` can solve each piece in closed form.
 """
 
 from __future__ import annotations

@@ -159,12 +159,12 @@ class TransformerExpressions(LayerCosts):
             m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = self._kind_parts(kind)
             m_fwd = m_proj + m_core + m_elem
             m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
-                       + (m_fwd if full else m_core if selective else 0)
-                       + (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit)
+                       + (m_fwd if full else m_core if selective else 0))
             m_cp = ((2 if full or selective else 1) * overlapped(ring, m_core, slow)
                     + overlapped(2 * ring, m_core_bwd, slow))
-            if c.ep_overlap:
+            if c.ep_overlap:  # behind the block, as a layer's behind its own
                 m_ep = overlapped(m_ep, m_layer, slow)
+            m_layer = m_layer + (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit
             mtp_kept = tuple(md.mtp_layers * x for x in (m_layer, m_tp, m_cp, m_ep))
             mtp_kept = (*mtp_kept, sp.Integer(0))
 
@@ -269,19 +269,29 @@ class TransformerExpressions(LayerCosts):
         expert_params = here * experts_per_layer / (self.etp * ep)
         # the embedding and output layer, vocabulary-parallel over tp: the first stage holds
         # the embedding, the last the output layer (tied: a copy of the embedding, Megatron-LM's
-        # shared word embeddings), one stage both (and, tied, once); with multi-token
-        # prediction the last stage holds the depths, and (pipelined, untied) the
-        # embedding they read (gpt_model.py builds it where mtp_process), the depths' routed
-        # experts split e_t e_p ways like the layers'
+        # shared word embeddings), one stage both (and, tied, once)
         emb, head = md.embedding_params(), md.head_params()
-        mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
-                       if md.mtp_layers and md.mtp_kind().ffn == "moe" else 0)
-        mtp_dense = md.mtp_params() - mtp_experts
-        head_copy = (head + (md.vocab * h if md.tied_embeddings or md.mtp_layers else 0)
-                     + mtp_dense)
-        outer = _if(p > 1, max(emb, head_copy), emb + head + mtp_dense) / t
-        outer = outer + sp.Integer(mtp_experts) / (self.etp * ep)
+        head_copy = head + (md.vocab * h if md.tied_embeddings else 0)
+        outer = _if(p > 1, max(emb, head_copy), emb + head) / t
         local_params = here * (md.layer_params() - experts_per_layer) / t + outer + expert_params
+        # multi-token prediction: the last stage also holds the depths (their routed experts
+        # split e_t e_p ways like the layers') and, pipelined and untied, a copy of the
+        # embedding they read (gpt_model.py builds it where mtp_process): the busier of the
+        # first and the last stage then holds the most
+        expert_state, mtp_whole, mtp_last = expert_params, sp.Integer(0), sp.Integer(0)
+        if md.mtp_layers:
+            mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
+                           if md.mtp_kind().ffn == "moe" else 0)
+            mtp_exp = sp.Integer(mtp_experts) / (self.etp * ep)
+            mtp_whole = sp.Integer(md.mtp_params() - mtp_experts) / t + mtp_exp
+            mtp_last = mtp_whole + sp.Integer(0 if md.tied_embeddings else md.vocab * h) / t
+            share = ((md.layer_params() - experts_per_layer) / t
+                     + experts_per_layer / (self.etp * ep))
+            first_params = here * share + sp.Integer(emb) / t
+            last_params = last * share + sp.Integer(head_copy) / t + mtp_last
+            local_params = _if(p > 1, _max(first_params, last_params), local_params + mtp_whole)
+            last_experts = last * experts_per_layer / (self.etp * ep) + mtp_exp
+            expert_state = _if(p > 1, _max(expert_params, last_experts), expert_params + mtp_exp)
         # the parameters that train: all, or with frozen base weights the LoRA adapters (of
         # each adapted projection, A of QKV and B of the output projection whole on every tp
         # rank, the other split: NeMo's LoRA on column- / row-parallel linears)
@@ -389,7 +399,7 @@ class TransformerExpressions(LayerCosts):
             # forms shard every parameter d c_p ways, so add what differs (0 at e_t e_p = t)
             # (with HSDP both groups shrink by the d / dp_shard replicating groups)
             group = (c.dp_shard or d) * self.cp
-            return (expert_params * per_param * (self.etp * ep / t - 1) / group
+            return (expert_state * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 
         opt_extra = experts_unsharded((2 * kappa + 2 * gb + layer_wb) / hw.mem_bw, 1)
@@ -404,9 +414,8 @@ class TransformerExpressions(LayerCosts):
             "layer_params": (md.layer_params() - experts_per_layer) / t
             + experts_per_layer / (self.etp * ep),
             "embedding_params": sp.Integer(emb) / t,
-            "head_params": sp.Integer(head_copy) / t + sp.Integer(mtp_experts) / (self.etp * ep),
-            "single_params": (sp.Integer(emb + head + mtp_dense) / t
-                              + sp.Integer(mtp_experts) / (self.etp * ep)),
+            "head_params": sp.Integer(head_copy) / t + mtp_last,
+            "single_params": sp.Integer(emb + head) / t + mtp_whole,
             "layer_activations": act_layer, "rebuilt_activations": rebuilt,
             "logit_activations": mtp_logits,
             "send_bytes": send, "regather": regather,

@@ -211,10 +211,11 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                         "torchtitan form)")
     name, flavor, notes = _flavor(m)
     tt = TORCHTITAN_COMMIT[:7]
-    if m.mtp_layers:  # its DeepSeek-V3 flavors are registered without MTP depths
-        raise SpecError(f"format: torchtitan ({tt}) builds no multi-token prediction depth "
-                        f"into its '{flavor}' flavor (num_mtp_layers is a model_registry "
-                        "argument, not a config field); use --format megatron")
+    if m.mtp_layers and (plan["pp"] > 1 or plan.get("cp", 1) > 1):
+        # deepseek_v3/MTP.md at b5bcd76: MTP is rejected with pipeline or context parallelism
+        raise SpecError(f"format: torchtitan ({tt}) runs multi-token prediction without "
+                        "pipeline or context parallelism only; plan with --pp 1 --cp 1, or "
+                        "use --format megatron")
     precision = target.precision
     if precision in ("fp64", "nvfp4", "fp4"):
         raise SpecError(f"format: torchtitan has no {precision} training as the plan prices "
@@ -312,7 +313,10 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
                 "MXFP8GroupedExpertsConverter")
             converters.append(_Call("MXFP8GroupedExpertsConverter.Config",
                                     model_compile_enabled=compiled))
-    registry = (_Call("model_registry", flavor=flavor, converters=converters) if converters
+    # the multi-token prediction depths are a model_registry argument (deepseek_v3 at b5bcd76)
+    extra = ({"converters": converters} if converters else {}) | (
+        {"num_mtp_layers": m.mtp_layers} if m.mtp_layers else {})
+    registry = (_Call("model_registry", flavor=flavor, **extra) if extra
                 else _Code(f"model_registry({flavor!r})"))
 
     # torchtitan captures each step's forward and backward in a CUDA graph by default and
