@@ -116,6 +116,26 @@ def test_the_lm_head_stays_at_16_bits_in_an_fp8_or_fp4_recipe():
     assert head[Precision.nvfp4] > flops / Hardware.of(system, Precision.bf16).matmul_flops
 
 
+@pytest.mark.parametrize("system, precision, per_value", [
+    ("dgx-h100", Precision.fp8, 4),  # read 2, write 1 and its transposed copy 1
+    ("dgx-b200", Precision.mxfp8, 2 + 2 * (1 + 1 / 32)),  # two copies, a scale per 32
+    ("dgx-b200", Precision.nvfp4, 2 + 2 + 2 * (0.5 + 1 / 16)),  # the global amax read too
+])
+def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precision, per_value):
+    """An fp8 / fp4 recipe's elementwise traffic per token exceeds the bf16 recipe's by each
+    GEMM input's cast: the QKV and FC1 inputs (h each) and, split over tp, the output
+    projection's and FC2's (q_dim and f), at `quantize_bytes` per value."""
+    from planner.catalog import load_model
+    from planner.expr.layer import LayerCosts
+
+    m, sysm = load_model("llama3-8b"), load_system(system)
+    traffic = {p: LayerCosts(m, Hardware.of(sysm, p), Choices(flash_attention=True))
+               .elementwise_bytes_per_token() for p in (Precision.bf16, precision)}
+    inputs = 2 * m.hidden + (m.hidden + m.ffn_hidden) / 2  # at t = 2
+    got = float((traffic[precision] - traffic[Precision.bf16]).subs(t, 2))
+    assert got == pytest.approx(per_value * inputs, rel=1e-12)
+
+
 def test_fp8_gemms_run_at_their_own_measured_share_of_the_fp8_peak():
     """The large-GEMM rate at fp8 is the device's fp8 microbenchmark share times the A100's
     fitted-to-microbenchmark ratio (H100: 0.709 x 0.807 = 0.572 of 1,979 TFLOP/s), not the

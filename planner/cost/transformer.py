@@ -7,6 +7,7 @@ in a few array passes and `evaluate` is the same program on arrays of length one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -52,6 +53,7 @@ class Hardware:
     overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
     graph_floor_s: float = 0.0  # every kernel's floor under CUDA graphs (0: none known)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
+    quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
     # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
@@ -106,7 +108,7 @@ class Hardware:
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
             graph_floor_s=(kernels.graph_floor_us or 0.0) * 1e-6 if kernels else 0.0,
-            gemm_only=precision.gemm_only,
+            gemm_only=precision.gemm_only, quantize_bytes=precision.quantize_bytes,
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),

@@ -438,16 +438,17 @@ class LayerCosts:
         rope = (2 * self._rotary_width() * vb
                 if attends and md.position_embedding == "rotary" else 0)
         # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
-        # output projection and FC2) is read at 16 bits and written at 8 (Transformer Engine's
-        # cast with its amax fused in; Micikevicius et al. 2022, sec. 4)
-        casts = 3 if self.hw.gemm_only else 0
+        # output projection and FC2) is read at 16 bits and written in the format, in both
+        # layouts, with its scales (`Precision.quantize_bytes`)
+        casts = self.hw.quantize_bytes
         cast_outside = casts * 2 * h
         cast_inside = casts * (h + f)
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"
                  else sp.Integer(0))
         moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),
                   sp.Integer(0))
-        return (outside + cast_outside + sp.Integer(ffn + scores + rope + cast_inside) / t
+        return (outside + sp.Rational(cast_outside)
+                + sp.Rational(ffn + scores + rope + cast_inside) / t
                 + eager + moe)
 
     def _rotary_width(self) -> int:
