@@ -136,6 +136,34 @@ def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precisi
     assert got == pytest.approx(per_value * inputs, rel=1e-12)
 
 
+def test_ring_attention_merges_its_steps_through_hbm():
+    """Context parallel: Transformer Engine merges each of the c_p steps' partial outputs into
+    an fp32 output and casts it back (forward), and adds each step's dq, dk, dv (backward):
+    the bytes by hand at c_p = 4 (no issue floor), nothing at c_p = 1, and the merge rides on
+    the attention core's time (a layer without attention has none)."""
+    from planner.catalog import load_model
+    from planner.expr.layer import LayerCosts
+    from planner.expr.symbols import c_p, e_p, e_t
+
+    m = load_model("llama3-8b")
+    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.bf16), launch_s=0.0)
+    at = {t: 2, b: 1, c_p: 4, e_p: 1, e_t: 1}
+    lc = LayerCosts(m, hw, Choices(flash_attention=True))
+    fwd, bwd = (float(sp.sympify(x).subs(at)) for x in lc._cp_merge())
+    tokens = m.seq_len / 4
+    q = tokens * m.q_dim / 2
+    kv = tokens * 2 * m.kv_dim / 2
+    later = 3 / 4 * 3
+    assert fwd == pytest.approx(q * (2 + 4 + 10 * later + 4 + 2) / hw.mem_bw, rel=1e-12)
+    assert bwd == pytest.approx((q + kv) * 6 * later / hw.mem_bw, rel=1e-12)
+    one = [float(sp.sympify(x).subs({**at, c_p: 1})) for x in lc._cp_merge()]
+    assert one == [0.0, 0.0]
+    parts = LayerCosts(m, hw, Choices(flash_attention=True)).parts()
+    flash_fwd, flash_bwd = lc._flash(m.layer_kinds()[0][0], m.seq_len / c_p, m.seq_len)
+    assert float(parts[1].subs(at)) == pytest.approx(float(flash_fwd.subs(at)) + fwd, rel=1e-12)
+    assert float(parts[6].subs(at)) == pytest.approx(float(flash_bwd.subs(at)) + bwd, rel=1e-12)
+
+
 def test_fp8_gemms_run_at_their_own_measured_share_of_the_fp8_peak():
     """The large-GEMM rate at fp8 is the device's fp8 microbenchmark share times the A100's
     fitted-to-microbenchmark ratio (H100: 0.709 x 0.807 = 0.572 of 1,979 TFLOP/s), not the

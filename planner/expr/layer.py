@@ -283,10 +283,33 @@ class LayerCosts:
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
         # and norm-weight reductions and the residual gradient sums)
+        core_bwd = 2 * core if core_bwd is None else core_bwd
+        if kind.mixer in ("attention", "sliding"):  # ring attention's merges of its steps
+            merge_fwd, merge_bwd = self._cp_merge()
+            core, core_bwd = core + merge_fwd, core_bwd + merge_bwd
         return (proj, core, self._kernels(self.elementwise_kernels(kind), traffic),
                 self._kernels(2 * self.elementwise_kernels(kind),
                               sp.Float(ELEMENTWISE_BACKWARD) * traffic),
-                self._tp_comm(blocks), moe_comm, 2 * core if core_bwd is None else core_bwd)
+                self._tp_comm(blocks), moe_comm, core_bwd)
+
+    def _cp_merge(self):
+        """Forward and backward time of merging ring attention's c_p steps (Transformer
+        Engine's AttnFuncWithCPAndKVP2P, context_parallel.py at d0067d0): forward, each step's
+        partial output rescaled by its softmax statistics and added into an fp32 output (a
+        fused kernel reading 2 + 4 and writing 4 bytes an output value, the first step's only
+        converted), then cast back to 16 bits (4 read, 2 written); backward, each step's dq
+        added into the 16-bit dq and its dk, dv into the buffer that travels the ring (2 + 2
+        read, 2 written a value). With load-balanced causal chunks the steps past a rank's
+        diagonal take half its queries (or half its keys): 3 / 4 of a value a step on
+        average. One kernel a step and pass, the cast one more; the softmax statistics'
+        merges run beside the next step on their own streams (not priced). 0 at c_p = 1."""
+        md, vb, cp = self.model, self.hw.value_bytes, self.cp
+        q = self.tokens * sp.Integer(md.heads * md.v_head_dim) / t  # output values of a rank
+        kv = self.tokens * sp.Integer(md.kv_dim + md.kv_heads * md.v_head_dim) / t
+        later = sp.Rational(3, 4) * (cp - 1)  # steps after the first, in whole-rank sizes
+        fwd = self._kernels(cp + 1, q * (vb + 4 + (vb + 4 + 4) * later + 4 + vb))
+        bwd = self._kernels(cp, (q + kv) * 3 * vb * later)
+        return _if(cp > 1, fwd, 0), _if(cp > 1, bwd, 0)
 
     def _keys_done(self, kind):
         """Keys a query attends to on average, as a kernel that skips masked tiles computes
