@@ -53,7 +53,7 @@ def jobs() -> list[dict]:
                     "measured_s": statistics.median(r["measured_s"] for r in rows),
                     "own_s": statistics.median(r["predicted_s"] for r in rows),
                     "held_out_system": (fit_mlperf.with_share(load_system(system), _shares(
-                        fam)[bench]) if fam in fit_mlperf.APPLIED else load_system(system))})
+                        fam)[bench]) if fam in fit_mlperf.APPLIED else None)})
     return out
 
 
@@ -77,15 +77,21 @@ def main() -> None:
         try:
             sol = HybridSolver(job["model"], load_system(job["system"]), job["precision"],
                                q).solve()
-            held = HybridSolver(job["model"], job["held_out_system"], job["precision"],
-                                q).solve().prediction.iteration_time_s
         except (SpecError, InfeasibleError) as err:
             rows.append((job, None, str(err).split(";")[0][:60]))
             continue
         pick = sol.prediction.iteration_time_s
+        held = pick  # a family nothing is fitted to: its shipped specs are out of sample
+        if job["held_out_system"] is not None:
+            try:
+                held = HybridSolver(job["model"], job["held_out_system"], job["precision"],
+                                    q).solve().prediction.iteration_time_s
+            except (SpecError, InfeasibleError):
+                held = None
         claim = job["measured_s"] / pick - 1  # > 0: the pick promises that much faster
         claims.append(claim)
-        held_claims.append(job["measured_s"] / held - 1)
+        if held is not None:
+            held_claims.append(job["measured_s"] / held - 1)
         p = sol.plan
         rows.append((job, pick, f"tp {p.tp} cp {p.cp} pp {p.pp}x{p.interleave} dp {p.dp} "
                                 f"z{p.zero}", claim))

@@ -118,6 +118,7 @@ def test_the_lm_head_stays_at_16_bits_in_an_fp8_or_fp4_recipe():
 
 @pytest.mark.parametrize("system, precision, per_value", [
     ("dgx-h100", Precision.fp8, 4),  # read 2, write 1 and its transposed copy 1
+    ("dgx-b200", Precision.fp8, 3),  # Blackwell's fp8 GEMMs take any layout: no copy
     ("dgx-b200", Precision.mxfp8, 2 + 2 * (1 + 1 / 32)),  # two copies, a scale per 32
     ("dgx-b200", Precision.nvfp4, 2 + 2 + 2 * (0.5 + 1 / 16)),  # the global amax read too
 ])
@@ -131,37 +132,59 @@ def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precisi
     m, sysm = load_model("llama3-8b"), load_system(system)
     traffic = {p: LayerCosts(m, Hardware.of(sysm, p), Choices(flash_attention=True))
                .elementwise_bytes_per_token() for p in (Precision.bf16, precision)}
-    inputs = 2 * m.hidden + (m.hidden + m.ffn_hidden) / 2  # at t = 2
+    inputs = 2 * m.hidden + (m.q_dim + m.ffn_hidden) / 2  # at t = 2
     got = float((traffic[precision] - traffic[Precision.bf16]).subs(t, 2))
     assert got == pytest.approx(per_value * inputs, rel=1e-12)
 
 
-def test_ring_attention_merges_its_steps_through_hbm():
-    """Context parallel: Transformer Engine merges each of the c_p steps' partial outputs into
-    an fp32 output and casts it back (forward), and adds each step's dq, dk, dv (backward):
-    the bytes by hand at c_p = 4 (no issue floor), nothing at c_p = 1, and the merge rides on
-    the attention core's time (a layer without attention has none)."""
+@pytest.mark.parametrize("fp8_attention", [False, True])
+def test_ring_attention_merges_its_steps_after_them(fp8_attention):
+    """Context parallel: Transformer Engine rescales and adds each of the c_p steps' partial
+    outputs (forward, 16-bit or, with fp8 attention, through fp32) and adds each step's dq,
+    dk, dv (backward), after the steps: by hand at c_p = 4 for a causal model (3 / 4 of the
+    tensors a later step), nothing at c_p = 1; the merge rides on the layer's elementwise time
+    (not the attention core's, which the ring overlaps), and not on a sliding layer (TE runs
+    no sliding window in its ring)."""
     from planner.catalog import load_model
     from planner.expr.layer import LayerCosts
     from planner.expr.symbols import c_p, e_p, e_t
 
-    m = load_model("llama3-8b")
-    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.bf16), launch_s=0.0)
+    m = load_model("qwen3-30b-a3b")  # q_dim 4,096 against hidden 2,048
+    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.fp8), launch_s=0.0)
     at = {t: 2, b: 1, c_p: 4, e_p: 1, e_t: 1}
-    lc = LayerCosts(m, hw, Choices(flash_attention=True))
+    choices = Choices(flash_attention=True, fp8_attention=fp8_attention)
+    lc = LayerCosts(m, hw, choices)
     fwd, bwd = (float(sp.sympify(x).subs(at)) for x in lc._cp_merge())
-    tokens = m.seq_len / 4
-    q = tokens * m.q_dim / 2
-    kv = tokens * 2 * m.kv_dim / 2
-    later = 3 / 4 * 3
-    assert fwd == pytest.approx(q * (2 + 4 + 10 * later + 4 + 2) / hw.mem_bw, rel=1e-12)
-    assert bwd == pytest.approx((q + kv) * 6 * later / hw.mem_bw, rel=1e-12)
-    one = [float(sp.sympify(x).subs({**at, c_p: 1})) for x in lc._cp_merge()]
-    assert one == [0.0, 0.0]
-    parts = LayerCosts(m, hw, Choices(flash_attention=True)).parts()
-    flash_fwd, flash_bwd = lc._flash(m.layer_kinds()[0][0], m.seq_len / c_p, m.seq_len)
-    assert float(parts[1].subs(at)) == pytest.approx(float(flash_fwd.subs(at)) + fwd, rel=1e-12)
-    assert float(parts[6].subs(at)) == pytest.approx(float(flash_bwd.subs(at)) + bwd, rel=1e-12)
+    tokens, later = m.seq_len / 4, 3 / 4 * 3
+    out = tokens * m.heads * m.v_head_dim / 2
+    per_value = 22 + 17 * later if fp8_attention else 2 * (2 + 3 * later)
+    assert fwd == pytest.approx(out * per_value / hw.mem_bw, rel=1e-12)
+    grads = tokens * (m.q_dim + m.kv_dim + m.kv_heads * m.v_head_dim) / 2
+    assert bwd == pytest.approx(grads * 6 * later / hw.mem_bw, rel=1e-12)
+    assert [float(sp.sympify(x).subs({**at, c_p: 1})) for x in lc._cp_merge()] == [0.0, 0.0]
+    kind = m.layer_kinds()[0][0]
+    with_cp = lc._kind_parts(kind)
+    elem_cp4, core_cp4 = float(with_cp[2].subs(at)), float(with_cp[1].subs(at))
+    flash_fwd, _ = lc._flash(kind, m.seq_len / c_p, m.seq_len)
+    assert core_cp4 == pytest.approx(float(flash_fwd.subs(at)), rel=1e-12)  # no merge in core
+    traffic = float((lc.tokens * lc.elementwise_bytes_per_token(kind)).subs(at))
+    assert elem_cp4 == pytest.approx(traffic / hw.mem_bw + fwd, rel=1e-12)
+
+
+def test_a_sliding_window_layer_has_no_ring_merge():
+    from planner.catalog import load_model
+    from planner.expr.layer import LayerCosts
+    from planner.expr.symbols import c_p, e_p, e_t
+    from planner.spec.transformer import LayerKind
+
+    m = load_model("gpt-oss-120b")
+    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.bf16), launch_s=0.0)
+    at = {t: 1, b: 1, c_p: 4, e_p: 1, e_t: 1}
+    lc = LayerCosts(m, hw, Choices(flash_attention=True))
+    sliding = lc._kind_parts(LayerKind("sliding", "moe"))
+    traffic = float((lc.tokens * lc.elementwise_bytes_per_token(LayerKind("sliding", "moe")))
+                    .subs(at))
+    assert float(sliding[2].subs(at)) == pytest.approx(traffic / hw.mem_bw, rel=1e-12)
 
 
 def test_fp8_gemms_run_at_their_own_measured_share_of_the_fp8_peak():

@@ -356,24 +356,24 @@ def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
     fastest ZeRO 2 plan beside it (`support`), and prefer_supported F takes that plan when it
     is within 1 + F of the fastest, in the Python API as on the command line (tp overlap
     pinned off: with it free this job's pick keeps the weights whole)."""
-    fast = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256,
+    fast = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256,
                          tp_overlap=False)
     assert fast.plan.zero == 3 and fast.support.taken is False
     assert fast.support.note.startswith("not covered")
     alt = fast.support.alternative
     assert alt.config.zero == 2 and alt.iteration_time_s > fast.prediction.iteration_time_s
     assert "low_s" in alt.time_band  # the covered plan has a band
-    took = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256, tp_overlap=False,
+    took = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256, tp_overlap=False,
                          prefer_supported=1.0)
     assert took.plan.zero == 2 and took.support.taken
     assert took.prediction.iteration_time_s == alt.iteration_time_s
     assert took.support.fastest_iteration_time_s == fast.prediction.iteration_time_s
-    kept = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256, tp_overlap=False,
+    kept = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256, tp_overlap=False,
                          prefer_supported=0.0)
     assert kept.plan == fast.plan and kept.support.taken is False
-    pinned = planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256, zero=3,
+    pinned = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256, zero=3,
                            tp_overlap=False)
     assert pinned.support is None  # a pinned stage is the user's
     with pytest.raises(SpecError, match="prefer_supported: must be a fraction in"):
-        planner.solve("llama3-70b", "dgx-h100", devices=64, global_batch=256,
+        planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256,
                       prefer_supported=2.0)

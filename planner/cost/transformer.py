@@ -108,7 +108,8 @@ class Hardware:
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
             graph_floor_s=(kernels.graph_floor_us or 0.0) * 1e-6 if kernels else 0.0,
-            gemm_only=precision.gemm_only, quantize_bytes=precision.quantize_bytes,
+            gemm_only=precision.gemm_only,
+            quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),

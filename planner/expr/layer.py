@@ -283,32 +283,40 @@ class LayerCosts:
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
         # and norm-weight reductions and the residual gradient sums)
-        core_bwd = 2 * core if core_bwd is None else core_bwd
-        if kind.mixer in ("attention", "sliding"):  # ring attention's merges of its steps
+        elem = self._kernels(self.elementwise_kernels(kind), traffic)
+        elem_bwd = self._kernels(2 * self.elementwise_kernels(kind),
+                                 sp.Float(ELEMENTWISE_BACKWARD) * traffic)
+        if kind.mixer == "attention":  # ring attention merges its steps after them
             merge_fwd, merge_bwd = self._cp_merge()
-            core, core_bwd = core + merge_fwd, core_bwd + merge_bwd
-        return (proj, core, self._kernels(self.elementwise_kernels(kind), traffic),
-                self._kernels(2 * self.elementwise_kernels(kind),
-                              sp.Float(ELEMENTWISE_BACKWARD) * traffic),
-                self._tp_comm(blocks), moe_comm, core_bwd)
+            elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
+        return (proj, core, elem, elem_bwd, self._tp_comm(blocks), moe_comm,
+                2 * core if core_bwd is None else core_bwd)
 
     def _cp_merge(self):
         """Forward and backward time of merging ring attention's c_p steps (Transformer
-        Engine's AttnFuncWithCPAndKVP2P, context_parallel.py at d0067d0): forward, each step's
-        partial output rescaled by its softmax statistics and added into an fp32 output (a
-        fused kernel reading 2 + 4 and writing 4 bytes an output value, the first step's only
-        converted), then cast back to 16 bits (4 read, 2 written); backward, each step's dq
-        added into the 16-bit dq and its dk, dv into the buffer that travels the ring (2 + 2
-        read, 2 written a value). With load-balanced causal chunks the steps past a rank's
-        diagonal take half its queries (or half its keys): 3 / 4 of a value a step on
-        average. One kernel a step and pass, the cast one more; the softmax statistics'
-        merges run beside the next step on their own streams (not priced). 0 at c_p = 1."""
+        Engine's AttnFuncWithCPAndKVP2P, context_parallel.py at d0067d0), after the steps'
+        kernels (not overlapping the ring: the forward corrections wait for the last step,
+        each dk, dv add for its receive). Forward: the first step's output rescaled by its
+        softmax statistics, each later one rescaled and added into the output (a fused kernel,
+        read 2 and written 1 value of the output's width, in 16 bits); with fp8 attention each
+        step's fp8 output dequantised to fp32 first (read 1, write 4), merged in fp32 (read
+        8, write 4), the result cast back and quantised again (22 + 17 bytes a later step,
+        TE's fp8 path). Backward: each step's dq added into dq and its dk, dv into the buffer
+        that travels the ring (read 2, write 1 value). With load-balanced causal chunks the
+        steps past a rank's diagonal take half its queries or keys: 3 / 4 of a value a step on
+        average (a non-causal layer's whole). Priced as one memory-bound kernel a pass, as
+        the steps' attention is (`_flash`). 0 at c_p = 1."""
         md, vb, cp = self.model, self.hw.value_bytes, self.cp
         q = self.tokens * sp.Integer(md.heads * md.v_head_dim) / t  # output values of a rank
+        dq = self.tokens * sp.Integer(md.q_dim) / t
         kv = self.tokens * sp.Integer(md.kv_dim + md.kv_heads * md.v_head_dim) / t
-        later = sp.Rational(3, 4) * (cp - 1)  # steps after the first, in whole-rank sizes
-        fwd = self._kernels(cp + 1, q * (vb + 4 + (vb + 4 + 4) * later + 4 + vb))
-        bwd = self._kernels(cp, (q + kv) * 3 * vb * later)
+        later = (sp.Rational(3, 4) if md.causal else 1) * (cp - 1)  # in whole-rank sizes
+        if self.choices.fp8_attention and self.hw.gemm_only:
+            fwd_bytes = q * (22 + 17 * later)
+        else:
+            fwd_bytes = q * vb * (2 + 3 * later)
+        fwd = self._kernels(1, fwd_bytes)
+        bwd = self._kernels(1, (dq + kv) * 3 * vb * later)
         return _if(cp > 1, fwd, 0), _if(cp > 1, bwd, 0)
 
     def _keys_done(self, kind):
@@ -465,7 +473,7 @@ class LayerCosts:
         # layouts, with its scales (`Precision.quantize_bytes`)
         casts = self.hw.quantize_bytes
         cast_outside = casts * 2 * h
-        cast_inside = casts * (h + f)
+        cast_inside = casts * (md.q_dim + f)
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"
                  else sp.Integer(0))
         moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),

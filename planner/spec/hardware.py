@@ -58,21 +58,22 @@ class Precision(str, Enum):
         et al. 2022, FP8 Formats for Deep Learning; NVIDIA, Pretraining LLMs with NVFP4, 2025)."""
         return self.value in {"fp8", "mxfp8", "nvfp4", "fp4"}
 
-    @property
-    def quantize_bytes(self) -> fractions.Fraction:
+    def quantize_bytes(self, fp8_any_layout: bool = False) -> fractions.Fraction:
         """HBM bytes moved to quantize one 16-bit GEMM input value for training in this
         format (0 for the formats GEMMs run in directly): read at 16 bits, written twice, in
         the layout of the forward GEMM and in the transposed one a backward GEMM takes
         (Transformer Engine's Float8Tensor transpose; the MX formats' rowwise and columnwise
         copies), with the block scales: fp8 per-tensor scaled with the amax history of delayed
-        scaling fused into the cast (TE's default recipe; Micikevicius et al. 2022, sec. 4);
-        mxfp8 and the 4-bit MX format one E8M0 scale per 32 values (OCP Microscaling spec
-        v1.0); nvfp4 one E4M3 scale per 16 values and a tensor-wide fp32 scale, whose amax is
-        one more read of the tensor before the cast (NVIDIA, Pretraining LLMs with NVFP4, arXiv
-        2509.25149, sec. 2)."""
+        scaling fused into the cast (TE's default recipe; Micikevicius et al. 2022, sec. 4),
+        written once where the device's fp8 GEMMs take any layout (`fp8_any_layout`: TE's
+        is_non_tn_fp8_gemm_supported, sm_100 and later); mxfp8 and the 4-bit MX format one
+        E8M0 scale per 32 values (OCP Microscaling spec v1.0); nvfp4 one E4M3 scale per 16
+        values and a tensor-wide fp32 scale, whose amax is one more read of the tensor before
+        the cast (NVIDIA, Pretraining LLMs with NVFP4, arXiv 2509.25149, sec. 2)."""
         q = fractions.Fraction
         half, mx, nv = q(1, 2), q(1, 32), q(1, 16)
-        return {"fp8": q(2 + 2 * 1), "mxfp8": 2 + 2 * (1 + mx), "nvfp4": 2 + 2 + 2 * (half + nv),
+        return {"fp8": q(2 + (1 if fp8_any_layout else 2)), "mxfp8": 2 + 2 * (1 + mx),
+                "nvfp4": 2 + 2 + 2 * (half + nv),
                 "fp4": 2 + 2 * (half + mx)}.get(self.value, q(0))
 
     @property
@@ -216,6 +217,9 @@ class Device(Spec):
     # the collective library its jobs communicate with: devices of different libraries share
     # no job (NCCL and RCCL do not interoperate)
     collective_library: Literal["nccl", "rccl", "mpi"] = "nccl"
+    # its fp8 GEMMs take operands in any layout (Blackwell), so a per-tensor fp8 input needs
+    # no transposed copy for the backward (`Precision.quantize_bytes`)
+    fp8_gemm_any_layout: bool = False
     sources: dict[str, str] = Field(min_length=1)
 
     @model_validator(mode="after")
