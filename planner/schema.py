@@ -386,7 +386,7 @@ def _show() -> dict:
         "kind": {"const": "device"}, "name": STR, "description": STR,
         "peak_tflops": {"type": "object", "additionalProperties": NUM}, "memory_GiB": NUM,
         "memory_bandwidth_GBps": NUM, "efficiency": spec,
-        "collective_library": {"enum": ["nccl", "rccl", "mpi"]},
+        "collective_library": {"enum": ["nccl", "rccl", "mpi"]}, "fp8_gemm_any_layout": BOOL,
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,
                                                      "overlap_slowdown": NUM,
                                                      "graph_floor_us": NUM},
