@@ -3,9 +3,10 @@ submitters pinned them.
 
 Each row is one submission's own configuration (parallel sizes, batches, precision, overlap
 switches, read from its `config_*.sh`) and its logged step time (`mlperf_training.md` says how
-each was derived). `rows()` prices every pretraining row at exactly that plan with the specs as
-they ship (nothing is fitted to these rows), `expressible` says why a row cannot be priced yet
-(fine-tuning with frozen weights, a device or precision the catalog lacks), and
+each was derived). `rows()` prices every row at exactly that plan with the specs as they ship
+(the Blackwell and AMD GEMM shares are fitted to these rows by `planner.fit_mlperf`, which
+also predicts them leave-one-benchmark-out; nothing is fitted to the Hopper rows), a Run's
+`why_not` says why a row cannot be priced (a device or precision the catalog lacks), and
 `python benchmarks/accuracy.py` reports the error by group.
 """
 
