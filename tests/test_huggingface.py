@@ -87,6 +87,20 @@ NEMOTRON_H_8B = {  # nvidia/Nemotron-H-8B-Base-8K
     "expand": 2, "chunk_size": 128, "use_conv_bias": True, "use_bias": False,
     "mlp_bias": False, "attention_bias": False, "vocab_size": 131072,
     "max_position_embeddings": 8192, "tie_word_embeddings": False}
+NEMOTRON_3_SUPER = {  # nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16, as the Megatron-LM
+    # release config describes it (keys of the HF NemotronH config, LatentMoE and MTP ones too)
+    "architectures": ["NemotronHForCausalLM"], "hidden_size": 4096,
+    "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                               "EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+    "mlp_hidden_act": "relu2", "ssm_state_size": 128, "mamba_num_heads": 128,
+    "mamba_head_dim": 64, "n_groups": 8, "conv_kernel": 4, "expand": 2, "chunk_size": 128,
+    "use_conv_bias": True, "use_bias": False, "mlp_bias": False, "attention_bias": False,
+    "vocab_size": 131072, "max_position_embeddings": 8192, "tie_word_embeddings": False,
+    "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 2688,
+    "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 5376,
+    "moe_latent_size": 1024, "num_nextn_predict_layers": 2,
+    "mtp_layers_block_type": ["attention", "moe"]}
 
 # (config, exact parameters, the published headline in billions and its decimals; the headline
 # counts the main model: DeepSeek-V3's 671B leaves out its multi-token prediction depth)
@@ -104,6 +118,7 @@ CASES = {
     "gpt2": (GPT2, 124_439_808, 0.124, 3),
     "pythia-160m": (PYTHIA_160M, 162_322_944, 0.162, 3),
     "nemotron-h-8b": (NEMOTRON_H_8B, 8_100_852_736, 8, 0),
+    "nemotron-3-super": (NEMOTRON_3_SUPER, 126_553_358_336, 120, -1),
 }
 
 
@@ -120,7 +135,7 @@ def test_exact_parameters_from_the_config(name):
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b",
-                                  "nemotron-h-8b"])
+                                  "nemotron-h-8b", "nemotron-3-super"])
 def test_config_and_builtin_agree(name):
     """The config.json and the built-in YAML describe one model: same counts, same FLOPs."""
     hf, builtin = from_config(CASES[name][0], "config.json", name), load_model(name)

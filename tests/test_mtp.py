@@ -69,7 +69,7 @@ def test_a_depth_sits_on_the_last_stage_with_its_weights_and_an_embedding_copy()
 def test_a_depth_is_the_last_layers_kind():
     """DeepSeek-V3's depth is a MoE block: its compute is more than a dense layer's."""
     m = load_model("deepseek-v3")
-    assert m.mtp_kind().ffn == "moe" and m.mtp_layers == 1
+    assert m.mtp_kinds()[-1].ffn == "moe" and m.mtp_layers == 1
     dense = dataclasses.replace(m, mtp_layers=0)
     assert m.forward_flops() - dense.forward_flops() == m.mtp_depth_flops()
 

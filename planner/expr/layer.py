@@ -133,7 +133,8 @@ class LayerCosts:
     def _moe_comm(self) -> sp.Expr:
         """Expert-parallel communication of one MoE layer, every pass. Megatron-LM's all-to-all
         dispatcher (moe/token_dispatcher.py): each rank sends its sequence-parallel share of
-        the routed tokens (b s top_k h / t) to the experts' ranks and gets them back, an
+        the routed tokens (b s top_k h / t; the latent width under LatentMoE) to the experts'
+        ranks and gets them back, an
         all-to-all each way over e_p ranks, then all-gathers them over the e_t ranks sharing
         each expert (and reduce-scatters before the combine), forward and backward, again
         for a recomputed forward; not overlapped unless `ep_overlap` (in the assembly).
@@ -143,7 +144,7 @@ class LayerCosts:
         share of each rank's peers on other domains goes over the node's NICs."""
         md, hw, ep, et = self.model, self.hw, self.ep, self.etp
         u = hw.scale_up
-        routed = self.tokens * md.top_k * md.hidden * hw.value_bytes * self.capacity / t
+        routed = self.tokens * md.top_k * md.expert_width * hw.value_bytes * self.capacity / t
         leaves = 1 - _max(u / et, 1) / ep
         a2a = hop(hw, et * ep <= u, DEVICE, routed * (ep - 1) / ep, routed * leaves)
         gather = (et - 1) * hop(hw, et <= u, RING, routed)
@@ -271,11 +272,14 @@ class LayerCosts:
             # capacity factor (few tokens per expert make thin GEMMs). The expert grid spans
             # the same t c_p d ranks as the dense one, so each expert's tokens are shared by
             # t c_p d / (e_t e_p) ranks: b s top_k e_p e_t / (E t c_p) rows each.
-            f, experts, et = md.ffn_hidden, md.experts, self.etp
+            f, experts, et, w = md.ffn_hidden, md.experts, self.etp, md.expert_width
             rows = tok * md.top_k * self.ep * et * self.capacity / (experts * t)
             proj += mm(tok / t, h, experts)
-            proj += (mm(rows, h, sp.Integer(gates * f) / et, experts / self.ep)
-                     + mm(rows, sp.Integer(f) / et, h, experts / self.ep))
+            proj += (mm(rows, w, sp.Integer(gates * f) / et, experts / self.ep)
+                     + mm(rows, sp.Integer(f) / et, w, experts / self.ep))
+            if md.moe_latent:  # LatentMoE: h -> l before the dispatch, l -> h after the
+                # combine, whole on each rank's sequence-parallel tokens (TE "duplicated")
+                proj += mm(tok / t, h, w) + mm(tok / t, w, h)
             if md.shared_experts:  # tensor-parallel like a dense FFN (its own gather/scatter)
                 fs = (md.shared_expert_ffn_hidden or f) * md.shared_experts
                 proj += block((tok, h, sp.Integer(gates * fs) / t), (tok, sp.Integer(fs) / t, h))
@@ -419,18 +423,23 @@ class LayerCosts:
           one kernel each);
         - un-permutation: each token's top_k expert outputs weighted by their probabilities
           and summed back into one row (read top_k h, write h; 1 kernel).
+        Under LatentMoE the tokens move at the latent width l, not h, and an fp8 / fp4 recipe
+        casts the two latent projections' inputs (h and l).
         The kernel count per op is the unfused one; `--moe-permute-fusion` fuses index and
         copy (a kernel less, the same traffic)."""
         md, vb = self.model, self.hw.value_bytes
         if (kind or md.layer_kinds()[0][0]).ffn != "moe":
             return []
-        h, k = md.hidden, md.top_k * self.capacity
+        h, k, w = md.hidden, md.top_k * self.capacity, md.expert_width
         sorted_ = _if(self.ep < md.experts, 1, 0)  # several experts on this rank
-        return [(6, sp.Integer(md.experts * (vb + 17)) / t),
-                (2, sp.Integer(0)),
-                (2, 2 * k * h * vb / t),
-                (2 * sorted_, sorted_ * 4 * k * h * vb / t),
-                (1, (k + 1) * h * vb / t)]
+        ops = [(6, sp.Integer(md.experts * (vb + 17)) / t),
+               (2, sp.Integer(0)),
+               (2, 2 * k * w * vb / t),
+               (2 * sorted_, sorted_ * 4 * k * w * vb / t),
+               (1, (k + 1) * w * vb / t)]
+        if md.moe_latent and self.hw.gemm_only:  # the latent projections' input casts
+            ops.append((2, self.hw.quantize_bytes * sp.Integer(h + w) / t))
+        return ops
 
     def _lora_ops(self, kind=None):
         """LoRA adapters on a layer's attention projections, per forward: (kernels, bytes per
@@ -532,7 +541,8 @@ class LayerCosts:
                 outside += 2  # mlp_norm's input
             if kind.ffn == "moe":
                 fc1 = (4 if md.gated_ffn else 2) * md.ffn_hidden * md.top_k
-                inside += (sp.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp) * self.capacity
+                inside += (sp.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
+                           * sp.Rational(md.expert_width, md.hidden)) * self.capacity
             total += n * sbh * ((outside / t if split else outside) + inside / t)
         return total / md.layers
 
@@ -578,8 +588,11 @@ class LayerCosts:
                                                 or md.ffn_hidden) * md.shared_experts
             inside += 16 * sp.Rational(width, 4 * h) * gated * self.capacity
             # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
-            # gathered over e_t (Megatron saves them for the expert GEMMs' backward)
-            inside += 2 * md.top_k * self.capacity * self.etp
+            # gathered over e_t (Megatron saves them for the expert GEMMs' backward), at the
+            # experts' width; LatentMoE's l -> h projection keeps its input (l per token)
+            lat = sp.Rational(md.expert_width, h)
+            inside += 2 * md.top_k * self.capacity * self.etp * lat
+            inside += 2 * lat if md.moe_latent else 0
         if c.kernels == "eager" and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
             inside += sp.Rational(2 * self._ffn_width(kind), h) * (
                 self.capacity if kind.ffn == "moe" else 1)
@@ -614,6 +627,8 @@ class LayerCosts:
             inside -= sp.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":
             outside += 1 if md.shared_experts else 0
-            inside -= (sp.Rational(self._ffn_width(kind), h) + md.top_k * self.etp) \
+            lat = sp.Rational(md.expert_width, h)
+            inside -= (sp.Rational(self._ffn_width(kind), h) + md.top_k * self.etp * lat) \
                 * self.capacity
+            inside -= lat if md.moe_latent else 0  # the l -> h projection's input
         return outside, inside

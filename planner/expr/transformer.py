@@ -151,22 +151,25 @@ class TransformerExpressions(LayerCosts):
 
         # --- multi-token prediction (DeepSeek-V3 sec. 2.2; Megatron-LM places the depths on
         # the last stage, after the output layer): per depth the 2h -> h projection (a
-        # column-parallel TE linear), one block of the last layer's kind with its collectives,
-        # and the LM head again; as (compute, tp, cp, ep, offload) like a kept layer ---
+        # column-parallel TE linear), its blocks (`mtp_kinds`: one of the last layer's kind, or
+        # a hybrid model's pattern) with their collectives, and the LM head again; as
+        # (compute, tp, cp, ep, offload) like a kept layer ---
         mtp_kept = (sp.Integer(0),) * 5
         if md.mtp_layers:
-            kind = md.mtp_kind()
-            m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = self._kind_parts(kind)
-            m_fwd = m_proj + m_core + m_elem
-            m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
-                       + (m_fwd if full else m_core if selective else 0))
-            m_cp = ((2 if full or selective else 1) * overlapped(ring, m_core, slow)
-                    + overlapped(2 * ring, m_core_bwd, slow))
-            if c.ep_overlap:  # behind the block, as a layer's behind its own
-                m_ep = overlapped(m_ep, m_layer, slow)
-            m_layer = m_layer + (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit
-            mtp_kept = tuple(md.mtp_layers * x for x in (m_layer, m_tp, m_cp, m_ep))
-            mtp_kept = (*mtp_kept, sp.Integer(0))
+            depth = [sp.Integer(0)] * 4  # compute, tp, cp, ep of one depth's blocks
+            for kind in md.mtp_kinds():
+                m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = \
+                    self._kind_parts(kind)
+                m_fwd = m_proj + m_core + m_elem
+                m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
+                           + (m_fwd if full else m_core if selective else 0))
+                m_cp = ((2 if full or selective else 1) * overlapped(ring, m_core, slow)
+                        + overlapped(2 * ring, m_core_bwd, slow))
+                if c.ep_overlap:  # behind the block, as a layer's behind its own
+                    m_ep = overlapped(m_ep, m_layer, slow)
+                depth = [a + x for a, x in zip(depth, (m_layer, m_tp, m_cp, m_ep), strict=True)]
+            depth[0] += (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit
+            mtp_kept = (*(md.mtp_layers * x for x in depth), sp.Integer(0))
 
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer; with
         # pinned first / last stages, those and ceil(rest / others) on the others ---
@@ -281,7 +284,7 @@ class TransformerExpressions(LayerCosts):
         expert_state, mtp_whole, mtp_last = expert_params, sp.Integer(0), sp.Integer(0)
         if md.mtp_layers:
             mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
-                           if md.mtp_kind().ffn == "moe" else 0)
+                           * sum(k.ffn == "moe" for k in md.mtp_kinds()))
             mtp_exp = sp.Integer(mtp_experts) / (self.etp * ep)
             mtp_whole = sp.Integer(md.mtp_params() - mtp_experts) / t + mtp_exp
             mtp_last = mtp_whole + sp.Integer(0 if md.tied_embeddings else md.vocab * h) / t
@@ -345,8 +348,8 @@ class TransformerExpressions(LayerCosts):
         # depth too, with each depth's block activations
         logits = mtp_logits = (
             4 * tok * sp.Integer(md.vocab) / t * (1 + md.mtp_layers)
-            + (md.mtp_layers * self.kind_activation_bytes(c.recompute, md.mtp_kind())
-               if md.mtp_layers else 0))
+            + (md.mtp_layers * sum(self.kind_activation_bytes(c.recompute, k)
+                                   for k in md.mtp_kinds()) if md.mtp_layers else 0))
         gpipe = c.schedule == "gpipe"
         # the last stage holds its own warm-up's micro-batches and their logits (1F1B runs
         # each micro-batch's loss backward right after its forward: one at a time)
@@ -451,14 +454,15 @@ class TransformerExpressions(LayerCosts):
         main gradient, where the fused GEMM adds in its epilogue (which reads and writes the
         main gradient either way): 2 vb bytes more per weight of the mean layer on this
         device (the routed experts split e_t e_p ways), per micro-batch, and one kernel per
-        linear weight (two per mixer and per dense FFN, two per local expert and the
-        router)."""
+        linear weight (two per mixer and per dense FFN, two per local expert, the router and
+        LatentMoE's two projections)."""
         md, vb = self.model, self.hw.value_bytes
         moe = sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
         experts = sp.Rational(moe * md.experts * md.expert_params(), md.layers)
         weights = (md.layer_params() - experts) / t + experts / (self.etp * self.ep)
         kernels = sum(n * ((2 if k.mixer else 0) + (2 if k.ffn == "dense" else 0)
-                           + (2 * md.experts / self.ep + 1 if k.ffn == "moe" else 0))
+                           + (2 * md.experts / self.ep + 1 + (2 if md.moe_latent else 0)
+                              if k.ffn == "moe" else 0))
                       for k, n in md.layer_kinds()) / md.layers
         return self._kernels(kernels, 2 * vb * weights)
 

@@ -193,6 +193,8 @@ def _model_args(m) -> list:
                   "--moe-router-group-topk", m.router_group_topk]
         if m.top_k == 1 and m.router_score == "softmax":  # Megatron asserts it for top-1
             a += ["--moe-router-pre-softmax"]
+        if m.moe_latent:  # TransformerConfig.moe_latent_size at d98e8a6 (MoELayer's projections)
+            a += ["--moe-latent-size", m.moe_latent]
     if m.mtp_layers:  # TransformerConfig.mtp_num_layers at d98e8a6: depths on the last stage
         a += ["--mtp-num-layers", m.mtp_layers]
     return a

@@ -48,7 +48,7 @@ def _flavor(m) -> tuple[str, str, list[str]]:
     model's flavor would train a different network)."""
     key = (m.layers, m.hidden, m.heads, m.kv_heads, m.dense_ffn_hidden or m.ffn_hidden,
            m.ffn_hidden, m.experts, m.top_k, m.vocab, m.mla is not None)
-    if key not in TORCHTITAN_FLAVORS:
+    if key not in TORCHTITAN_FLAVORS or m.moe_latent:  # no torchtitan model has LatentMoE
         kind = "mixture-of-experts " if m.experts > 1 else ""
         raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) has no {kind}flavor that "
                         f"builds '{m.name}' ({m.layers} layers, hidden {m.hidden}, "

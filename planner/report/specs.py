@@ -129,6 +129,8 @@ def transformer_details(m) -> list[tuple[str, str]]:
                     f"{m.shared_expert_ffn_hidden or m.ffn_hidden:,}")
         if m.first_dense_layers:
             moe += f", first {m.first_dense_layers} layers dense ({m.dense_ffn_hidden:,})"
+        if m.moe_latent:
+            moe += f", latent {m.moe_latent:,} (LatentMoE)"
         pairs.append(("moe", moe + (", router bias" if m.router_bias else "")))
     if m.sliding_window:
         pairs.append(("sliding window", f"{m.sliding_window:,} tokens, pattern "
@@ -143,4 +145,9 @@ def transformer_details(m) -> list[tuple[str, str]]:
     pairs.append(("layer kinds", ", ".join(f"{n} {k.name} ({m.kind_params(k):,} params)"
                                            for k, n in m.layer_kinds())))
     pairs.append(("active params", f"{m.active_params():,} (layers; embeddings excluded)"))
+    if m.mtp_layers:
+        depth = ", ".join(k.name for k in m.mtp_kinds())
+        depths = f"{m.mtp_layers} depth" + ("s" if m.mtp_layers > 1 else "")
+        pairs.append(("multi-token prediction", f"{depths} of {depth} "
+                                                f"({m.mtp_params():,} params)"))
     return pairs

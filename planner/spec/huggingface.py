@@ -235,16 +235,23 @@ def nemotron_h(c: _Config) -> dict:
                         "expand": c.get("expand", 2), "chunk_size": c.get("chunk_size", 128),
                         "conv_bias": c.get("use_conv_bias", True),
                         "proj_bias": c.get("use_bias", False)}
+    marks = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
+             "mlp": "-", "moe": "E"}
+    mtp = c.get("num_nextn_predict_layers", 0)
+    if mtp:  # the HF NemotronH MTP depth: mtp_layers_block_type (Nemotron 3 Super: *E)
+        out["mtp_layers"] = mtp
+        kinds = c.get("mtp_layers_block_type")
+        if isinstance(kinds, list) and kinds:
+            out["mtp_pattern"] = "".join(marks.get(k, "?") for k in kinds)
     if "E" in pattern:
-        if c.get("moe_latent_size") is not None:
-            raise SpecError(f"{c.where}: moe_latent_size (latent MoE projections) is not "
-                            "supported")
         out["moe"] = {"experts": c.get("n_routed_experts", 8),
                       "top_k": c.get("num_experts_per_tok", 2),
                       "expert_ffn_hidden": c.get("moe_intermediate_size", 7688),
                       "shared_experts": c.get("n_shared_experts", 1),
                       "shared_expert_ffn_hidden": c.get("moe_shared_expert_intermediate_size", 7688),
                       "router_bias": True}
+        if c.get("moe_latent_size") is not None:  # LatentMoE (Nemotron 3 Super)
+            out["moe"]["latent_size"] = c.get("moe_latent_size")
     return out
 
 

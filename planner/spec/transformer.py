@@ -25,6 +25,10 @@ Today's architectures (each key defaults so that older specs are unchanged):
 - `rope_theta`, `rope_scaling` (Llama 3.1's frequency scaling) and the MoE router's kind
   (`moe.router_score`, `router_topk_scale`, `router_groups`, `router_group_topk`): no count
   depends on them; the launchers write them so that the framework builds the published model.
+- `moe.latent_size`: LatentMoE (Nemotron 3 Super): the routed experts read and write l values
+  (`expert_width`), between a h -> l and a l -> h projection of every token (`latent_params`).
+- `mtp_layers` multi-token prediction depths (DeepSeek-V3 sec. 2.2), each the last layer's kind
+  or a hybrid model's `mtp_pattern` (`mtp_kinds`), with its 2h -> h projection and norms.
 - `layer_pattern`: Nemotron-H's `hybrid_override_pattern`, one character per layer: M a Mamba-2
   mixer, * attention, - a dense MLP, E a MoE FFN; each such layer has one norm. `mamba` holds
   the Mamba-2 sizes (the HF NemotronHMamba2Mixer: in_proj h x (2 d_in + 2 G N + H), depthwise
@@ -38,7 +42,7 @@ attention core and SSD scan included), `kind_attention_core_flops` and `kind_ssm
 (`ssm_scan_flops()` for one Mamba layer). The whole-model counts are exact sums over kinds;
 `layer_params()`, `layer_matmul_flops()` and `attention_core_flops()` are per-layer means
 (exact for uniform models, rounded to an integer otherwise): the cost model's per-layer view
-until it prices each kind. Multi-token-prediction modules (DeepSeek-V3 MTP) are not counted.
+until it prices each kind.
 
 The keys are validated by the file schema, `planner.spec.transformer_file.TransformerFile`;
 `build_transformer` loads a validated file into `Transformer`.
@@ -127,7 +131,9 @@ class Transformer:
     router_topk_scale: float | None = None
     router_groups: int | None = None
     router_group_topk: int | None = None
-    mtp_layers: int = 0  # multi-token prediction depths (`mtp_kind` blocks)
+    mtp_layers: int = 0  # multi-token prediction depths (`mtp_kinds` blocks each)
+    mtp_pattern: str = ""  # a hybrid model's MTP depth, in `layer_pattern` letters
+    moe_latent: int = 0  # LatentMoE: the width the routed experts read and write (0: hidden)
 
     kind = "transformer"
 
@@ -161,6 +167,14 @@ class Transformer:
     @property
     def gated_ffn(self) -> bool:
         return self.ffn_matrices == 3
+
+    @property
+    def expert_width(self) -> int:
+        """The width the routed experts read and write and the tokens travel at: the latent
+        width under LatentMoE (Nemotron 3 Super; Megatron-LM `--moe-latent-size`: a
+        fc1_latent_proj h -> l before the dispatch, a fc2_latent_proj l -> h after the
+        combine), else the hidden size."""
+        return self.moe_latent or self.hidden
 
     def _bias(self, which: bool | None) -> bool:
         return self.bias if which is None else which
@@ -223,14 +237,24 @@ class Transformer:
             params += self.heads
         return params
 
-    def _ffn_params(self, width: int) -> int:
-        weights = self.ffn_matrices * self.hidden * width
-        return weights + (((self.ffn_matrices - 1) * width + self.hidden)
+    def _ffn_params(self, width: int, outer: int = 0) -> int:
+        """An FFN of inner `width` between `outer` values (default: hidden) in and out."""
+        outer = outer or self.hidden
+        weights = self.ffn_matrices * outer * width
+        return weights + (((self.ffn_matrices - 1) * width + outer)
                           if self._bias(self.mlp_bias) else 0)
 
     def expert_params(self) -> int:
-        """One FFN of `ffn_hidden` (one expert)."""
-        return self._ffn_params(self.ffn_hidden)
+        """One FFN of `ffn_hidden` (one expert), at `expert_width`."""
+        return self._ffn_params(self.ffn_hidden, self.expert_width)
+
+    def latent_params(self) -> int:
+        """A LatentMoE layer's two latent projections, h -> l and l -> h (Megatron-LM
+        moe_layer.py at d98e8a6: TE linears with the model's linear biases); 0 without."""
+        if not self.moe_latent:
+            return 0
+        h, lat = self.hidden, self.moe_latent
+        return 2 * h * lat + ((lat + h) if self._bias(self.mlp_bias) else 0)
 
     def dense_ffn_params(self) -> int:
         """The FFN of a dense layer (a MoE model's first dense layers: `dense_ffn_hidden`)."""
@@ -244,9 +268,9 @@ class Transformer:
                                                      or self.ffn_hidden)
 
     def moe_params(self) -> int:
-        """A MoE FFN: routed experts, shared experts, router."""
+        """A MoE FFN: routed experts, shared experts, router, latent projections."""
         return (self.experts * self.expert_params() + self.shared_expert_params()
-                + self.router_params())
+                + self.router_params() + self.latent_params())
 
     def ffn_params(self) -> int:
         """The FFN of a MoE layer (of every layer for a dense model)."""
@@ -294,7 +318,7 @@ class Transformer:
         if kind.ffn != "moe":
             return self.kind_params(kind)
         active = (self.top_k * self.expert_params() + self.shared_expert_params()
-                  + self.router_params())
+                  + self.router_params() + self.latent_params())
         return self.kind_params(kind) - self.moe_params() + active
 
     def layers_params(self) -> int:
@@ -316,10 +340,15 @@ class Transformer:
         return (self.norm_params() + pooler
                 + (0 if self.tied_embeddings else self.vocab * self.hidden))
 
-    def mtp_kind(self) -> LayerKind:
-        """The kind of a multi-token prediction block: the last layer's (DeepSeek-V3 sec. 2.2:
-        TRM_k is one of the main model's blocks; a MoE block there)."""
-        return self.layer_sequence()[-1]
+    def mtp_kinds(self) -> tuple[LayerKind, ...]:
+        """The layers of one multi-token prediction depth: the last layer's kind (DeepSeek-V3
+        sec. 2.2: TRM_k is one of the main model's blocks; a MoE block there), or a hybrid
+        model's `mtp_pattern` (Megatron-LM's "main/mtp/mtp" hybrid pattern,
+        hybrid_layer_allocation.py at d98e8a6: Nemotron 3 Super's "*E", an attention then a
+        MoE layer)."""
+        if self.mtp_pattern:
+            return tuple(LayerKind(*PATTERN_MIXERS[c]) for c in self.mtp_pattern)
+        return (self.layer_sequence()[-1],)
 
     def mtp_depth_params(self) -> int:
         """One multi-token prediction depth as Megatron-LM builds it
@@ -327,7 +356,8 @@ class Transformer:
         and of the shifted tokens' embedding, their 2h -> h projection, the block, its final
         norm; the embedding and the output layer are the main model's (shared)."""
         h = self.hidden
-        return self.kind_params(self.mtp_kind()) + 2 * h * h + 3 * self.norm_params()
+        return (sum(self.kind_params(k) for k in self.mtp_kinds()) + 2 * h * h
+                + 3 * self.norm_params())
 
     def mtp_params(self) -> int:
         return self.mtp_layers * self.mtp_depth_params() if self.mtp_layers else 0
@@ -408,9 +438,10 @@ class Transformer:
         if kind.ffn == "dense":
             flops += 2 * s * m * h * (self.dense_ffn_hidden or self.ffn_hidden)
         elif kind.ffn == "moe":
-            flops += 2 * s * m * h * (self.ffn_hidden * self.top_k + self.shared_experts
-                                      * (self.shared_expert_ffn_hidden or self.ffn_hidden))
-            flops += 2 * s * h * self.experts
+            flops += 2 * s * m * (self.expert_width * self.ffn_hidden * self.top_k
+                                  + h * self.shared_experts
+                                  * (self.shared_expert_ffn_hidden or self.ffn_hidden))
+            flops += 2 * s * h * self.experts + 2 * s * 2 * h * self.moe_latent
         return flops
 
     def layers_matmul_flops(self) -> int:
@@ -448,13 +479,15 @@ class Transformer:
             d_in = self.mamba_inner()
             out += [(h, d_in + self.mamba_conv_dim() + self.mamba.heads, 1), (d_in, h, 1)]
 
-        def ffn(width, count):
-            return [(h, width, (self.ffn_matrices - 1) * count), (width, h, count)]
+        def ffn(width, count, outer=h):
+            return [(outer, width, (self.ffn_matrices - 1) * count), (width, outer, count)]
 
         if kind.ffn == "dense":
             out += ffn(self.dense_ffn_hidden or self.ffn_hidden, 1)
         elif kind.ffn == "moe":
-            out += ffn(self.ffn_hidden, self.experts) + [(h, self.experts, 1)]
+            out += ffn(self.ffn_hidden, self.experts, self.expert_width) + [(h, self.experts, 1)]
+            if self.moe_latent:
+                out += [(h, self.moe_latent, 1), (self.moe_latent, h, 1)]
             if self.shared_experts:
                 out += ffn(self.shared_expert_ffn_hidden or self.ffn_hidden, self.shared_experts)
         return out
@@ -500,7 +533,8 @@ class Transformer:
         """Forward matmul FLOPs of one multi-token prediction depth per sequence: its
         projection of the 2h concatenation, its block, the LM head again."""
         s, h = self.seq_len, self.hidden
-        return 2 * s * 2 * h * h + self.kind_matmul_flops(self.mtp_kind()) + self.logit_flops()
+        return (2 * s * 2 * h * h + sum(self.kind_matmul_flops(k) for k in self.mtp_kinds())
+                + self.logit_flops())
 
     def forward_flops(self) -> int:
         return (self.layers_matmul_flops() + self.logit_flops()
@@ -511,8 +545,9 @@ class Transformer:
         sequence runs."""
         if not self.mtp_layers:
             return self.layer_kinds()
-        kind, out = self.mtp_kind(), dict(self.layer_kinds())
-        out[kind] = out.get(kind, 0) + self.mtp_layers
+        out = dict(self.layer_kinds())
+        for kind in self.mtp_kinds():
+            out[kind] = out.get(kind, 0) + self.mtp_layers
         return tuple(out.items())
 
     def lora_model_flops(self, rank: int, count_masked: bool = False) -> int:
@@ -591,5 +626,6 @@ def build_transformer(data: dict, where: str) -> Transformer:
         router_topk_scale=moe.router_topk_scale if moe else None,
         router_groups=moe.router_groups if moe else None,
         router_group_topk=moe.router_group_topk if moe else None,
-        mtp_layers=spec.mtp_layers,
+        mtp_layers=spec.mtp_layers, mtp_pattern=spec.mtp_pattern or "",
+        moe_latent=(moe.latent_size or 0) if moe else 0,
     )

@@ -31,6 +31,9 @@ class MoE(Spec):
     shared_experts: int = Field(default=0, ge=0, le=1_000)
     shared_expert_ffn_hidden: Size | None = None  # default: expert_ffn_hidden
     router_bias: bool = False  # one value per expert next to the router weight
+    # LatentMoE (Nemotron 3 Super; Megatron-LM --moe-latent-size): the routed experts read and
+    # write this width, between a hidden -> latent and a latent -> hidden projection
+    latent_size: Size | None = None
     # how the router scores and picks experts (no parameters or FLOPs of their own; the
     # launchers write them): softmax (Mixtral, Qwen3) or sigmoid scores (DeepSeek-V3, whose
     # router_bias is then the expert bias of auxiliary-loss-free balancing), the factor the
@@ -137,6 +140,9 @@ class TransformerFile(Spec):
     # multi-token prediction depths (DeepSeek-V3 sec. 2.2; Megatron-LM --mtp-num-layers): each
     # a block of the last layer's kind after its own projection, with the LM head run again
     mtp_layers: int = Field(default=0, ge=0, le=64)
+    # a hybrid model's MTP depth in layer_pattern letters (Megatron-LM's "main/mtp/mtp"
+    # hybrid pattern: Nemotron 3 Super's "*E"); default: one block of the last layer's kind
+    mtp_pattern: str | None = Field(default=None, min_length=1, max_length=64)
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -151,9 +157,19 @@ class TransformerFile(Spec):
             raise ValueError(f"moe.top_k {self.moe.top_k} exceeds moe.experts {self.moe.experts}")
         if self.first_dense_layers and not self.moe:
             raise ValueError("first_dense_layers needs moe")
-        if self.mtp_layers and self.layer_pattern is not None:
-            raise ValueError("mtp_layers with a layer_pattern: a hybrid model's MTP block "
-                             "pattern is not modelled")
+        if self.mtp_pattern is not None:
+            if not self.mtp_layers:
+                raise ValueError("mtp_pattern needs mtp_layers")
+            if self.layer_pattern is None:
+                raise ValueError("mtp_pattern needs a layer_pattern (a hybrid model)")
+            bad = set(self.mtp_pattern) - set(PATTERN_MIXERS)
+            if bad:
+                raise ValueError(f"mtp_pattern: unknown layer {sorted(bad)[0]!r} (M Mamba-2, "
+                                 "* attention, - MLP, E MoE)")
+            if "M" in self.mtp_pattern and self.mamba is None:
+                raise ValueError("mtp_pattern has Mamba layers (M) but no mamba sizes")
+            if "E" in self.mtp_pattern and self.moe is None:
+                raise ValueError("mtp_pattern has MoE layers (E) but no moe")
         if self.mtp_layers and self.position_embedding not in ("rotary", "none"):
             raise ValueError("mtp_layers needs rotary or no position embedding (Megatron-LM "
                              "runs multi-token prediction with rope or none only)")
