@@ -106,7 +106,9 @@ def plan_of(run: Run) -> Plan:
     gradients reduced in bf16, as the reference implementations set it (training_results_v4.0
     NVIDIA/benchmarks/gpt3/implementations/nemo/conf/optim/distributed_fused_adam.yaml:
     grad_sync_dtype bf16; v5.0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:
-    grad_reduce_in_fp32=False)."""
+    grad_reduce_in_fp32=False). fp8 current scaling where the config's recipe is "tensorwise"
+    (NVIDIA's v5 Blackwell recipes; rows whose recipe the files do not give run delayed
+    scaling, Megatron-LM's default)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
@@ -119,7 +121,8 @@ def plan_of(run: Run) -> Plan:
                       grad_reduce_bf16=True,
                       lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
                       cuda_graphs=r["cuda_graph"] not in ("", "0"),
-                      fp8_attention=r["fp8_attention"] == "1")
+                      fp8_attention=r["fp8_attention"] == "1",
+                      fp8_current_scaling=r["fp8_recipe"] == "tensorwise")
 
 
 def predicted(run: Run, system=None) -> tuple[float | None, str | None]:

@@ -214,6 +214,16 @@ SWITCHES: tuple[Switch, ...] = (
                    "torchtitan": "torchtitan's float8 linears (torchao) save their inputs at "
                                  "16 bits; the plan saves them in fp8 (Transformer Engine): "
                                  "use --format megatron, or plan without --fp8-activations"}),
+    Switch("fp8_current_scaling", False, "with per-tensor fp8 training: each cast's scale "
+           "from the tensor's own amax (a pass reading it, a scale kernel, and with sequence "
+           "parallelism an amax all-reduce over tp), not the delayed amax history",
+           "--fp8-recipe tensorwise (Transformer Engine Float8CurrentScaling; NVIDIA's MLPerf "
+           "v5 recipes)", label=_on("fp8 current scaling"),
+           launch={"megatron": WRITES, "deepspeed": MODEL_CODE,
+                   "torchtitan": "torchtitan's float8 recipes (torchao) scale dynamically "
+                                 "without Transformer Engine's separate amax and scale "
+                                 "kernels; use --format megatron for --fp8-current-scaling"},
+           megatron_flags=("--fp8-recipe", "tensorwise")),
     Switch("fp8_attention", False, "with fp8 / fp4 training: attention's products in fp8 "
            "(else 16-bit, as the recipes keep them)", "Transformer Engine fp8 dot-product "
            "attention (TransformerConfig.fp8_dot_product_attention, NeMo FP8_DPA)",

@@ -137,6 +137,43 @@ def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precisi
     assert got == pytest.approx(per_value * inputs, rel=1e-12)
 
 
+def test_fp8_current_scaling_reads_each_input_once_more_and_reduces_its_amax_over_tp():
+    """Current scaling (Transformer Engine Float8CurrentScaling, the recipes' "tensorwise")
+    against delayed: each GEMM input is read once more for its amax (2 bytes a value at bf16),
+    eight more kernels a layer forward (an amax and a scale kernel per cast), and with
+    sequence parallelism one amax all-reduce per block forward and one backward."""
+    from planner.catalog import load_model
+    from planner.expr.layer import LayerCosts
+
+    m, hw = load_model("llama3-8b"), Hardware.of(load_system("dgx-b200"), Precision.fp8)
+    costs = {cur: LayerCosts(m, hw, Choices(flash_attention=True, sequence_parallel=True,
+                                            fp8_current_scaling=cur)) for cur in (False, True)}
+    inputs = 2 * m.hidden + (m.q_dim + m.ffn_hidden) / 2  # at t = 2
+    extra = (costs[True].elementwise_bytes_per_token()
+             - costs[False].elementwise_bytes_per_token())
+    assert float(extra.subs(t, 2)) == pytest.approx(2 * inputs, rel=1e-12)
+    assert costs[True].elementwise_kernels() - costs[False].elementwise_kernels() == 8
+    amax = costs[True]._amax_reduction()
+    assert float(amax.subs(t, 1)) == 0
+    blocks = 2  # attention, FFN: a forward and a backward reduction each
+    tp = [c.parts()[4] for c in (costs[False], costs[True])]
+    assert float((tp[1] - tp[0]).subs({t: 2, b: 1})) == pytest.approx(
+        2 * blocks * float(amax.subs(t, 2)), rel=1e-9)
+    assert float(amax.subs(t, 2)) > 0
+    # without sequence parallelism there is no gather to reduce the amax for
+    plain = LayerCosts(m, hw, Choices(flash_attention=True, fp8_current_scaling=True))
+    assert plain._amax_reduction() == 0
+
+
+def test_fp8_current_scaling_is_a_per_tensor_fp8_recipe(run):
+    base = ("evaluate", "-m", "llama3-8b", "-H", "dgx-b200", "--devices", "8",
+            "--global-batch", "16", "--fp8-current-scaling")
+    code, _, err = run(*base, "--precision", "mxfp8")
+    assert code == 2 and "per-tensor fp8 recipe" in err
+    code, out, err = run(*base, "--precision", "fp8")
+    assert code == 0 and "fp8 current scaling" in out, err
+
+
 @pytest.mark.parametrize("fp8_attention", [False, True])
 def test_ring_attention_merges_its_steps_after_them(fp8_attention):
     """Context parallel: Transformer Engine rescales and adds each of the c_p steps' partial

@@ -172,3 +172,15 @@ def test_torchtitan_deepseek_v3_flavor_and_commit(run, tmp_path):
     cfg = torchtitan_config(text)
     assert cfg.model_spec.flavor == "671B"
     assert cfg.parallelism.expert_parallel_degree == 64
+
+
+def test_megatron_writes_fp8_current_scaling_as_the_tensorwise_recipe(run):
+    """--fp8-current-scaling is Megatron-LM's --fp8-recipe tensorwise (a choice its parser
+    takes); torchtitan refuses it (no separate amax and scale kernels there)."""
+    args = ("evaluate", "-m", "llama3-8b", "-H", "dgx-b200", "--devices", "16", "--tp", "2",
+            "--global-batch", "32", "--zero", "1", "--sequence-parallel", "--precision", "fp8",
+            "--fp8-current-scaling")
+    flags = _megatron_flags(_out(run, *args, "--format", "megatron"))
+    assert flags["--fp8-recipe"] == ["tensorwise"] and flags["--fp8-format"] == ["hybrid"]
+    code, _, err = run(*args, "--format", "torchtitan")
+    assert code == 2 and "--fp8-current-scaling" in err

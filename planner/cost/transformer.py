@@ -54,6 +54,7 @@ class Hardware:
     graph_floor_s: float = 0.0  # every kernel's floor under CUDA graphs (0: none known)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
+    per_tensor_fp8: bool = False  # fp8 with one scale per tensor (current scaling applies)
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
     # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
@@ -110,6 +111,7 @@ class Hardware:
             graph_floor_s=(kernels.graph_floor_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,
             quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
+            per_tensor_fp8=precision is Precision.fp8,
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),

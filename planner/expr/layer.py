@@ -103,6 +103,22 @@ class LayerCosts:
         ring_t = _if(t <= hw.scale_up, ring(t, size, *inside), ring(t, size, *across))
         return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
 
+    def _current_scaling(self) -> bool:
+        return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
+
+    def _amax_reduction(self) -> sp.Expr:
+        """One all-reduce of an fp32 amax over the t ranks: with current scaling and sequence
+        parallelism Transformer Engine reduces the amax of each column-parallel input before
+        its all-gather (forward) and of each row-parallel output gradient (backward)
+        (module/linear.py, layernorm_linear.py at d0067d0: set_quantizer_amax_reduction_group
+        with the tp group), one latency-bound collective each, a kernel at least."""
+        if not (self._current_scaling() and self.choices.sequence_parallel):
+            return sp.Integer(0)
+        hw = self.hw
+        inside, across = links(hw, RING)
+        ar = _if(t <= hw.scale_up, ring(t, 4, *inside), ring(t, 4, *across))
+        return _if(t > 1, _max(ar, hw.launch_s) if hw.launch_s else ar, 0)
+
     def _tp_comm(self, blocks) -> sp.Expr:
         """Tensor-parallel communication of one layer, every pass: one allreduce-equivalent per
         block (the mixer, a dense or shared-expert FFN) forward and one backward, a second
@@ -112,9 +128,11 @@ class LayerCosts:
         backward twice that): the reduce-scatter's last chunk shows (the all-gather's first is
         the rank's own shard), the rest only where it outlasts the GEMM (Wang et al. 2023,
         "Overlap communication with dependent computation via decomposition", sec. 4), and
-        the thinner chunked GEMMs' extra time counts here too.
+        the thinner chunked GEMMs' extra time counts here too. Under fp8 current scaling each
+        block's amax all-reduces (`_amax_reduction`) come with its collectives.
         `blocks`: (GEMM time, chunked GEMM time) per block."""
         ring_t, full = self.tp_ring, self.choices.recompute == "full"
+        amax = self._amax_reduction()
         total = sp.Integer(0)
         for gemm, chunked in blocks:
             if self.choices.tp_overlap:
@@ -127,7 +145,7 @@ class LayerCosts:
                 bwd = first + overlapped(rest, 2 * chunked, slow) + 2 * slower
             else:
                 fwd = bwd = ring_t
-            total += (2 if full else 1) * fwd + bwd
+            total += (2 if full else 1) * (fwd + amax) + bwd + amax
         return total
 
     def _moe_comm(self) -> sp.Expr:
@@ -360,7 +378,9 @@ class LayerCosts:
         input (Transformer Engine). Eager PyTorch adds the kernels `_eager_ops` lists."""
         md = self.model
         kind = kind or md.layer_kinds()[0][0]
-        casts = 4 if self.hw.gemm_only else 0
+        # current scaling: an amax kernel and a scale kernel before each cast (Transformer
+        # Engine Float8CurrentScalingQuantizer::quantize_impl, csrc/quantizer.cpp at d0067d0)
+        casts = (12 if self._current_scaling() else 4) if self.hw.gemm_only else 0
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.kernels == "eager" else 0
         # routing and token permutation; LoRA adapters
@@ -479,8 +499,9 @@ class LayerCosts:
                 if attends and md.position_embedding == "rotary" else 0)
         # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
         # output projection and FC2) is read at 16 bits and written in the format, in both
-        # layouts, with its scales (`Precision.quantize_bytes`)
-        casts = self.hw.quantize_bytes
+        # layouts, with its scales (`Precision.quantize_bytes`); under current scaling read
+        # once more first for its amax
+        casts = self.hw.quantize_bytes + (vb if self._current_scaling() else 0)  # amax read
         cast_outside = casts * 2 * h
         cast_inside = casts * (md.q_dim + f)
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"

@@ -106,6 +106,10 @@ def _check_system(system: System, precision: Precision, x) -> None:
         if getattr(x, key) and precision not in (Precision.fp8, Precision.mxfp8):
             raise SpecError(f"{key}: {what} in fp8 needs fp8 training (--precision fp8 or "
                             f"mxfp8); got {precision.value}")
+    if x.fp8_current_scaling and precision is not Precision.fp8:
+        raise SpecError(f"fp8_current_scaling: current scaling is a per-tensor fp8 recipe "
+                        f"(--precision fp8; mxfp8 and nvfp4 scale each block in its cast); got "
+                        f"{precision.value}")
     if x.fp8_attention and not precision.gemm_only:
         raise SpecError(f"fp8_attention: fp8 attention needs fp8 or fp4 training (--precision "
                         f"fp8, mxfp8 or nvfp4); got {precision.value}")

@@ -53,7 +53,7 @@ MAX_MODELS = 4000  # CP-SAT models one subset may solve before it reports `feasi
 # switches a mixed plan prices (at the values given); the others must keep their defaults
 MIXED_SWITCHES = {"overlap", "flash_attention", "tp_overlap", "kernels", "cuda_graphs",
                   "grad_accumulation_fusion", "grad_reduce_bf16", "fp8_activations",
-                  "fp8_attention", "capacity_factor"}
+                  "fp8_attention", "fp8_current_scaling", "capacity_factor"}
 
 
 @dataclass
