@@ -215,11 +215,14 @@ SWITCHES: tuple[Switch, ...] = (
                                  "16 bits; the plan saves them in fp8 (Transformer Engine): "
                                  "use --format megatron, or plan without --fp8-activations"}),
     Switch("fp8_current_scaling", False, "with per-tensor fp8 training: each cast's scale "
-           "from the tensor's own amax (a pass reading it, a scale kernel, and with sequence "
-           "parallelism an amax all-reduce over tp), not the delayed amax history",
+           "from the tensor's own amax, not the delayed amax history (a scale kernel per "
+           "cast, an amax pass over the attention output, and with sequence parallelism an "
+           "amax all-reduce over tp per block and pass)",
            "--fp8-recipe tensorwise (Transformer Engine Float8CurrentScaling; NVIDIA's MLPerf "
            "v5 recipes)", label=_on("fp8 current scaling"),
-           launch={"megatron": WRITES, "deepspeed": MODEL_CODE,
+           launch={"megatron": WRITES,
+                   "deepspeed": "DeepSpeed has no fp8 recipe of its own (Transformer Engine's "
+                                "runs in the model code); use --format megatron",
                    "torchtitan": "torchtitan's float8 recipes (torchao) scale dynamically "
                                  "without Transformer Engine's separate amax and scale "
                                  "kernels; use --format megatron for --fp8-current-scaling"},

@@ -378,9 +378,12 @@ class LayerCosts:
         input (Transformer Engine). Eager PyTorch adds the kernels `_eager_ops` lists."""
         md = self.model
         kind = kind or md.layer_kinds()[0][0]
-        # current scaling: an amax kernel and a scale kernel before each cast (Transformer
-        # Engine Float8CurrentScalingQuantizer::quantize_impl, csrc/quantizer.cpp at d0067d0)
-        casts = (12 if self._current_scaling() else 4) if self.hw.gemm_only else 0
+        # current scaling (Transformer Engine Float8CurrentScalingQuantizer::quantize_impl,
+        # csrc/quantizer.cpp at d0067d0): a scale kernel before each cast, and an amax kernel
+        # before the output projection's (the norms and the activation compute the amax of
+        # the QKV, FC1 and FC2 inputs in their own kernels: normalization.cpp and
+        # activation.cpp, FUSED_NORM_AMAX_FP8 and FUSED_ACTIVATION_AMAX_FP8)
+        casts = (9 if self._current_scaling() else 4) if self.hw.gemm_only else 0
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.kernels == "eager" else 0
         # routing and token permutation; LoRA adapters
@@ -499,11 +502,13 @@ class LayerCosts:
                 if attends and md.position_embedding == "rotary" else 0)
         # fp8 / fp4 GEMMs: each GEMM input (h for QKV and FC1, q_dim / t and f / t for the
         # output projection and FC2) is read at 16 bits and written in the format, in both
-        # layouts, with its scales (`Precision.quantize_bytes`); under current scaling read
-        # once more first for its amax
-        casts = self.hw.quantize_bytes + (vb if self._current_scaling() else 0)  # amax read
+        # layouts, with its scales (`Precision.quantize_bytes`); under current scaling the
+        # output projection's read once more first for its amax
+        casts = self.hw.quantize_bytes
         cast_outside = casts * 2 * h
         cast_inside = casts * (md.q_dim + f)
+        if self._current_scaling():  # the attention output read once more for its amax
+            cast_inside += vb * md.q_dim
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"
                  else sp.Integer(0))
         moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),
