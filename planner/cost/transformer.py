@@ -55,6 +55,9 @@ class Hardware:
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
     per_tensor_fp8: bool = False  # fp8 with one scale per tensor (current scaling applies)
+    # what quantizing inside a norm saves, per value and in kernels, delayed / current scaled
+    # (`Precision.norm_fused_saving`)
+    norm_fused: tuple = ((Fraction(0), 0), (Fraction(0), 0))
     domain: int = 0  # devices per scale-up domain (NVLink / Infinity Fabric); 0: the node
     host_bw: float = 0.0  # one device's share of its host link, bytes/s (0: no host offload)
     # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
@@ -112,6 +115,8 @@ class Hardware:
             gemm_only=precision.gemm_only,
             quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
             per_tensor_fp8=precision is Precision.fp8,
+            norm_fused=tuple(precision.norm_fused_saving(dev.fp8_gemm_any_layout, cur)
+                             for cur in (False, True)),
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),

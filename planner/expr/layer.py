@@ -106,6 +106,13 @@ class LayerCosts:
     def _current_scaling(self) -> bool:
         return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
 
+    def _norm_fused(self) -> tuple:
+        """(bytes per value, kernels) Transformer Engine's norm saves by quantizing the QKV
+        and FC1 inputs itself (`Precision.norm_fused_saving`); none with eager kernels."""
+        if self.choices.kernels != "fused":
+            return (0, 0)
+        return self.hw.norm_fused[1 if self._current_scaling() else 0]
+
     def _amax_reduction(self) -> sp.Expr:
         """One all-reduce of an fp32 amax over the t ranks: with current scaling and sequence
         parallelism Transformer Engine reduces the amax of each column-parallel input before
@@ -384,6 +391,7 @@ class LayerCosts:
         # the QKV, FC1 and FC2 inputs in their own kernels: normalization.cpp and
         # activation.cpp, FUSED_NORM_AMAX_FP8 and FUSED_ACTIVATION_AMAX_FP8)
         casts = (9 if self._current_scaling() else 4) if self.hw.gemm_only else 0
+        casts -= 2 * self._norm_fused()[1]  # the QKV and FC1 inputs' casts inside their norms
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.kernels == "eager" else 0
         # routing and token permutation; LoRA adapters
@@ -505,7 +513,7 @@ class LayerCosts:
         # layouts, with its scales (`Precision.quantize_bytes`); under current scaling the
         # output projection's read once more first for its amax
         casts = self.hw.quantize_bytes
-        cast_outside = casts * 2 * h
+        cast_outside = (casts - self._norm_fused()[0]) * 2 * h  # the norms quantize these
         cast_inside = casts * (md.q_dim + f)
         if self._current_scaling():  # the attention output read once more for its amax
             cast_inside += vb * md.q_dim

@@ -76,6 +76,24 @@ class Precision(str, Enum):
                 "nvfp4": 2 + 2 + 2 * (half + nv),
                 "fp4": 2 + 2 * (half + mx)}.get(self.value, q(0))
 
+    def norm_fused_saving(self, fp8_any_layout: bool = False, current_scaling: bool = False
+                          ) -> tuple[fractions.Fraction, int]:
+        """(bytes per value, kernels) of `quantize_bytes` plus the norm's 16-bit write that Transformer
+        Engine saves where a norm feeds the GEMM (LayerNormLinear; pytorch/csrc/extensions/
+        normalization.cpp at d0067d0): delayed-scaled fp8 is written by the norm kernel itself
+        (FULLY_FUSED: no 16-bit write, no cast's read; 4 bytes), less the transpose kernel's read
+        of it where the GEMMs need the transposed copy (rmsnorm_api.cpp: nvte_transpose after
+        the norm; 3 bytes); nvfp4's tensor-wide amax is computed by the norm
+        (FUSED_NORM_AMAX_NVFP4: the cast's extra read, 2 bytes); current-scaled fp8 writes the
+        norm at 16 bits with its amax and casts after (FUSED_NORM_AMAX_FP8: nothing saved
+        against a cast that reads the tensor once), and the MX formats are normalised
+        unfused unless cuDNN's norm is chosen (NVTE_NORM_FWD_USE_CUDNN). The kernel count
+        saved: the cast, where no transpose kernel takes its place."""
+        q = fractions.Fraction
+        if self.value == "fp8" and not current_scaling:
+            return (q(4), 1) if fp8_any_layout else (q(3), 0)
+        return (q(2), 0) if self.value == "nvfp4" else (q(0), 0)
+
     @property
     def storage_bytes(self) -> int:
         """Bytes per value a training run stores and communicates at this compute precision:
