@@ -7,7 +7,7 @@ each was derived). `rows()` prices every row at exactly that plan with the specs
 (the Blackwell and AMD GEMM shares are fitted to these rows by `planner.fit_mlperf`, which
 also predicts them leave-one-benchmark-out; nothing is fitted to the Hopper rows), a Run's
 `why_not` says why a row cannot be priced (a device or precision the catalog lacks, or a
-logged gradient accumulation that contradicts the config's split: 7 rows), and
+logged gradient accumulation that contradicts the config's split: 6 rows), and
 `python benchmarks/accuracy.py` reports the error by group.
 """
 
@@ -86,8 +86,8 @@ def _read(path: Path) -> tuple[Run, ...]:
                 why = "precision not given by the submission's files"
             elif not all(r[k] for k in ("tp", "pp", "cp", "dp", "micro_batch", "global_batch")):
                 why = "parallel sizes or batch not all given by the submission's files"
-            elif r["grad_accum"] and int(r["grad_accum"]) != int(r["global_batch"]) // (
-                    int(r["dp"]) * int(r["micro_batch"])):
+            elif r["grad_accum"] and int(r["grad_accum"]) * int(r["dp"]) * int(
+                    r["micro_batch"]) != int(r["global_batch"]):
                 # the log's accumulation and the config's split disagree: what ran is unknown
                 why = (f"the logged gradient accumulation ({r['grad_accum']}) contradicts the "
                        f"config's split (global batch / (dp x micro-batch) = "

@@ -97,6 +97,9 @@ def test_nemotron_3_super_prices_its_release_plan():
 @pytest.mark.parametrize("keys, message", [
     ({"mtp_pattern": "*E"}, "needs mtp_layers"),
     ({"mtp_layers": 1, "mtp_pattern": "*X"}, "unknown layer"),
+    ({"mtp_layers": 1}, "needs mtp_pattern"),  # a hybrid depth is not the last layer's kind
+    ({"mtp_layers": 1, "mtp_pattern": "M"}, "no mamba sizes"),
+    ({"mtp_layers": 1, "mtp_pattern": "E"}, "but no moe"),
 ])
 def test_bad_mtp_patterns_are_spec_errors(keys, message):
     spec = {"kind": "transformer", "name": "toy", "layers": 2, "hidden": 256, "heads": 4,
@@ -119,4 +122,46 @@ def test_megatron_writes_the_latent_size_and_torchtitan_refuses_it(run, tmp_path
     flags = _megatron_flags(_out(run, *args, "--format", "megatron"))
     assert flags["--moe-latent-size"] == ["1024"]
     code, _, err = run(*args, "--format", "torchtitan")
-    assert code == 2 and "no mixture-of-experts flavor" in err
+    assert code == 2 and "no LatentMoE" in err
+
+
+def test_torchtitan_refuses_latent_moe_on_a_model_it_has_a_flavor_of(run, tmp_path):
+    """DeepSeek-V3 is a torchtitan flavor; with a latent width it is another network."""
+    from pathlib import Path
+
+    import yaml
+
+    import planner
+
+    spec = yaml.safe_load((Path(planner.__file__).parent / "models" / "deepseek-v3.yaml")
+                          .read_text())
+    spec["moe"]["latent_size"] = 2048
+    spec["name"] = "latent-deepseek"
+    path = tmp_path / "latent-deepseek.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    args = ("evaluate", "-m", str(path), "-H", "dgx-h100", "--devices", "1024", "--tp", "2",
+            "--ep", "64", "--etp", "1", "--global-batch", "4096", "--zero", "1",
+            "--recompute", "full", "--sequence-parallel", "--format", "torchtitan")
+    code, _, err = run(*args)
+    assert code == 2 and "no LatentMoE" in err
+    code, _, err = run(*args[:-2], "--format", "torchtitan", "-m", "deepseek-v3")
+    assert "no LatentMoE" not in err
+
+
+def test_a_latent_as_wide_as_the_model_saves_and_moves_what_the_model_does():
+    """At l = h the stored activations are the model's own plus the l -> h projection's
+    input (2 bytes a value at 16 bits); with fp8-saved inputs the same total: that input kept
+    in fp8 (1 byte less a value) and the h -> l projection's own fp8 copy of the norm output
+    (1 byte more)."""
+    base, same = _mixtral(), _mixtral(moe_latent=4096)
+    kind = base.layer_sequence()[0]
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    sbh = base.seq_len * base.hidden * 2  # bytes of one s b h tensor at 16 bits, b = 1
+
+    def acts(m, **choices):
+        lc = LayerCosts(m, HW, Choices(flash_attention=True, **choices))
+        return float(lc.kind_activation_bytes("none", kind).subs(at))
+
+    assert acts(same) - acts(base) == pytest.approx(sbh, rel=1e-12)
+    assert acts(same, fp8_activations=True) - acts(base, fp8_activations=True) == \
+        pytest.approx(sbh, rel=1e-12)

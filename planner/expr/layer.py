@@ -106,12 +106,20 @@ class LayerCosts:
     def _current_scaling(self) -> bool:
         return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
 
-    def _norm_fused(self) -> tuple:
-        """(bytes per value, kernels) Transformer Engine's norm saves by quantizing the QKV
-        and FC1 inputs itself (`Precision.norm_fused_saving`); none with eager kernels."""
+    def _norm_fused(self, kind) -> tuple:
+        """(bytes per token, kernels) Transformer Engine's norms save by quantizing their own
+        output (`Precision.norm_fused_saving` a value) where Megatron-LM builds the norm into
+        the GEMM's module (TELayerNormColumnParallelLinear: the attention's QKV, a Mamba
+        mixer's in_proj, a dense FFN's FC1; gpt_layer_specs.py at d98e8a6); a MoE layer's
+        pre-FFN norm and multi-head latent attention's input norm are their own modules;
+        none with eager kernels."""
         if self.choices.kernels != "fused":
             return (0, 0)
-        return self.hw.norm_fused[1 if self._current_scaling() else 0]
+        per_value, kernels = self.hw.norm_fused[1 if self._current_scaling() else 0]
+        fused = (int(kind.mixer == "mamba" or (kind.mixer in ("attention", "sliding")
+                                                and not self.model.mla))
+                 + int(kind.ffn == "dense"))
+        return per_value * fused * self.model.hidden, kernels * fused
 
     def _amax_reduction(self) -> sp.Expr:
         """One all-reduce of an fp32 amax over the t ranks: with current scaling and sequence
@@ -391,7 +399,7 @@ class LayerCosts:
         # the QKV, FC1 and FC2 inputs in their own kernels: normalization.cpp and
         # activation.cpp, FUSED_NORM_AMAX_FP8 and FUSED_ACTIVATION_AMAX_FP8)
         casts = (9 if self._current_scaling() else 4) if self.hw.gemm_only else 0
-        casts -= 2 * self._norm_fused()[1]  # the QKV and FC1 inputs' casts inside their norms
+        casts -= self._norm_fused(kind)[1]  # the casts the norms run inside themselves
         rope = int(md.position_embedding == "rotary" and kind.mixer in ("attention", "sliding"))
         eager = sum(n for n, _ in self._eager_ops(kind)) if self.choices.kernels == "eager" else 0
         # routing and token permutation; LoRA adapters
@@ -513,7 +521,7 @@ class LayerCosts:
         # layouts, with its scales (`Precision.quantize_bytes`); under current scaling the
         # output projection's read once more first for its amax
         casts = self.hw.quantize_bytes
-        cast_outside = (casts - self._norm_fused()[0]) * 2 * h  # the norms quantize these
+        cast_outside = casts * 2 * h - self._norm_fused(kind)[0]  # the norms quantize some
         cast_inside = casts * (md.q_dim + f)
         if self._current_scaling():  # the attention output read once more for its amax
             cast_inside += vb * md.q_dim
@@ -591,7 +599,8 @@ class LayerCosts:
         mixer its in_proj output (z, x B C, dt), the conv output, the scan output and the
         gated norm's output (the out_proj input); the FFN its inner activations (their 16 for a
         4 h GeLU FFN, scaled to the width, 3 / 2 gated, top_k routed experts plus the shared
-        ones, and the routed experts' input, top_k h per token gathered over e_t). Sequence
+        ones, and the routed experts' input, top_k h per token gathered over e_t, at the latent
+        width under LatentMoE with the l -> h projection's input). Sequence
         parallelism splits the outside part over t too; full recomputation keeps only the
         layer's input. Eager SwiGLU saves silu's output for the product's backward too (f)."""
         md, c = self.model, self.choices
@@ -645,8 +654,8 @@ class LayerCosts:
         input is the attention's output, which flash attention keeps at 16 bits for its own
         backward: the fp8 copy comes on top (without flash, only the Linear needs it, in fp8).
         A MoE FFN's norm output stays 16-bit (the router, a plain linear, saves it); its
-        shared experts keep an fp8 copy beside it; the routed experts' dispatched input and
-        their fc2 input are fp8."""
+        shared experts (and LatentMoE's h -> l projection) keep an fp8 copy beside it; the
+        routed experts' dispatched input and their fc2 input are fp8."""
         md, h = self.model, self.model.hidden
         outside, inside = sp.Integer(0), sp.Integer(0)
         if kind.mixer == "mamba":
@@ -660,7 +669,9 @@ class LayerCosts:
             outside -= 1
             inside -= sp.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":
-            outside += 1 if md.shared_experts else 0
+            # the shared experts' and LatentMoE's h -> l projection's TE linears each keep
+            # an fp8 copy of the norm output
+            outside += (1 if md.shared_experts else 0) + (1 if md.moe_latent else 0)
             lat = sp.Rational(md.expert_width, h)
             inside -= (sp.Rational(self._ffn_width(kind), h) + md.top_k * self.etp * lat) \
                 * self.capacity

@@ -46,9 +46,13 @@ def _flavor(m) -> tuple[str, str, list[str]]:
     """torchtitan's (model name, flavor) that builds `m`, with comment lines on what differs in
     its positional encoding; exit 2 for a model torchtitan has no flavor of (writing another
     model's flavor would train a different network)."""
+    if m.moe_latent:
+        raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) has no LatentMoE (the "
+                        f"experts at a latent width, Megatron-LM --moe-latent-size); use "
+                        f"--format megatron")
     key = (m.layers, m.hidden, m.heads, m.kv_heads, m.dense_ffn_hidden or m.ffn_hidden,
            m.ffn_hidden, m.experts, m.top_k, m.vocab, m.mla is not None)
-    if key not in TORCHTITAN_FLAVORS or m.moe_latent:  # no torchtitan model has LatentMoE
+    if key not in TORCHTITAN_FLAVORS:
         kind = "mixture-of-experts " if m.experts > 1 else ""
         raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) has no {kind}flavor that "
                         f"builds '{m.name}' ({m.layers} layers, hidden {m.hidden}, "

@@ -207,13 +207,16 @@ def gpt_neox(c: _Config) -> dict:
             "dropout": c.get("hidden_dropout", 0.0)}
 
 
+# NemotronH block type names -> layer_pattern letters
+_NEMOTRON_MARKS = {"mamba": "M", "linear_attention": "M", "attention": "*",
+                   "full_attention": "*", "mlp": "-", "moe": "E"}
+
+
 def nemotron_h(c: _Config) -> dict:
     heads = c.need("num_attention_heads")
     pattern = c.get("hybrid_override_pattern")
     if pattern is None and isinstance(c.get("layers_block_type"), list):
-        marks = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
-                 "mlp": "-", "moe": "E"}
-        pattern = "".join(marks.get(t, "?") for t in c.get("layers_block_type"))
+        pattern = "".join(_NEMOTRON_MARKS.get(t, "?") for t in c.get("layers_block_type"))
     if pattern is None:
         c.missing.append("hybrid_override_pattern")
         pattern = "-"
@@ -235,14 +238,14 @@ def nemotron_h(c: _Config) -> dict:
                         "expand": c.get("expand", 2), "chunk_size": c.get("chunk_size", 128),
                         "conv_bias": c.get("use_conv_bias", True),
                         "proj_bias": c.get("use_bias", False)}
-    marks = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
-             "mlp": "-", "moe": "E"}
     mtp = c.get("num_nextn_predict_layers", 0)
     if mtp:  # the HF NemotronH MTP depth: mtp_layers_block_type (Nemotron 3 Super: *E)
         out["mtp_layers"] = mtp
         kinds = c.get("mtp_layers_block_type")
         if isinstance(kinds, list) and kinds:
-            out["mtp_pattern"] = "".join(marks.get(k, "?") for k in kinds)
+            out["mtp_pattern"] = "".join(_NEMOTRON_MARKS.get(k, "?") for k in kinds)
+        else:
+            c.missing.append("mtp_layers_block_type")
     if "E" in pattern:
         out["moe"] = {"experts": c.get("n_routed_experts", 8),
                       "top_k": c.get("num_experts_per_tok", 2),

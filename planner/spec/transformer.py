@@ -427,7 +427,8 @@ class Transformer:
 
     def kind_matmul_flops(self, kind: LayerKind) -> int:
         """Forward matmul FLOPs of one layer of `kind` for one sequence: projections, the
-        attention core or the SSD scan, the FFN (MoE: top_k experts, shared experts, router)."""
+        attention core or the SSD scan, the FFN (MoE: top_k experts at `expert_width`, shared
+        experts, router, LatentMoE's two projections)."""
         s, h = self.seq_len, self.hidden
         flops = 0
         if kind.mixer in ("attention", "sliding"):

@@ -157,6 +157,9 @@ class TransformerFile(Spec):
             raise ValueError(f"moe.top_k {self.moe.top_k} exceeds moe.experts {self.moe.experts}")
         if self.first_dense_layers and not self.moe:
             raise ValueError("first_dense_layers needs moe")
+        if self.mtp_layers and self.layer_pattern is not None and self.mtp_pattern is None:
+            raise ValueError("mtp_layers with a layer_pattern needs mtp_pattern (the hybrid "
+                             "layers of one depth, as Megatron-LM's main/mtp/mtp pattern)")
         if self.mtp_pattern is not None:
             if not self.mtp_layers:
                 raise ValueError("mtp_pattern needs mtp_layers")
