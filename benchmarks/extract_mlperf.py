@@ -53,7 +53,7 @@ COLUMNS = [
     "nodes", "gpus_per_node", "gpus", "tp", "pp", "vp", "cp", "dp", "sequence_parallel",
     "micro_batch", "local_batch", "grad_accum", "global_batch", "seq_len", "precision",
     "fp8_recipe", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
-    "overlap_grad_reduce", "overlap_param_gather", "model_tflop_per_sample",
+    "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather", "model_tflop_per_sample",
     "step_time_s", "step_time_min_run_s", "step_time_max_run_s", "n_runs", "n_steps_or_blocks",
     "step_time_method", "crosscheck_s", "crosscheck_method",
     "repository", "commit", "config_file", "config_selected_by", "result_files", "duplicate_of", "notes",
@@ -62,7 +62,7 @@ SEEN_BLOBS = {}
 # variables whose defaults may be taken from the implementation's own YAML (${oc.env:VAR,default})
 YAML_VARS = {"INTERLEAVED_PIPELINE", "FP8", "MICRO_BATCH_SIZE", "TP_COMM_OVERLAP", "CONTEXT_PARALLEL",
              "SEQ_PARALLEL", "FP8_RECIPE", "USE_DIST_OPTIMIZER", "OVERLAP_GRAD_REDUCE",
-             "OVERLAP_PARAM_GATHER"}
+             "OVERLAP_PARAM_GATHER", "FP8_PARAM_GATHER", "FP8_PARAMS"}
 
 
 def git(repo, *args, check=True):
@@ -425,6 +425,9 @@ def fields(env, sys_gpn):
                                 else int(bool(_bool(env["OVERLAP_GRAD_REDUCE"])))),
         "overlap_param_gather": ("" if env.get("OVERLAP_PARAM_GATHER") is None
                                  else int(bool(_bool(env["OVERLAP_PARAM_GATHER"])))),
+        # weights kept and all-gathered in fp8 (NeMo FP8_PARAM_GATHER; older configs FP8_PARAMS)
+        "fp8_param_gather": next((int(bool(_bool(env[k]))) for k in (
+            "FP8_PARAM_GATHER", "FP8_PARAMS") if env.get(k) not in (None, "")), ""),
         "model_tflop_per_sample": env.get("MODEL_TFLOP_PER_SAMPLE", ""),
         "_notes": notes + ([f"config sources file(s) absent from the submission: {env['__MISSING__']} "
                              "(values they would set are left empty)"] if env.get("__MISSING__") else [])
@@ -644,7 +647,8 @@ def process_repo(repo, scratch, rows, excluded):
                 "nodes", "gpus_per_node", "gpus", "tp", "pp", "vp", "cp", "dp", "sequence_parallel",
                 "micro_batch",
                 "local_batch", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
-                "overlap_grad_reduce", "overlap_param_gather", "model_tflop_per_sample")},
+                "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather",
+                "model_tflop_per_sample")},
             "grad_accum": "" if ga_log is None else int(float(ga_log)),
             "global_batch": gbs_log, "seq_len": "" if seq_log is None else seq_log,
             "precision": prec, "fp8_recipe": recipe,

@@ -108,7 +108,8 @@ def plan_of(run: Run) -> Plan:
     grad_sync_dtype bf16; v5.0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:
     grad_reduce_in_fp32=False). fp8 current scaling where the config's recipe is "tensorwise"
     (NVIDIA's v5 Blackwell recipes; rows whose recipe the files do not give run delayed
-    scaling, Megatron-LM's default)."""
+    scaling, Megatron-LM's default); the weights gathered in fp8 where the config sets
+    FP8_PARAM_GATHER (with the distributed optimizer it shards)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
@@ -122,7 +123,11 @@ def plan_of(run: Run) -> Plan:
                       lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
                       cuda_graphs=r["cuda_graph"] not in ("", "0"),
                       fp8_attention=r["fp8_attention"] == "1",
-                      fp8_current_scaling=r["fp8_recipe"] == "tensorwise")
+                      fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
+                      fp8_weight_gather=(r["fp8_param_gather"] == "1"
+                                         and _flag(r["dist_optimizer"], True)
+                                         and run.precision in (Precision.fp8,
+                                                               Precision.mxfp8)))
 
 
 def predicted(run: Run, system=None) -> tuple[float | None, str | None]:
