@@ -10,6 +10,9 @@ report; the launchers' defaults; and the switch table of docs/switches.md. The c
 expressions read a switch by its own name (`choices.tp_overlap`). Adding a switch is one entry
 here, its physics and its tests.
 
+Each switch also names the compute precisions it needs (the refusal is one line from its
+entry) and whether a pipeline across pools of several node kinds prices it.
+
 A leaf module: no SymPy, no click (the command line turns `kind`, `low` and `high` into its
 parameter types).
 """
@@ -63,6 +66,11 @@ class Switch:
     megatron_flags: tuple[str, ...] = ()
     # `solve` chooses it per plan when the request leaves it unset (a bool)
     searched: bool = False
+    # the compute precisions it needs when on (None: any) and why, one line for the refusal
+    precisions: tuple[str, ...] | None = None
+    needs: str = ""
+    # a pipeline across pools of several node kinds prices it (`planner.search.pools`)
+    mixed: bool = False
 
     @property
     def flag(self) -> str:
@@ -144,14 +152,14 @@ _DS_MODEL = ("this ds_config has no pipeline layout or activation offload (DeepS
 SWITCHES: tuple[Switch, ...] = (
     Switch("overlap", True, "gradient communication overlaps the backward pass",
            "Megatron-LM --overlap-grad-reduce", families=("cnn", "transformer"),
-           limits=True, solve="pinned (default on)", label=_on_off("overlap"),
+           limits=True, solve="pinned (default on)", label=_on_off("overlap"), mixed=True,
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan's FSDP always overlaps the gradient reduce-scatter "
                                  "with the backward; plan with --overlap, or use --format "
                                  "megatron"}),
     Switch("flash_attention", True, "attention scores stay on chip (FlashAttention)",
            "--attention-backend", limits=True, solve="pinned (default on)",
-           label=_on_off("flash attention"),
+           label=_on_off("flash attention"), mixed=True,
            launch={"megatron": WRITES, "deepspeed": MODEL_CODE,
                    "torchtitan": "torchtitan's models run attention through fused kernels "
                                  "(SDPA, flex attention); plan with flash attention, or use "
@@ -159,10 +167,11 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
            "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
            solve="searched (pin it on or off)", searched=True, label=_on("tp overlap on"),
+           mixed=True,
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
            "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
-           high=64, solve="pinned (default 1)",
+           high=64, solve="pinned (default 1)", mixed=True,
            label=lambda value, plan: f"capacity factor {value:g}" if value != 1 else None,
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan's MoE is dropless (no capacity factor); use "
@@ -180,6 +189,9 @@ SWITCHES: tuple[Switch, ...] = (
                    "torchtitan": "torchtitan has no activation offload; use --format megatron"}),
     Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
            "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
+           precisions=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp4"),
+           needs="overlapping the all-to-alls needs a bf16 or fp16 model (Megatron-LM; fp8 "
+                 "and fp4 GEMMs run inside one)",
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan does not overlap the MoE all-to-alls across "
                                  "micro-batches; use --format megatron"},
@@ -187,7 +199,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("kernels", Kernels.fused, "non-matmul ops fused (Megatron-LM, Transformer Engine, "
            "torch.compile) or eager, one PyTorch kernel each (Hugging Face, torchtitan "
            "without compile)", "Megatron's fusion flags, torch.compile", kind=Kernels,
-           solve="pinned (default fused)",
+           solve="pinned (default fused)", mixed=True,
            label=lambda value, plan: "eager kernels" if value == Kernels.eager else None,
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": MODEL_CODE}),
     Switch("dp_shard", None, "hybrid sharding (HSDP): ZeRO over groups of N data-parallel "
@@ -199,7 +211,9 @@ SWITCHES: tuple[Switch, ...] = (
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("fp8_weight_gather", False, "with ZeRO and fp8 training: weights held and "
            "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
-           with_zero=True, label=_on("fp8 weight gather"),
+           with_zero=True, label=_on("fp8 weight gather"), precisions=("fp8", "mxfp8"),
+           needs="gathering the weights in fp8 needs fp8 training (--precision fp8 or "
+                 "mxfp8: Megatron-LM's --fp8-param-gather, torchtitan's float8 all-gather)",
            launch={"megatron": WRITES,
                    "torchtitan": "torchtitan gathers weights in bf16 (its Float8Linear "
                                  "recipes are rowwise, with no fp8 all-gather); use --format "
@@ -209,7 +223,8 @@ SWITCHES: tuple[Switch, ...] = (
            megatron_flags=("--fp8-param-gather",)),
     Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
            "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
-           label=_on("fp8 saved activations"),
+           label=_on("fp8 saved activations"), precisions=("fp8", "mxfp8"), mixed=True,
+           needs="saving the GEMM inputs in fp8 needs fp8 training (--precision fp8 or mxfp8)",
            launch={"megatron": AS_DEFAULT, "deepspeed": WRITES,
                    "torchtitan": "torchtitan's float8 linears (torchao) save their inputs at "
                                  "16 bits; the plan saves them in fp8 (Transformer Engine): "
@@ -219,7 +234,9 @@ SWITCHES: tuple[Switch, ...] = (
            "cast, an amax pass over the attention output, and with sequence parallelism an "
            "amax all-reduce over tp per block and pass)",
            "--fp8-recipe tensorwise (Transformer Engine Float8CurrentScaling; NVIDIA's MLPerf "
-           "v5 recipes)", label=_on("fp8 current scaling"),
+           "v5 recipes)", label=_on("fp8 current scaling"), precisions=("fp8",), mixed=True,
+           needs="current scaling is a per-tensor fp8 recipe (--precision fp8; mxfp8 and "
+                 "nvfp4 scale each block in its cast)",
            launch={"megatron": WRITES,
                    "deepspeed": "DeepSpeed has no fp8 recipe of its own (Transformer Engine's "
                                 "runs in the model code); use --format megatron",
@@ -230,7 +247,9 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("fp8_attention", False, "with fp8 / fp4 training: attention's products in fp8 "
            "(else 16-bit, as the recipes keep them)", "Transformer Engine fp8 dot-product "
            "attention (TransformerConfig.fp8_dot_product_attention, NeMo FP8_DPA)",
-           label=_on("fp8 attention"),
+           label=_on("fp8 attention"), precisions=("fp8", "mxfp8", "nvfp4", "fp4"),
+           mixed=True, needs="fp8 attention needs fp8 or fp4 training (--precision fp8, "
+                             "mxfp8 or nvfp4)",
            launch={form: f"{form} has no flag for fp8 dot-product attention (Megatron-LM's "
                          "TransformerConfig.fp8_dot_product_attention has no argument at the "
                          "commit checked; NeMo sets it); plan without --fp8-attention, or use "
@@ -247,7 +266,7 @@ SWITCHES: tuple[Switch, ...] = (
                                  "--format megatron"}),
     Switch("grad_reduce_bf16", False, "bf16 training: gradients accumulated and reduced in "
            "bf16, not fp32", "--grad-reduce-in-bf16 (NVIDIA's MLPerf recipes)", limits=True,
-           off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce"),
+           off_flag="--grad-reduce-fp32", label=_on("bf16 gradient reduce"), mixed=True,
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan reduces gradients in float32 only; use --format "
                                  "megatron for --grad-reduce-bf16"},
@@ -262,7 +281,7 @@ SWITCHES: tuple[Switch, ...] = (
                    for form in FRAMEWORK_FORMS}),
     Switch("cuda_graphs", False, "the layers' kernels issued by CUDA graphs: each kernel's "
            "floor is the GPU's shortest kernel (graph_floor_us), not the host's issue time",
-           "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs"),
+           "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs"), mixed=True,
            launch={"megatron": WRITES, "torchtitan": WRITES,
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
                                 "--format megatron or torchtitan"},
@@ -271,6 +290,7 @@ SWITCHES: tuple[Switch, ...] = (
            "gradient in its epilogue; off: it writes the gradient and a kernel per weight adds "
            "it (PyTorch autograd, FSDP2)", "--no-gradient-accumulation-fusion (APEX / "
            "Transformer Engine fused wgrad)", limits=True, solve="pinned (default on)",
+           mixed=True,
            label=lambda value, plan: None if value else "gradient accumulation unfused",
            launch={"megatron": WRITES, "torchtitan": AS_DEFAULT, "deepspeed": AS_DEFAULT},
            megatron_flags=("--no-gradient-accumulation-fusion",)),
@@ -348,7 +368,18 @@ def to_json(s: Switch) -> dict:
     return {"name": s.name, "flag": s.flag, "default": s.json(s.default),
             "values": None if s.kind in (bool, int, float) else list(s.values),
             "families": list(s.families), "what": s.what, "upstream": s.upstream,
-            "solve": s.solve, "limits": s.limits}
+            "solve": s.solve, "limits": s.limits,
+            "precisions": None if s.precisions is None else list(s.precisions),
+            "across_pools": s.mixed}
+
+
+def check_precision(obj, precision: str) -> None:
+    """A one-line `SpecError` for a switch `obj` (a Plan or a search request) turns on that
+    the compute `precision` cannot run (`Switch.precisions`)."""
+    for s in SWITCHES:
+        if s.precisions is not None and getattr(obj, s.name, None) and precision not in \
+                s.precisions:
+            raise SpecError(f"{s.name}: {s.needs}; got {precision}")
 
 
 def megatron_flags(plan: dict) -> list[str]:
@@ -386,7 +417,8 @@ def markdown_table() -> str:
             flag = f"`{s.flag} {'|'.join(s.values)}`"
         forms = " / ".join(s.launch[f] if s.launch[f] in (WRITES, AS_DEFAULT, MODEL_CODE)
                            else "refuses" for f in FRAMEWORK_FORMS)
-        cells = [flag, s.what, s.upstream, s.solve, "taken" if s.limits else "refused", forms]
+        what = s.what + (f" [precisions: {', '.join(s.precisions)}]" if s.precisions else "")
+        cells = [flag, what, s.upstream, s.solve, "taken" if s.limits else "refused", forms]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -99,25 +99,7 @@ def _check_system(system: System, precision: Precision, x) -> None:
     if x.offload_activations and system.host_link is None:
         raise SpecError(f"offload_activations: '{system.name}' has no host link to offload "
                         f"over (a system's host_offload, as on gb200-nvl72)")
-    # an fp8 weight gather needs fp8 weights to gather (Megatron-LM's --fp8-param-gather,
-    # torchtitan's float8 all-gather: both with fp8 training)
-    for key, what in (("fp8_weight_gather", "gathering the weights"),
-                      ("fp8_activations", "saving the GEMM inputs")):
-        if getattr(x, key) and precision not in (Precision.fp8, Precision.mxfp8):
-            raise SpecError(f"{key}: {what} in fp8 needs fp8 training (--precision fp8 or "
-                            f"mxfp8); got {precision.value}")
-    if x.fp8_current_scaling and precision is not Precision.fp8:
-        raise SpecError(f"fp8_current_scaling: current scaling is a per-tensor fp8 recipe "
-                        f"(--precision fp8; mxfp8 and nvfp4 scale each block in its cast); got "
-                        f"{precision.value}")
-    if x.fp8_attention and not precision.gemm_only:
-        raise SpecError(f"fp8_attention: fp8 attention needs fp8 or fp4 training (--precision "
-                        f"fp8, mxfp8 or nvfp4); got {precision.value}")
-    # Megatron-LM (TransformerConfig): the all-to-all overlap needs a 16-bit model (fp8 and
-    # fp4 GEMMs run inside one)
-    if x.ep_overlap and precision.storage_bytes != 2:
-        raise SpecError(f"ep_overlap: overlapping the all-to-alls needs a bf16 or fp16 model "
-                        f"(Megatron-LM); got precision {precision.value}")
+    switches.check_precision(x, precision.value)  # each switch's own precisions
 
 
 def predict(m: Transformer, system: System, precision: Precision, plan: Plan,

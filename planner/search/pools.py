@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner import switches
 from planner.cost import pools as cost
 from planner.cost.pools import Group, MixedPlan, Shape, Stage
 from planner.cost.transformer import RECOMPUTE, Hardware, iteration
@@ -51,9 +52,7 @@ SCALE = 1e7  # CP-SAT works in integers: times in units of 0.1 us
 MICRO_BATCHES = (1, 2, 4, 8)
 MAX_MODELS = 4000  # CP-SAT models one subset may solve before it reports `feasible`
 # switches a mixed plan prices (at the values given); the others must keep their defaults
-MIXED_SWITCHES = {"overlap", "flash_attention", "tp_overlap", "kernels", "cuda_graphs",
-                  "grad_accumulation_fusion", "grad_reduce_bf16", "fp8_activations",
-                  "fp8_attention", "fp8_current_scaling", "capacity_factor"}
+MIXED_SWITCHES = {s.name for s in switches.SWITCHES if s.mixed}
 
 
 @dataclass
@@ -102,8 +101,6 @@ class ClusterSolution:
 
 def _unsupported(m: Transformer, q: Search) -> str | None:
     """Why the mixed shapes cannot express this request (None: they can)."""
-    from planner import switches
-
     for s in switches.SWITCHES:
         value = getattr(q, s.name)
         if s.name == "optimizer" and value in (None, "adam"):
@@ -128,8 +125,6 @@ def _unsupported(m: Transformer, q: Search) -> str | None:
 def _priced_switches(q: Search) -> tuple[tuple[str, object], ...]:
     """The switches of `MIXED_SWITCHES` (but overlap, a `Shape` field) that the request sets
     off their defaults, as `Shape.switches` carries them to every stage's prices."""
-    from planner import switches
-
     return tuple(sorted((s.name, getattr(q, s.name)) for s in switches.SWITCHES
                         if s.name in MIXED_SWITCHES and s.name != "overlap"
                         and getattr(q, s.name) != s.default))
