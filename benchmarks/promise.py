@@ -82,7 +82,8 @@ def main() -> None:
                    cuda_graphs=job["graphs"], lora_rank=job["lora"],
                    fp8_attention=job["fp8_attention"],
                    fp8_current_scaling=job["current_scaling"],
-                   fp8_weight_gather=job["fp8_gather"], searched=switches.SEARCHED)
+                   fp8_weight_gather=job["fp8_gather"],
+                   searched=tuple(n for n in switches.SEARCHED if n != "fp8_weight_gather"))
         try:
             sol = HybridSolver(job["model"], load_system(job["system"]), job["precision"],
                                q).solve()

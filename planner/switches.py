@@ -212,6 +212,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("fp8_weight_gather", False, "with ZeRO and fp8 training: weights held and "
            "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
            with_zero=True, label=_on("fp8 weight gather"), precisions=("fp8", "mxfp8"),
+           solve="searched with fp8 training and ZeRO (pin it on or off)", searched=True,
            needs="gathering the weights in fp8 needs fp8 training (--precision fp8 or "
                  "mxfp8: Megatron-LM's --fp8-param-gather, torchtitan's float8 all-gather)",
            launch={"megatron": WRITES,

@@ -79,3 +79,26 @@ def test_launchers_write_the_fp8_gather(run):
     assert code == 2 and "--format megatron" in err
     code, _, err = run(*args, "--format", "deepspeed")
     assert code == 2 and "fp8 weight all-gather" in err
+
+
+def test_solve_searches_the_fp8_weight_gather_only_with_fp8_training():
+    """With fp8 training and ZeRO the fp8 weight gather moves half the weight bytes and holds
+    half the weights: the search turns it on (unless pinned off); with bf16 it never tries it
+    (the switch's precisions), and a ZeRO 0 plan never carries it."""
+    import dataclasses
+
+    from planner.catalog import load_model, load_system
+    from planner.search.hybrid import HybridSolver, Search
+    from planner.spec.hardware import Precision
+
+    m, sysm = load_model("llama3-70b"), load_system("dgx-h100")
+    q = Search(global_batch=256, devices=64, searched=("tp_overlap", "fp8_weight_gather"))
+    fp8 = HybridSolver(m, sysm, Precision.fp8, q)
+    assert "fp8_weight_gather" in fp8.q.searched
+    assert fp8.solve().plan.fp8_weight_gather
+    bf16 = HybridSolver(m, sysm, Precision.bf16, q)
+    assert "fp8_weight_gather" not in bf16.q.searched
+    assert not bf16.solve().plan.fp8_weight_gather
+    pinned = HybridSolver(m, sysm, Precision.fp8,
+                          dataclasses.replace(q, searched=("tp_overlap",)))
+    assert not pinned.solve().plan.fp8_weight_gather

@@ -70,6 +70,8 @@ CHOICE = ("rec", "sp", "zero", "gpipe", *switches.SEARCHED)
 APPLIES = {
     # tp overlap runs on sequence-parallel shards of a tensor-parallel layer
     "tp_overlap": lambda t, col: (t > 1) & (col("sp") == 1),
+    # the fp8 weight gather is ZeRO's (the precision's own rule keeps it off elsewhere)
+    "fp8_weight_gather": lambda t, col: col("zero") >= 1,
 }
 assert set(switches.SEARCHED) <= set(APPLIES), "a searched switch needs its APPLIES rule"
 COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
@@ -202,8 +204,11 @@ class HybridSolver:
         devices, devices_max = devices_of(q.devices, q.nodes, g), q.devices_max
         if q.nodes_max is not None:
             devices_max = min(devices_max or q.nodes_max * g, q.nodes_max * g)
+        # a searched switch the precision cannot run stays off (`Switch.precisions`)
+        searched = tuple(n for n in q.searched if switches.BY_NAME[n].precisions is None
+                         or precision.value in switches.BY_NAME[n].precisions)
         q = dataclasses.replace(q, objective=objective, devices=devices, devices_max=devices_max,
-                                nodes=None, nodes_max=None)
+                                nodes=None, nodes_max=None, searched=searched)
         self.m, self.system, self.precision, self.q = m, system, precision, q
         self.hw = Hardware.of(system, precision)
         self.batches = candidate_batches(lo, hi)
