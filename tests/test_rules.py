@@ -19,7 +19,7 @@ G = 8
 
 def _plan(m, row, choice, B, **switches):
     t, p, v, d, mb, cp, ep, etp = (int(x) for x in row)
-    rec, sp, zero, gpipe, _tpo = choice  # tp overlap: the switches passed say it
+    rec, sp, zero, gpipe, *_searched = choice  # the searched switches: those passed say them
     plan = Plan.split(t, p, d, mb, B, node_size=G, interleave=v, cp=cp, ep=ep, etp=etp,
                       recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
                       recompute_layers=1 if rec == PARTIAL else None,
