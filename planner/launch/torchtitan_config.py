@@ -48,8 +48,8 @@ def _flavor(m) -> tuple[str, str, list[str]]:
     model's flavor would train a different network)."""
     if m.moe_latent:
         raise SpecError(f"format: torchtitan ({TORCHTITAN_COMMIT[:7]}) has no LatentMoE (the "
-                        f"experts at a latent width, Megatron-LM --moe-latent-size); use "
-                        f"--format megatron")
+                        f"experts at a latent width, Megatron-LM --moe-latent-size, which "
+                        f"--format megatron writes for attention models)")
     key = (m.layers, m.hidden, m.heads, m.kv_heads, m.dense_ffn_hidden or m.ffn_hidden,
            m.ffn_hidden, m.experts, m.top_k, m.vocab, m.mla is not None)
     if key not in TORCHTITAN_FLAVORS:
