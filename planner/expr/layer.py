@@ -145,11 +145,17 @@ class LayerCosts:
         "Overlap communication with dependent computation via decomposition", sec. 4), and
         the thinner chunked GEMMs' extra time counts here too. Under fp8 current scaling each
         block's amax all-reduces (`_amax_reduction`) come with its collectives.
-        `blocks`: (GEMM time, chunked GEMM time) per block."""
+        In the backward the recipes' Transformer Engine userbuffers run the column-parallel
+        GEMMs' collectives in bulk (NVIDIA's MLPerf tp_overlap configs: qkv_dgrad,
+        qkv_wgrad, fc1_dgrad, fc1_wgrad `bulk`; training_results_v5.0 conf/tp_overlap/
+        h100tp8mbs1.yaml): the dgrad's reduce-scatter beside the whole weight-gradient GEMM,
+        unchunked, and only the row-parallel dgrad's all-gather is a chunked ring exchange
+        (proj_dgrad, fc2_dgrad `ring_exchange`).
+        `blocks`: (GEMM time, chunked, the row-parallel GEMM's time, chunked) per block."""
         ring_t, full = self.tp_ring, self.choices.recompute == "full"
         amax = self._amax_reduction()
         total = sp.Integer(0)
-        for gemm, chunked in blocks:
+        for gemm, chunked, row, row_chunked in blocks:
             if self.choices.tp_overlap:
                 slower = chunked - gemm
                 # the all-gather's first chunk is the rank's own shard (no wait), the
@@ -157,7 +163,12 @@ class LayerCosts:
                 first, slow = ring_t / (2 * t), self.hw.overlap_slowdown
                 rest = ring_t - first
                 fwd = first + overlapped(rest, chunked, slow) + slower
-                bwd = first + overlapped(rest, 2 * chunked, slow) + 2 * slower
+                # backward: the row-parallel dgrad's all-gather ring-exchanged with its GEMM
+                # in chunks (its first chunk local), the column-parallel dgrad's reduce-scatter
+                # in bulk beside the whole weight-gradient GEMMs of the block's other layers
+                half = ring_t / 2
+                bwd = (first + overlapped(half - first, row_chunked, slow) + row_chunked - row
+                       + overlapped(half, gemm - row, slow))
             else:
                 fwd = bwd = ring_t
             total += (2 if full else 1) * (fwd + amax) + bwd + amax
@@ -253,16 +264,18 @@ class LayerCosts:
         h, a = md.hidden, md.heads
         mm = self._matmul
         proj, core, core_bwd = sp.Integer(0), sp.Integer(0), None
-        blocks, moe_comm = [], sp.Integer(0)  # (GEMM time, chunked) per tp block; MoE traffic
+        # per tp block: (GEMM time, chunked, its row-parallel GEMM's time, chunked); MoE traffic
+        blocks, moe_comm = [], sp.Integer(0)
 
         def block(*shapes):
-            """A tensor-parallel block's GEMMs (rows, inner, cols): their time, noted with
-            their time cut into t row chunks (what --tp-overlap runs) for `_tp_comm`."""
-            time = sum(mm(*shape) for shape in shapes)
-            chunked = (sum(t * mm(rows / t, inner, cols) for rows, inner, cols in shapes)
-                       if self.choices.tp_overlap else time)
-            blocks.append((time, chunked))
-            return time
+            """A tensor-parallel block's GEMMs (rows, inner, cols), the row-parallel one
+            last: their time, noted with their time cut into t row chunks (what --tp-overlap
+            runs), the row-parallel GEMM's apart, for `_tp_comm`."""
+            times = [mm(*shape) for shape in shapes]
+            chunks = ([t * mm(rows / t, inner, cols) for rows, inner, cols in shapes]
+                      if self.choices.tp_overlap else times)
+            blocks.append((sum(times), sum(chunks), times[-1], chunks[-1]))
+            return sum(times)
 
         if kind.mixer in ("attention", "sliding"):
             if md.mla:  # DeepSeek-V2 sec. 2.1: the down projections are not split by tp
