@@ -18,6 +18,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
+from planner import switches
 from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.plan import Plan
@@ -126,8 +127,8 @@ def plan_of(run: Run) -> Plan:
                       fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
                       fp8_weight_gather=(r["fp8_param_gather"] == "1"
                                          and _flag(r["dist_optimizer"], True)
-                                         and run.precision in (Precision.fp8,
-                                                               Precision.mxfp8)))
+                                         and run.precision.value in switches.BY_NAME[
+                                             "fp8_weight_gather"].precisions))
 
 
 def predicted(run: Run, system=None) -> tuple[float | None, str | None]:

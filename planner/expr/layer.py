@@ -97,8 +97,12 @@ class LayerCosts:
         of its nodes, and nothing else leaves the node during its collective: NCCL runs one
         ring channel per NIC, so the node's whole NIC bandwidth serves it, the NVLink hops
         being the other bound. A collective is a kernel too (exactly 0 on one rank)."""
+        return self._tp_allreduce(self.tokens * self.model.hidden * self.hw.value_bytes)
+
+    def _tp_allreduce(self, size) -> sp.Expr:
+        """One ring allreduce of `size` bytes over the t ranks of a tensor-parallel group
+        (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
-        size = self.tokens * self.model.hidden * hw.value_bytes
         inside, across = links(hw, RING)
         ring_t = _if(t <= hw.scale_up, ring(t, size, *inside), ring(t, size, *across))
         return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
@@ -129,10 +133,7 @@ class LayerCosts:
         with the tp group), one latency-bound collective each, a kernel at least."""
         if not (self._current_scaling() and self.choices.sequence_parallel):
             return sp.Integer(0)
-        hw = self.hw
-        inside, across = links(hw, RING)
-        ar = _if(t <= hw.scale_up, ring(t, 4, *inside), ring(t, 4, *across))
-        return _if(t > 1, _max(ar, hw.launch_s) if hw.launch_s else ar, 0)
+        return self._tp_allreduce(4)
 
     def _tp_comm(self, blocks) -> sp.Expr:
         """Tensor-parallel communication of one layer, every pass: one allreduce-equivalent per
