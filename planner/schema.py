@@ -158,7 +158,9 @@ def _solve() -> dict:
         **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
         "pareto": pareto(CONFIG), "knee": KNEE, "solve_time_s": NUM, "build_time_s": NUM,
         # a transformer pick no calibration run covers (planner.search.support)
-        "support": obj({"note": STR, "taken": BOOL, "fastest_iteration_time_s": NUM,
+        "support": obj({"note": STR, "taken": BOOL, "rule": {"enum": ["band", "fraction"]},
+                        "tolerance": {"type": ["number", "null"]},
+                        "fastest_iteration_time_s": NUM,
                         "alternative": {"oneOf": [{"type": "null"}, obj({
                             "config": CONFIG, "iteration_time_s": NUM,
                             "time_band": {"oneOf": [{"type": "null"},

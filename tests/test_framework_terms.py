@@ -274,23 +274,32 @@ def test_cuda_graphs_lower_every_kernel_floor_to_the_gpus_own():
 
 def test_solve_says_when_no_run_supports_its_pick_and_can_prefer_one(run):
     """Llama-3-70B on 1,024 H100 without tp overlap: the fastest plan shards the weights
-    (ZeRO-3), which no calibration run does: solve says so and names the fastest plan with
-    the weights whole; --prefer-supported takes that plan when it is within the given
-    fraction."""
+    (ZeRO-3), which no calibration run does. By default solve takes the fastest plan with the
+    weights whole, which lies within the fastest one's error band (the covered plan's spread
+    high / low - 1), and says so; --prefer-supported 0 keeps the fastest and names the covered
+    plan; --prefer-supported F takes it within F."""
     args = ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "1024",
             "--global-batch", "1024", "--seq-len", "8192", "--no-tp-overlap", "--format",
             "json")
-    code, out, err = run(*args)
+    code, out, err = run(*args, "--prefer-supported", "0")
     fastest = json.loads(out)
     assert code == 0 and fastest["config"]["zero"] == 3
     assert "not covered" in fastest["prediction"]["time_band"]["note"]
     assert "warning" in err and "weights whole" in err and "--zero" in err
-    code, out, err = run(*args, "--prefer-supported", "0.05")
+    assert fastest["support"]["rule"] == "fraction" and not fastest["support"]["taken"]
+    code, out, err = run(*args)
     taken = json.loads(out)
-    assert code == 0 and taken["config"]["zero"] < 3 and "note: took" in err
+    assert code == 0 and taken["config"]["zero"] < 3 and "within its error band" in err
+    band = taken["prediction"]["time_band"]
+    assert taken["support"]["rule"] == "band" and taken["support"]["taken"]
+    assert taken["support"]["tolerance"] == pytest.approx(
+        band["high_ratio"] / band["low_ratio"] - 1)
     t0, t1 = (d["prediction"]["iteration_time_s"] for d in (fastest, taken))
-    assert t0 <= t1 <= 1.05 * t0
-    assert taken["prediction"]["time_band"]["runs"] > 0
+    # the bands overlap: the covered plan's low end lies under the fastest plan's high end
+    assert t0 <= t1 and t1 * band["low_ratio"] <= t0 * band["high_ratio"]
+    assert band["runs"] > 0
+    code, out, err = run(*args, "--prefer-supported", "0.05")
+    assert code == 0 and json.loads(out)["config"]["zero"] == (2 if t1 <= 1.05 * t0 else 3)
     # a pinned ZeRO stage is the user's choice: nothing is searched again
     code, _, err = run(*args, "--zero", "3")
     assert code == 0 and "weights whole" not in err

@@ -78,10 +78,11 @@ from planner.search.objective import Objective
 @click.option("--knee-tolerance", type=FiniteFloat(0, 10), default=0.10, show_default=True,
               help="The knee reported with the plan: the fewest devices whose time is within "
                    "this fraction of the best plan's (0.10 = 10%).")
-@click.option("--prefer-supported", type=FiniteFloat(0, 1), default=0.0, show_default=True,
+@click.option("--prefer-supported", type=FiniteFloat(0, 1), default=None,
               help="Transformers: when no calibration run resembles the fastest plan "
                    "(ZeRO-3), take the fastest plan with the weights whole if it is within "
-                   "this fraction of its time (0: report it, keep the fastest).")
+                   "this fraction of its time (0: keep the fastest). Default: when it is "
+                   "within the fastest plan's error band (the two bands overlap).")
 @click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
               help="Also return this many runners-up, each a different split, device count or "
                    "batch (not the same plan with another collective or micro-batch).")
@@ -271,9 +272,11 @@ def _support_line(sol) -> str:
     why, alt = sup["note"], sup["alternative"]
     if sup["taken"]:
         change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
+        within = ("within its error band" if sup["rule"] == "band"
+                  else "--prefer-supported")
         return (f"planner: note: took the fastest plan with the weights whole (ZeRO "
-                f"{sol.plan.zero}, {change:+.1%} time) over a ZeRO-3 plan that is "
-                f"{why.removeprefix('not covered: ')} (--prefer-supported)")
+                f"{sol.plan.zero}, {change:+.1%} time, {within}) over a ZeRO-3 plan that is "
+                f"{why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}

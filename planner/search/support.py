@@ -2,7 +2,16 @@
 covered": weights sharded with ZeRO-3 / FSDP, or a mixture-of-experts model; `planner.bands`),
 the fastest plan the data does cover beside it, and the preference for it. For a ZeRO-3 pick
 the covered plan is the fastest ZeRO 2 plan: stage 2 moves what stages 0 and 1 move, holds
-less and steps a shard (the search's own dominance rule, `planner.search.hybrid`)."""
+less and steps a shard (the search's own dominance rule, `planner.search.hybrid`).
+
+The preference by default: the covered plan is taken when it is within the error band of the
+fastest, i.e. when the two plans' bands overlap. The fastest plan has no band of its own; it is
+given the covered plan's spread (the same system, precision, model size and scale): the covered
+plan is taken when alt x low <= fastest x high, that is within high / low - 1 of the fastest.
+Two plans whose predictions differ by less than the model's own 10th-90th percentile spread on
+such runs are not told apart by the model, and then the one the data checks is the safer pick
+(a search otherwise walks into the corner its cost model is most optimistic about: the
+optimizer's curse). A fraction F instead takes it within 1 + F (0: keep the fastest)."""
 
 from __future__ import annotations
 
@@ -14,10 +23,12 @@ from planner.search.solution import Solution
 
 
 def with_support(sol: Solution, solve_zero2: Callable[[], Solution],
-                 prefer: float | None) -> Solution:
+                 prefer: float | None = None) -> Solution:
     """`sol` with its `support` record where its band is not covered: the note, the fastest
-    ZeRO 2 plan for a ZeRO-3 pick (None where none fits), and whether it was taken: with
-    `prefer` F it is, when its iteration time is within 1 + F of the fastest plan's."""
+    ZeRO 2 plan for a ZeRO-3 pick (None where none fits), the tolerance and whether the plan
+    was taken: when its iteration time is within 1 + tolerance of the fastest plan's, the
+    tolerance being `prefer` F or, with None, the covered plan's band spread (high / low - 1;
+    none where it has no band)."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
@@ -28,9 +39,11 @@ def with_support(sol: Solution, solve_zero2: Callable[[], Solution],
         except (SpecError, InfeasibleError):
             alt = None
     fastest = sol.prediction.iteration_time_s
-    taken = (alt is not None and prefer is not None
-             and alt.prediction.iteration_time_s <= (1 + prefer) * fastest)
+    tolerance = prefer if prefer is not None else band_tolerance(alt)
+    taken = (alt is not None and tolerance is not None
+             and alt.prediction.iteration_time_s <= (1 + tolerance) * fastest)
     record = {"note": band["note"], "taken": taken,
+              "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
               "fastest_iteration_time_s": fastest,
               "alternative": None if alt is None else {
                   "config": alt.plan.to_json(),
@@ -38,3 +51,12 @@ def with_support(sol: Solution, solve_zero2: Callable[[], Solution],
                   "time_band": alt.prediction.time_band}}
     chosen = alt if taken else sol
     return dataclasses.replace(chosen, support=record)
+
+
+def band_tolerance(alt: Solution | None) -> float | None:
+    """How much slower than the fastest plan the covered `alt` may be predicted and still lie
+    within the fastest plan's band: its own band's spread high / low - 1 (None: no band)."""
+    band = alt.prediction.time_band if alt is not None else None
+    if not band or "low_ratio" not in band:
+        return None
+    return band["high_ratio"] / band["low_ratio"] - 1
