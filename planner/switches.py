@@ -64,8 +64,11 @@ class Switch:
     # the Megatron-LM flags written when a bool switch is away from its default (checked
     # against arguments.py at the commit planner.launch.megatron_lm names)
     megatron_flags: tuple[str, ...] = ()
-    # `solve` chooses it per plan when the request leaves it unset (a bool)
+    # `solve` chooses it per plan when the request leaves it unset (a bool); `applies`: where
+    # it does anything, (a search row's structure column by name, its choice column by name)
+    # -> bool array (on elsewhere it prices as off, so the search keeps it off there)
     searched: bool = False
+    applies: Callable[[Callable, Callable], Any] | None = None
     # the compute precisions it needs when on (None: any) and why, one line for the refusal
     precisions: tuple[str, ...] | None = None
     needs: str = ""
@@ -167,7 +170,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("tp_overlap", False, "tensor-parallel collectives pipelined with their GEMMs; "
            "needs sequence parallelism", "--tp-comm-overlap, torchtitan AsyncTP",
            solve="searched (pin it on or off)", searched=True, label=_on("tp overlap on"),
-           mixed=True,
+           mixed=True, applies=lambda st, ch: (st("t") > 1) & (ch("sp") == 1),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
     Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
            "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
@@ -213,6 +216,7 @@ SWITCHES: tuple[Switch, ...] = (
            "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
            with_zero=True, label=_on("fp8 weight gather"), precisions=("fp8", "mxfp8"),
            solve="searched with fp8 training and ZeRO (pin it on or off)", searched=True,
+           applies=lambda st, ch: ch("zero") >= 1,
            needs="gathering the weights in fp8 needs fp8 training (--precision fp8 or "
                  "mxfp8: Megatron-LM's --fp8-param-gather, torchtitan's float8 all-gather)",
            launch={"megatron": WRITES,

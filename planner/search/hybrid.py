@@ -65,15 +65,8 @@ MAX_ROWS = 20_000_000
 # of each chunk recomputed (0 otherwise)
 STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
 CHOICE = ("rec", "sp", "zero", "gpipe", *switches.SEARCHED)
-# where each searched switch does anything (on elsewhere it prices as off: such rows are not
-# kept): (structures' t column, the choice's columns by name) -> bool array
-APPLIES = {
-    # tp overlap runs on sequence-parallel shards of a tensor-parallel layer
-    "tp_overlap": lambda t, col: (t > 1) & (col("sp") == 1),
-    # the fp8 weight gather is ZeRO's (the precision's own rule keeps it off elsewhere)
-    "fp8_weight_gather": lambda t, col: col("zero") >= 1,
-}
-assert set(switches.SEARCHED) <= set(APPLIES), "a searched switch needs its APPLIES rule"
+assert all(switches.BY_NAME[n].applies for n in switches.SEARCHED), \
+    "a searched switch needs its `applies` rule"
 COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
 ROW = np.dtype([(k, np.int64) for k in COLUMNS])
 OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.efficiency)
@@ -227,8 +220,9 @@ class HybridSolver:
         def keep(st, B, chosen, fits, time_s, rl=None):
             # a searched switch on where it does nothing prices as off: keep it off there
             col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
+            part = lambda k: st[:, STRUCTURE.index(k)][:, None]  # noqa: E731
             for name in switches.SEARCHED:
-                fits = fits & ((col(name) == 0) | APPLIES[name](st[:, :1], col))
+                fits = fits & ((col(name) == 0) | switches.BY_NAME[name].applies(part, col))
             si, ci = np.nonzero(fits)
             out = np.empty(len(si), dtype=ROW)
             for j, k in enumerate(STRUCTURE):
