@@ -281,7 +281,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     spec's. The objective defaults, as on the command line, to token-budget with a token
     budget (`tokens`), else throughput. A transformer pick no calibration run covers carries
     `support` (`planner.search.support`): for a ZeRO-3 pick the fastest ZeRO 2 plan beside
-    it, which `prefer_supported` F takes when it is within 1 + F of the fastest."""
+    it, taken by default where it lies within the fastest plan's error band (the covered
+    plan's high / low - 1), or with `prefer_supported` F within 1 + F (0: keep the fastest)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     nodes = pool_nodes(hardware)
