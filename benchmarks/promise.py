@@ -22,7 +22,6 @@ without the job's benchmark.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from collections import defaultdict
@@ -31,8 +30,8 @@ from planner import fit_mlperf, mlperf, switches
 from planner.bands import family
 from planner.catalog import load_model, load_system
 from planner.errors import InfeasibleError, SpecError
-from planner.search.hybrid import HybridSolver, Search
-from planner.search.support import with_support
+from planner.search.hybrid import Search
+from planner.search.support import supported_solve
 from planner.spec.transformer import with_seq_len
 
 
@@ -78,11 +77,8 @@ def _shares(fam: str) -> dict[str, float]:
 
 
 def _solve(job: dict, system, q: Search):
-    """(the fastest plan, `solve`'s pick: the covered plan where it lies within the error band
-    of an uncovered fastest one)."""
-    fastest = HybridSolver(job["model"], system, job["precision"], q).solve()
-    return fastest, with_support(fastest, lambda: HybridSolver(
-        job["model"], system, job["precision"], dataclasses.replace(q, zero=2)).solve())
+    """(the fastest plan, `solve`'s pick) of one job on `system`."""
+    return supported_solve(job["model"], system, job["precision"], q)
 
 
 def main() -> None:

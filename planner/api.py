@@ -310,7 +310,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         only_for("transformer", {"optimizer": optimizer, "servers": servers,
                                  "collective": collective, "strategy": strategy,
                                  "stages": stages, **problem}, CNN_ONLY)
-        from planner.search.hybrid import HybridSolver, Search
+        from planner.search.hybrid import Search
 
         m, system, prec = transformer_setup(model, hardware, precision, seq_len)
         training = training_of(system.device.price_per_hour_usd,
@@ -322,13 +322,9 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         if prefer_supported is not None and not 0 <= prefer_supported <= 1:
             raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
                             f"{prefer_supported!r}")
-        sol = HybridSolver(m, system, prec, q).solve()
-        if q.zero is not None:  # a pinned stage is the user's
-            return sol
-        from planner.search.support import with_support
+        from planner.search.support import supported_solve
 
-        return with_support(sol, lambda: HybridSolver(
-            m, system, prec, dataclasses.replace(q, zero=2)).solve(), prefer_supported)
+        return supported_solve(m, system, prec, q, prefer_supported)[1]
     only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len,
                      "prefer_supported": prefer_supported, **problem},
              (*TRANSFORMER_ONLY, "prefer_supported"))

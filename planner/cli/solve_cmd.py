@@ -273,7 +273,7 @@ def _support_line(sol) -> str:
     if sup["taken"]:
         change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
         within = ("within its error band" if sup["rule"] == "band"
-                  else "--prefer-supported")
+                  else f"within --prefer-supported {sup['tolerance']:g}")
         return (f"planner: note: took the fastest plan with the weights whole (ZeRO "
                 f"{sol.plan.zero}, {change:+.1%} time, {within}) over a ZeRO-3 plan that is "
                 f"{why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")

@@ -60,3 +60,17 @@ def band_tolerance(alt: Solution | None) -> float | None:
     if not band or "low_ratio" not in band:
         return None
     return band["high_ratio"] / band["low_ratio"] - 1
+
+
+def supported_solve(m, system, precision, q, prefer: float | None = None
+                    ) -> tuple[Solution, Solution]:
+    """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
+    plan, or beside an uncovered ZeRO-3 one the fastest ZeRO 2 plan where `with_support`
+    takes it). A ZeRO stage the request pins is the user's: the fastest plan is the pick."""
+    from planner.search.hybrid import HybridSolver
+
+    fastest = HybridSolver(m, system, precision, q).solve()
+    if q.zero is not None:
+        return fastest, fastest
+    return fastest, with_support(fastest, lambda: HybridSolver(
+        m, system, precision, dataclasses.replace(q, zero=2)).solve(), prefer)
