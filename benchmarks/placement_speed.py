@@ -1,7 +1,8 @@
 """Speed of the table placement (`planner solve -m dlrm-dcnv2 -H dgx-h100 --devices D`):
 wall time, whether CP-SAT proved the placement optimal within the time limit, and the gap to
 its bound when it did not, for DLRM-DCNv2 (26 tables, MLPerf's) on 8 to 128 H100 at the
-global batches MLPerf's submissions run (55,296 on one or two nodes, 135,168 beyond).
+global batches MLPerf's submissions run (55,296 on one or two nodes, 135,168 beyond; and 64
+at 55,296, the issue's case).
 
     python benchmarks/placement_speed.py [--time-limit 30]
 """
@@ -20,7 +21,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{'devices':>7} {'status':>9} {'seconds':>8} {'busiest ms':>11} {'bound ms':>9} "
           f"{'samples/s':>12}")
-    for devices, batch in ((8, 55296), (16, 55296), (64, 135168), (128, 135168)):
+    for devices, batch in ((8, 55296), (16, 55296), (64, 55296), (64, 135168), (128, 135168)):
         t = time.perf_counter()
         p = api.place_tables("dlrm-dcnv2", "dgx-h100", devices=devices, global_batch=batch,
                              time_limit_s=args.time_limit)

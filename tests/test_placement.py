@@ -12,6 +12,7 @@ from planner.catalog import load_model, load_system
 from planner.cost import recommendation as rc
 from planner.errors import SpecError
 from planner.schema import schemas
+from planner.search import placement
 from planner.search.placement import place
 from planner.spec.hardware import Precision
 
@@ -88,6 +89,61 @@ def test_placement_is_the_brute_force_best(tmp_path, devices, batch):
         if cap < 80e9:  # the tight case: 'big' does not fit whole on one device
             assert got.placed[0].option.mode != "table"
     assert any(o.mode == "column" for o in c.options)  # the space has column shards
+
+
+FOUR = """kind: recommendation
+name: four
+dense_features: 4
+embedding_dim: 16
+tables:
+  - {name: big, rows: 1000000, pooling: %d}
+  - {name: mid, rows: 2000, pooling: %d}
+  - {name: low, rows: 300, pooling: %d}
+  - {name: tiny, rows: 10, pooling: 1}
+bottom_mlp: [32, 16]
+interaction: {kind: dot}
+top_mlp: [16, 1]
+"""
+
+
+@pytest.mark.parametrize("pools, isolates", [((200, 3, 2), True), ((100, 10, 5), True),
+                                             ((400, 1, 1), True), ((60, 30, 2), False)])
+def test_placement_bounds_never_pass_the_brute_force_best(tmp_path, pools, isolates):
+    """Every bound the placement proves with stays at or below the best of every placement
+    (brute force, 3 devices), for any incumbent at or above it; the options offered keep the
+    best placement's; and the placement found is that best, proven."""
+    path = tmp_path / "four.yaml"
+    path.write_text(FOUR % pools)
+    m = load_model(str(path))
+    c = rc.costs(m, load_system("dgx-h100"), Precision.bf16, 3, 98304, 80e9)
+    priced = [(rc.price(c, list(x)), x) for x in _all_placements(c, range(4), 3)]
+    best_priced, best_x = min(priced, key=lambda t: t[0].embedding_time_s)
+    best = best_priced.embedding_time_s
+    for upper in (best, best * 1.0001, best * 1.05, best * 1.3):
+        options = placement._offered(c, range(4), upper)
+        assert all(p.option in options for p in best_x)
+        assert placement._lower_bound(c, options, range(4)) <= best * (1 + 1e-9)
+        iso = placement._isolation_bound(c, options, range(4), upper)
+        assert iso <= max(best, upper - placement.GRID_S) * (1 + 1e-9)
+    # with a heavy 'big' the isolation bound meets the best where the plain one falls short
+    options = placement._offered(c, range(4), best)
+    iso = placement._isolation_bound(c, options, range(4), best)
+    assert (iso == pytest.approx(best - placement.GRID_S / 2, rel=1e-12)
+            and iso > placement._lower_bound(c, options, range(4))) == isolates
+    got = place(c, ["big", "mid", "low", "tiny"])
+    assert got.status == "optimal"
+    assert got.priced.embedding_time_s == pytest.approx(best, rel=1e-9)
+
+
+def test_solve_places_dlrm_on_64_h100_proven(run):
+    """The issue's case: DLRM-DCNv2 at MLPerf's batch on 64 H100, proven optimal: the
+    heaviest table's 16 shards each sit alone on a device in any faster placement, and the
+    others cannot share the 48 devices left fast enough (`_isolation_bound`)."""
+    code, out, err = run("solve", "-m", "dlrm-dcnv2", "-H", "dgx-h100", "--devices", "64",
+                         "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["status"] == "optimal" and doc["devices"] == 64
 
 
 def test_solve_places_dlrm_proven(run):

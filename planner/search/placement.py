@@ -14,9 +14,12 @@ Three models, one time limit:
   heaviest first, offered only the first k + 1 devices: devices are alike, so any placement
   can be relabelled that way), per device its bytes out, its time and its memory; options
   that alone make a device slower than the upper bound are not offered.
-The answer is proven when CP-SAT closes it or a bound meets it on the integer-nanosecond grid
-its times are rounded to; otherwise `status` is "feasible" and `bound_s` says how far it can
-be from the best.
+Two bounds beside CP-SAT's own: every table is held somewhere (`_lower_bound`), and the
+isolation bound (`_isolation_bound`): in a placement faster than the incumbent, a shard too
+heavy to share a device sits alone, and the rest must share the devices left, whose average
+time bounds the busiest. The answer is proven when CP-SAT closes it or a bound meets it on the
+integer-nanosecond grid its times are rounded to; otherwise `status` is "feasible" and
+`bound_s` says how far it can be from the best.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from planner.search.rows import cp_solver
 
 NS = 1e9
 GRID_S = 64 / NS  # integer-ns rounding: at most a nanosecond for each of a device's terms
+EVERYWHERE = ("row", "data")  # the modes that put a part of the table on every device
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,8 @@ def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
     # every shard on a device of its own, as many devices as that takes: a relaxation (a
     # device holding more only takes longer), so its optimum bounds every placement
     _, relaxed = _one_per_device(c, tables, time_limit_s / 4, workers, False)
-    lower = max(_lower_bound(c, options, tables), relaxed)
+    lower = max(_lower_bound(c, options, tables), relaxed,
+                _isolation_bound(c, options, tables, upper))
     if first and upper - lower <= GRID_S:  # the first placement meets the bound: done
         return Placement("optimal", tuple(first), price(c, first),
                          time.perf_counter() - t0, lower)
@@ -172,22 +177,13 @@ def place(c: Costs, names: list[str], time_limit_s: float = 10.0,
                 c, placed).embedding_time_s:
             placed = first
     priced = price(c, placed)
-    bound = max(lower, solver.best_objective_bound / NS)
+    bound = max(lower, solver.best_objective_bound / NS,
+                _isolation_bound(c, options, tables, priced.embedding_time_s))
     # proven: CP-SAT says so, or its bound (or the relaxation's) meets the placement to the
     # integer-nanosecond grid its times are rounded to (a nanosecond per term at most)
     proven = status == cp_model.OPTIMAL or priced.embedding_time_s - bound <= GRID_S
     return Placement("optimal" if proven else "feasible", tuple(placed), priced,
                      time.perf_counter() - t0, bound)
-
-
-def _alone(c: Costs, o, recv: float = 0.0) -> float:
-    """A lower bound of the busiest device's embedding time when `o` is chosen: a device
-    holding (a shard of) it does its lookups and both all-to-alls, whose bytes are at least
-    its own out and in (`recv`: the least the other tables send every device)."""
-    if c.devices == 1:
-        return o.time_s
-    return (o.time_s + 2 * (c.devices - 1) * c.links.alltoall_latency_s
-            + 2 * max(o.send_bytes, o.recv_bytes + recv) / c.links.alltoall_Bps)
 
 
 def _one_per_device(c: Costs, tables, time_limit_s: float, workers: int,
@@ -255,36 +251,131 @@ def _one_per_device(c: Costs, tables, time_limit_s: float, workers: int,
     return out_placed, bound
 
 
+class _Device:
+    """Lower bounds of one device's embedding time given some options chosen, over the
+    offered `options`: a device's time is its lookups and two all-to-alls, each (D - 1)
+    latencies and the larger of its bytes out and in, so it is at least its lookups, the
+    latencies and either direction. Each table not named adds, at the least over its
+    options, what it surely puts on every device: a row-wise or data-parallel option its
+    part (and its bytes out), any option its pooled vectors into every device."""
+
+    def __init__(self, c: Costs, options, tables):
+        n = c.devices
+        self.per_byte = 2 / c.links.alltoall_Bps if n > 1 else 0.0
+        self.latency = 2 * (n - 1) * c.links.alltoall_latency_s if n > 1 else 0.0
+        self.of = {i: [o for o in options if o.table == i] for i in tables}
+        self.out = {i: min(self.everywhere(o, True) for o in opts)
+                    for i, opts in self.of.items()}
+        self.into = {i: min(self.everywhere(o, False) for o in opts)
+                     for i, opts in self.of.items()}
+
+    def everywhere(self, o, out: bool) -> float:
+        """What option `o` surely puts on every device: its bytes in (`out` False), and, row-
+        wise or data parallel, its part and (`out`) its bytes out."""
+        spread = o.mode in EVERYWHERE
+        return ((o.time_s if spread else 0.0)
+                + (o.send_bytes * spread if out else o.recv_bytes) * self.per_byte)
+
+    def holding(self, *held) -> float:
+        """A device holding (a shard of) each option in `held` (one table's option twice:
+        two of its shards)."""
+        named = {o.table for o in held}
+        rest_out = sum(v for i, v in self.out.items() if i not in named)
+        rest_in = sum(v for i, v in self.into.items() if i not in named)
+        mine = {o.table: o for o in held}.values()  # bytes in count once per table
+        return (sum(o.time_s for o in held) + self.latency
+                + max(sum(o.send_bytes for o in held) * self.per_byte + rest_out,
+                      sum(o.recv_bytes for o in mine) * self.per_byte + rest_in))
+
+
 def _lower_bound(c: Costs, options, tables) -> float:
     """No placement's busiest device is faster than this: every table is held somewhere, by
-    the option of it that is cheapest alone (`_alone`, with the least bytes every device
-    receives from the others)."""
-    least = {i: min(o.recv_bytes for o in options if o.table == i) for i in tables}
-    total = sum(least.values())
-    return max(min(_alone(c, o, total - least[i]) for o in options if o.table == i)
-               for i in tables)
+    one of its options, and the device holding it takes at least `_Device.holding`."""
+    dev = _Device(c, options, tables)
+    return max(min(dev.holding(o) for o in dev.of[i]) for i in tables)
 
 
 def _offered(c: Costs, tables, upper: float) -> list:
-    """The options that can be in a placement no slower than `upper`: those whose `_alone`
-    bound, with the least bytes the other tables' offered options send every device, stays
-    within it; repeated until nothing more drops (an option dropped can raise that least)."""
+    """The options that can be in a placement no slower than `upper`: those whose device
+    (`_Device.holding`) stays within it, and, for a row-wise or data-parallel option (on
+    every device), beside some option of every other table; repeated until nothing more
+    drops (an option dropped can raise what the others surely add)."""
     options = list(c.options)
     while True:
-        least = {i: min(o.recv_bytes for o in options if o.table == i) for i in tables}
-        total = sum(least.values())
+        dev = _Device(c, options, tables)
         kept = [o for o in options
-                if _alone(c, o, total - least[o.table]) <= upper * (1 + 1e-9)]
+                if dev.holding(o) <= upper * (1 + 1e-9)
+                and (o.mode not in EVERYWHERE or all(
+                    min(dev.holding(o, p) for p in dev.of[j]) <= upper * (1 + 1e-9)
+                    for j in tables if j != o.table))]
         if len(kept) == len(options):
             return options
         options = kept
 
 
+def _isolation_bound(c: Costs, options, tables, upper: float) -> float:
+    """No placement faster than `upper` (by more than the grid) has a busiest device faster
+    than this. In such a placement a shard so heavy that it and any other shard together make
+    a device at least `upper` (`isolated`) sits alone on its device, so the other shards
+    share the n - k devices left, k the isolated shards: their average time bounds the
+    busiest (the left devices' lookups, latencies and either their bytes out or the bytes
+    every device receives, summed). For each k, each term is minimised over the tables'
+    options whose isolated shards number k (a knapsack over the tables, one term at a time:
+    a bound, not a placement), and the least over k bounds every such placement."""
+    n = c.devices
+    if n == 1:
+        return 0.0
+    dev = _Device(c, options, tables)
+    target = upper - GRID_S / 2
+    sharded = [o for o in options if o.mode not in EVERYWHERE]
+
+    def isolated(o) -> bool:
+        partners = [p for p in sharded if p.table != o.table] + ([o] if o.shards > 1 else [])
+        return o.mode not in EVERYWHERE and all(dev.holding(o, p) >= target
+                                                for p in partners)
+
+    # per term, the least over the tables' options with k isolated shards in all (k = 0..n):
+    # spread_* what a device left surely takes, work_* what the left devices share, alone
+    # the busiest isolated device (least of the most)
+    inf = np.full(n + 1, np.inf)
+    terms = ("spread_out", "work_out", "spread_in", "work_in")
+    least = {t: np.where(np.arange(n + 1) == 0, 0.0, np.inf) for t in terms}
+    alone = np.where(np.arange(n + 1) == 0, 0.0, np.inf)
+    for i in tables:
+        step = {t: inf.copy() for t in terms}
+        step_alone = inf.copy()
+        for o in dev.of[i]:
+            spread, single = o.mode in EVERYWHERE, isolated(o)
+            k = o.shards if single else 0
+            if k > n:
+                continue
+            out = o.time_s + o.send_bytes * dev.per_byte
+            value = {"spread_out": out if spread else 0.0,
+                     "work_out": 0.0 if spread or single else o.shards * out,
+                     "spread_in": o.recv_bytes * dev.per_byte + (o.time_s if spread else 0),
+                     "work_in": 0.0 if spread or single else o.shards * o.time_s}
+            for t in terms:
+                shifted = np.concatenate([inf[:k], least[t][:n + 1 - k]])
+                step[t] = np.minimum(step[t], shifted + value[t])
+            shifted = np.concatenate([inf[:k], alone[:n + 1 - k]])
+            step_alone = np.minimum(step_alone, np.maximum(
+                shifted, dev.holding(o) if single else 0.0))
+        least, alone = step, step_alone
+    left = n - np.arange(n + 1)
+    # the left devices' average (none left: only a placement if nothing is left to share)
+    per = {d: least[f"spread_{d}"] + np.where(
+        left > 0, least[f"work_{d}"] / np.maximum(left, 1),
+        np.where(least[f"work_{d}"] > 0, np.inf, 0.0)) for d in ("out", "in")}
+    bound = np.maximum(alone, np.maximum(per["out"], per["in"]) + dev.latency)
+    return min(float(bound.min()), target)
+
+
 def _greedy(c: Costs, tables) -> list[Placed] | None:
-    """A good first placement: each table in the option of the least `_alone`, then, table by
+    """A good first placement: each table in the option of the least `_Device.holding`, then, table by
     table, the option whose placement (`_pack`) is fastest, while that improves it (a few
     passes of local search); None when nothing fits."""
-    chosen = [min(c.of(i), key=lambda o: _alone(c, o)) for i in tables]
+    alone = _Device(c, c.options, tables)
+    chosen = [min(c.of(i), key=alone.holding) for i in tables]
     best = _pack(c, chosen)
     value = price(c, best).embedding_time_s if best else math.inf
     for _ in range(3):
