@@ -319,6 +319,38 @@ def test_vtrain_and_sc21_errors_with_the_shipped_constants():
     assert mape["SC21"] <= 0.05, mape
 
 
+def test_a_tp_group_straddling_two_nodes_rings_at_a_devices_nic_share():
+    """t = 3 on 8-GPU nodes: ranks 6, 7, 8 straddle a node boundary, so that group (and every
+    rank waiting on it) rings over its crossing ranks' own NICs, a 1 / g share of the node's;
+    t = 4 divides the node and stays on NVLink."""
+    from planner.catalog import load_model
+
+    m = load_model("gpt3-175b")
+    hw = _hw(launch_s=0.0)
+    size = m.seq_len * m.hidden * hw.value_bytes
+    for tp, bw, lat in ((3, hw.nic_bw / hw.g, hw.inter_lat), (4, hw.intra_bw, hw.intra_lat)):
+        out = iteration(m, hw, _cfg(t=tp, p=1, d=1, mb=1, acc=1))
+        ring = 2 * (tp - 1) * (lat + size / (tp * bw))
+        assert float(out["tp_comm"]) == pytest.approx(m.layers * 4 * ring, rel=1e-9)
+
+
+@pytest.mark.parametrize("system", ["dgx-h100", "gb200-nvl72", "mi300x-8", "dgx1-v100"])
+def test_the_domain_rule_is_one_rule_for_numbers_and_expressions(system):
+    """`within_domain` on a number (the pools' pricing) equals the expression the cost model
+    builds, at every group size up to two racks; by hand: the divisors of the domain and the
+    whole nodes that fit it."""
+    from planner.expr.domain import within_domain
+
+    hw = Hardware.of(load_system(system), Precision.bf16)
+    sizes = range(1, 2 * hw.scale_up + 1)
+    numeric = [n for n in sizes if within_domain(hw, n)]
+    assert numeric == [n for n in sizes if bool(within_domain(hw, t).subs(t, n))]
+    assert numeric == sorted({n for n in sizes if hw.scale_up % n == 0}
+                             | {n for n in sizes if n % hw.g == 0 and n <= hw.scale_up})
+    if system == "dgx-h100":
+        assert numeric == [1, 2, 4, 8]
+
+
 def test_nvl72_keeps_a_tp_group_across_trays_on_nvlink():
     """GB200 NVL72: 4 GPUs per tray (node), 72 per NVLink domain. tp = 8 spans two trays and
     still rings over NVLink 5; only beyond the domain would it use the trays' NICs."""

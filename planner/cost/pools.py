@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.cost.transformer import Hardware, iteration
 from planner.expr.choices import RECOMPUTE, STAGE_OUTPUTS
+from planner.expr.domain import within_domain
 from planner.spec.cluster import Cluster, Pool
 from planner.spec.hardware import Precision
 from planner.spec.transformer import Transformer
@@ -201,7 +202,7 @@ def sends(cluster: Cluster, part: list[Parts], group: Group, j: int, width: int)
     k = st[j].pool
     p = part[k]
     on_pool = sum(s.pool == k for s in st)
-    inside = width * on_pool <= p.hw.scale_up
+    inside = within_domain(p.hw, width * on_pool)
     one = hop(p, pool_links(p), p.send_bytes, inside)
     if st[a].pool != st[b].pool:
         pair = sorted({st[a].pool, st[b].pool})

@@ -27,7 +27,8 @@ from planner.compiled import Compiled
 from planner.expr.choices import OUTPUTS, Choices
 
 # the modules whose source writes the expressions a program computes
-_SOURCES = ("expr/transformer.py", "expr/layer.py", "expr/choices.py", "expr/collectives.py",
+_SOURCES = ("expr/transformer.py", "expr/layer.py", "expr/domain.py", "expr/choices.py",
+            "expr/collectives.py",
             "expr/roofline.py", "expr/symbols.py", "expr/rewrite.py", "expr/unordered.py",
             "expr/memory.py", "numeric.py", "compiled.py", "switches.py",
             "spec/hardware.py", "spec/transformer.py")

@@ -12,6 +12,7 @@ import sympy as sp
 
 from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
 from planner.expr.collectives import ring_allreduce
+from planner.expr.domain import whole_nodes, within_domain
 from planner.expr.roofline import bound
 from planner.expr.symbols import b, c_p, e_p, e_t, t
 from planner.expr.unordered import smax, smin
@@ -51,6 +52,17 @@ def across_bw(hw, crossing: str):
     scale-up hops that feed them (`RING`); traffic every device of a node sends at once
     (all-to-all, point-to-point, the data-parallel sync) a 1 / g share (`DEVICE`)."""
     return min(hw.nic_bw, hw.intra_bw) if crossing == RING else hw.nic_bw / hw.g
+
+
+def ring_link(hw, size):
+    """(bandwidth, latency) of a ring over a group of `size` consecutive ranks: the scale-up
+    link within a domain (`within_domain`); a group of whole nodes beyond it the node's NICs
+    (`RING`); a group straddling a boundary with part of a node (tp 3 on 8-GPU nodes) only a
+    device's share of them (`DEVICE`): its crossing ranks' own NICs, the rest of the node's
+    serving the other groups."""
+    (inside, whole), part = links(hw, RING), links(hw, DEVICE)[1]
+    pick = ((inside, within_domain(hw, size)), (whole, whole_nodes(hw, size)), (part, True))
+    return tuple(sp.Piecewise(*((link[k], cond) for link, cond in pick)) for k in (0, 1))
 
 
 def links(hw, crossing: str):
@@ -103,8 +115,7 @@ class LayerCosts:
         """One ring allreduce of `size` bytes over the t ranks of a tensor-parallel group
         (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
-        inside, across = links(hw, RING)
-        ring_t = _if(t <= hw.scale_up, ring(t, size, *inside), ring(t, size, *across))
+        ring_t = ring(t, size, *ring_link(hw, t))
         return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
 
     def _current_scaling(self) -> bool:
@@ -191,8 +202,10 @@ class LayerCosts:
         u = hw.scale_up
         routed = self.tokens * md.top_k * md.expert_width * hw.value_bytes * self.capacity / t
         leaves = 1 - _max(u / et, 1) / ep
-        a2a = hop(hw, et * ep <= u, DEVICE, routed * (ep - 1) / ep, routed * leaves)
-        gather = (et - 1) * hop(hw, et <= u, RING, routed)
+        a2a = hop(hw, within_domain(hw, et * ep), DEVICE, routed * (ep - 1) / ep,
+                  routed * leaves)
+        bw, lat = ring_link(hw, et)
+        gather = (et - 1) * (lat + routed / bw)
         if hw.launch_s:
             a2a, gather = _max(a2a, hw.launch_s), _max(gather, hw.launch_s)
         passes = 6 if self.choices.recompute == "full" else 4

@@ -77,6 +77,7 @@ from planner.expr.layer import (
     hop,
     overlapped,
     ring,
+    within_domain,
 )
 from planner.expr.rewrite import substitute
 from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
@@ -141,7 +142,7 @@ class TransformerExpressions(LayerCosts):
         # bytes against twice the core); a recomputed forward (full or selective) runs it
         # again. The group sits inside the node next to tp until t c_p > g.
         kv = 2 * tok * sp.Integer(md.kv_dim) / t * vb
-        cp_step = hop(hw, t * self.cp <= u, DEVICE, kv)
+        cp_step = hop(hw, within_domain(hw, t * self.cp), DEVICE, kv)
         ring = (self.cp - 1) * cp_step
         slow = hw.overlap_slowdown
         cp_layer = ((2 if full or selective else 1) * overlapped(ring, core, slow)
@@ -258,7 +259,8 @@ class TransformerExpressions(LayerCosts):
         if not c.sequence_parallel:
             regather = all_gather(t, size, hw.intra_lat, hw.intra_bw)
             regather = _if(t > 1, _max(regather, hw.launch_s) if hw.launch_s else regather, 0)
-        p2p = _if(p > 1, 2 * v * (hop(hw, t * self.cp * p <= u, DEVICE, send) + regather), 0)
+        p2p = _if(p > 1, 2 * v * (hop(hw, within_domain(hw, t * self.cp * p), DEVICE, send)
+                                 + regather), 0)
         # interleaved, the sends overlap the chunks' compute (Megatron-LM's default
         # overlap_p2p_comm, which it turns off without interleaving: arguments.py at d98e8a6):
         # per chunk, its two sends behind its forward and backward, v of them a slot
