@@ -116,7 +116,7 @@ class LayerCosts:
         (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
         ring_t = ring(t, size, *ring_link(hw, t))
-        return _if(t > 1, _max(ring_t, hw.launch_s), 0) if hw.launch_s else ring_t
+        return _if(t > 1, self._kernel(ring_t), 0) if hw.launch_s else ring_t
 
     def _current_scaling(self) -> bool:
         return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
@@ -206,8 +206,7 @@ class LayerCosts:
                   routed * leaves)
         bw, lat = ring_link(hw, et)
         gather = (et - 1) * (lat + routed / bw)
-        if hw.launch_s:
-            a2a, gather = _max(a2a, hw.launch_s), _max(gather, hw.launch_s)
+        a2a, gather = self._kernel(a2a), self._kernel(gather)
         passes = 6 if self.choices.recompute == "full" else 4
         return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
 
@@ -232,7 +231,13 @@ class LayerCosts:
         time = bound(2 * rows * inner * cols * count,
                      operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
                      rate, hw.mem_bw)
-        return _max(time, hw.launch_s) if hw.launch_s else time
+        return self._kernel(time)
+
+    def _kernel(self, work):
+        """One kernel of `work` seconds: never faster than the host issues it (`launch_s`;
+        under CUDA graphs, the GPU's own shortest kernel). Every kernel's time goes through
+        here."""
+        return _max(work, self.hw.launch_s) if self.hw.launch_s else work
 
     def attention_rate(self) -> tuple[float, int]:
         """(FLOP/s, bytes per operand) of attention's products as unfused GEMMs: an fp8 / fp4
@@ -252,10 +257,9 @@ class LayerCosts:
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
         least the host's kernel issue time."""
-        hw = self.hw
-        if not hw.launch_s:
-            return bytes_moved / hw.mem_bw
-        return count * _max(bytes_moved / (count * hw.mem_bw), hw.launch_s)
+        if not self.hw.launch_s:
+            return bytes_moved / self.hw.mem_bw
+        return count * self._kernel(bytes_moved / (count * self.hw.mem_bw))
 
     def forward_parts(self):
         """Forward time of one layer per micro-batch on one of t devices: (projections and
@@ -320,7 +324,7 @@ class LayerCosts:
             # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024), in
             # 16 bits under an fp8 / fp4 recipe
             scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.sixteen_bit_flops
-            core = _max(scan, hw.launch_s) if hw.launch_s else scan
+            core = self._kernel(scan)
         gates = md.ffn_matrices - 1
         if kind.ffn == "dense":
             f = md.dense_ffn_hidden or md.ffn_hidden
@@ -408,9 +412,7 @@ class LayerCosts:
         fp8 = self.choices.fp8_attention and self.hw.gemm_only and curve.fp8_fwd
         fwd = flops / curve.achieved("fp8_fwd" if fp8 else "fwd", width, per_call, masked)
         bwd = sp.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
-        if self.hw.launch_s:
-            fwd, bwd = _max(fwd, self.hw.launch_s), _max(bwd, self.hw.launch_s)
-        return fwd, bwd
+        return self._kernel(fwd), self._kernel(bwd)
 
     def elementwise_kernels(self, kind=None) -> int:
         """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
