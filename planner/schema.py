@@ -391,7 +391,7 @@ def _show() -> dict:
         "collective_library": {"enum": ["nccl", "rccl", "mpi"]}, "fp8_gemm_any_layout": BOOL,
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,
                                                      "overlap_slowdown": NUM,
-                                                     "graph_floor_us": NUM},
+                                                     "kernel_gpu_us": NUM},
                                                     ["launch_us", "gemm_half_dim"])]},
         "flash_attention": {"oneOf": [{"type": "null"}, obj({
             "kernel": STR, "fwd_tflops": {"type": "object", "additionalProperties": NUM},

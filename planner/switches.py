@@ -284,8 +284,9 @@ SWITCHES: tuple[Switch, ...] = (
            launch={form: f"{form} has no LoRA fine-tuning (NeMo PEFT runs it); use --format "
                          "env, slurm or torchrun to start your own script"
                    for form in FRAMEWORK_FORMS}),
-    Switch("cuda_graphs", False, "the layers' kernels issued by CUDA graphs: each kernel's "
-           "floor is the GPU's shortest kernel (graph_floor_us), not the host's issue time",
+    Switch("cuda_graphs", False, "the layers' kernels issued by CUDA graphs: no host issue "
+           "time; each compute kernel takes its work plus the GPU's own fixed time per kernel "
+           "(kernel_gpu_us)",
            "--cuda-graph-impl local", limits=True, label=_on("CUDA graphs"), mixed=True,
            launch={"megatron": WRITES, "torchtitan": WRITES,
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "

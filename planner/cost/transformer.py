@@ -51,7 +51,7 @@ class Hardware:
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
     overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
-    graph_floor_s: float = 0.0  # every kernel's floor under CUDA graphs (0: none known)
+    kernel_gpu_s: float = 0.0  # the GPU's fixed time per kernel, paid under CUDA graphs
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
     per_tensor_fp8: bool = False  # fp8 with one scale per tensor (current scaling applies)
@@ -111,7 +111,7 @@ class Hardware:
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
-            graph_floor_s=(kernels.graph_floor_us or 0.0) * 1e-6 if kernels else 0.0,
+            kernel_gpu_s=(kernels.kernel_gpu_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,
             quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
             per_tensor_fp8=precision is Precision.fp8,

@@ -91,8 +91,8 @@ class LayerCosts:
                  etp: sp.Expr = e_t):
         """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
         symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
-        if choices.cuda_graphs and hw.graph_floor_s:  # no host in the loop
-            hw = dataclasses.replace(hw, launch_s=min(hw.launch_s, hw.graph_floor_s))
+        if choices.cuda_graphs and hw.kernel_gpu_s:  # no host in the loop: the GPU's floor
+            hw = dataclasses.replace(hw, launch_s=min(hw.launch_s, hw.kernel_gpu_s))
         self.model, self.hw, self.choices = model, hw, choices
         self.cp, self.ep, self.etp = (sp.Integer(x) if isinstance(x, int) else x
                                       for x in (cp, ep, etp))
@@ -116,7 +116,7 @@ class LayerCosts:
         (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
         ring_t = ring(t, size, *ring_link(hw, t))
-        return _if(t > 1, self._kernel(ring_t), 0) if hw.launch_s else ring_t
+        return _if(t > 1, self._kernel(ring_t, False), 0) if hw.launch_s else ring_t
 
     def _current_scaling(self) -> bool:
         return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
@@ -206,7 +206,7 @@ class LayerCosts:
                   routed * leaves)
         bw, lat = ring_link(hw, et)
         gather = (et - 1) * (lat + routed / bw)
-        a2a, gather = self._kernel(a2a), self._kernel(gather)
+        a2a, gather = self._kernel(a2a, False), self._kernel(gather, False)
         passes = 6 if self.choices.recompute == "full" else 4
         return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
 
@@ -233,10 +233,17 @@ class LayerCosts:
                      rate, hw.mem_bw)
         return self._kernel(time)
 
-    def _kernel(self, work):
-        """One kernel of `work` seconds: never faster than the host issues it (`launch_s`;
-        under CUDA graphs, the GPU's own shortest kernel). Every kernel's time goes through
-        here."""
+    def _kernel(self, work, compute=True):
+        """One kernel of `work` seconds, every kernel's time going through here. Issued by
+        the host, never faster than the host issues it (`launch_s`: the A100 fit, to eager
+        runs, whose large-GEMM rate absorbs what large kernels pay beyond their work). Under
+        CUDA graphs the kernels run back to back with no host in the loop, and a compute kernel
+        (`compute`) takes its work plus the GPU's fixed time per kernel (`kernel_gpu_s`: its
+        start, prologue and last wave; t_0 of `planner.fit_gemm`'s fit of t_0 + work to XLA's
+        GEMM tables, about 6 us); a collective, whose latency its own terms carry, only has
+        that as its floor."""
+        if compute and self.choices.cuda_graphs and self.hw.kernel_gpu_s:
+            return work + self.hw.kernel_gpu_s
         return _max(work, self.hw.launch_s) if self.hw.launch_s else work
 
     def attention_rate(self) -> tuple[float, int]:

@@ -258,7 +258,7 @@ class TransformerExpressions(LayerCosts):
         regather = sp.Integer(0)
         if not c.sequence_parallel:
             regather = all_gather(t, size, hw.intra_lat, hw.intra_bw)
-            regather = _if(t > 1, self._kernel(regather), 0)
+            regather = _if(t > 1, self._kernel(regather, False), 0)
         p2p = _if(p > 1, 2 * v * (hop(hw, within_domain(hw, t * self.cp * p), DEVICE, send)
                                  + regather), 0)
         # interleaved, the sends overlap the chunks' compute (Megatron-LM's default

@@ -134,9 +134,10 @@ class KernelCosts(Spec):
     # how much slower compute runs while a collective overlaps it (NCCL / RCCL kernels hold
     # SMs and HBM bandwidth beside the GEMMs): 0.189 is 18.9 %, Lee et al. 2025's mean
     overlap_slowdown: float = Field(default=0.0, ge=0, le=1)
-    # the shortest a kernel takes on the GPU itself, which is every kernel's floor when CUDA
-    # graphs issue them (no host in the loop); None: no graph floor known (launch_us stays)
-    graph_floor_us: float | None = Field(default=None, ge=0, le=1e4)
+    # the GPU's own fixed time per kernel (start, prologue, last wave): with CUDA graphs
+    # issuing the kernels (no host in the loop) each compute kernel takes it beyond its work,
+    # and it floors a collective; None: not known (launch_us stays the floor)
+    kernel_gpu_us: float | None = Field(default=None, ge=0, le=1e4)
 
 
 def gemm_share(thin, half_dim):
