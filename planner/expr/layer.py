@@ -91,6 +91,7 @@ class LayerCosts:
                  etp: sp.Expr = e_t):
         """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
         symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
+        self.host_launch_s = hw.launch_s  # the host's issue time, CUDA graphs or not
         if choices.cuda_graphs and hw.kernel_gpu_s:  # no host in the loop: the GPU's floor
             hw = dataclasses.replace(hw, launch_s=min(hw.launch_s, hw.kernel_gpu_s))
         self.model, self.hw, self.choices = model, hw, choices
@@ -240,10 +241,14 @@ class LayerCosts:
         CUDA graphs the kernels run back to back with no host in the loop, and a compute kernel
         (`compute`) takes its work plus the GPU's fixed time per kernel (`kernel_gpu_s`: its
         start, prologue and last wave; t_0 of `planner.fit_gemm`'s fit of t_0 + work to XLA's
-        GEMM tables, about 6 us); a collective, whose latency its own terms carry, only has
-        that as its floor."""
+        GEMM tables, about 6 us), but never more than issued by the host: a kernel longer
+        than the host's issue time ran back to back in the eager runs the rates were fitted
+        to, its t_0 inside them. A collective, whose latency its own terms carry, only has
+        t_0 as its floor."""
         if compute and self.choices.cuda_graphs and self.hw.kernel_gpu_s:
-            return work + self.hw.kernel_gpu_s
+            graphed = work + self.hw.kernel_gpu_s
+            host = self.host_launch_s
+            return smin(graphed, _max(work, host)) if host else graphed
         return _max(work, self.hw.launch_s) if self.hw.launch_s else work
 
     def attention_rate(self) -> tuple[float, int]:
