@@ -268,8 +268,8 @@ class LayerCosts:
 
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
-        least the host's kernel issue time."""
-        if not self.hw.launch_s:
+        least the host's kernel issue time (`_kernel`)."""
+        if not (self.hw.launch_s or (self.choices.cuda_graphs and self.hw.kernel_gpu_s)):
             return bytes_moved / self.hw.mem_bw
         return count * self._kernel(bytes_moved / (count * self.hw.mem_bw))
 
