@@ -75,6 +75,18 @@ def test_every_error_of_a_spec_at_once_the_first_line_as_before(tmp_path):
     assert "unknown key 'descripton' (did you mean 'description'?)" in text
 
 
+def test_a_renamed_key_names_its_new_name(tmp_path, run):
+    """A device YAML written before stop 31 (`kernels.graph_floor_us`) is told the key's new
+    name, in one line, exit 2."""
+    h100 = (HARDWARE / "devices" / "h100-sxm5-80gb.yaml").read_text()
+    assert "kernel_gpu_us" in h100
+    path = tmp_path / "old.yaml"
+    path.write_text(h100.replace("kernel_gpu_us", "graph_floor_us"))
+    code, _, err = run("show", "hardware", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert "unknown key 'kernels.graph_floor_us' (renamed 'kernel_gpu_us')" in err
+
+
 def test_at_most_ten_lines(tmp_path):
     path = tmp_path / "dev.yaml"
     path.write_text("kind: device\n" + "".join(f"extra_{i}: 1\n" for i in range(30)))

@@ -56,6 +56,10 @@ def known_keys(cls: type[BaseModel]) -> list[str]:
     return sorted({name for c in seen for name in c.model_fields})
 
 
+# keys a spec once took, by the name that replaced them (a user's old YAML is told the new one)
+RENAMED = {"graph_floor_us": "kernel_gpu_us"}  # stop 31: t_0 is paid beside the work, no floor
+
+
 def did_you_mean(word: Any, choices) -> str:
     """' (did you mean 'x'?)' for the closest of `choices` to `word`, or ''."""
     if not isinstance(word, str):
@@ -74,7 +78,9 @@ def _line(err: dict, where: str, prefix: str, cls: type[BaseModel]) -> tuple[str
         return key, f"{where}: missing key '{key}'"
     if err["type"] == "extra_forbidden":
         last = next((p for p in reversed(err["loc"]) if isinstance(p, str)), None)
-        return key, f"{where}: unknown key '{key}'{did_you_mean(last, known_keys(cls))}"
+        hint = (f" (renamed '{RENAMED[last]}')" if last in RENAMED
+                else did_you_mean(last, known_keys(cls)))
+        return key, f"{where}: unknown key '{key}'{hint}"
     if not key:  # a whole-document check (a model validator): its message names the keys
         return key, f"{where}: {msg.removeprefix('Value error, ')}"
     return key, f"{where}: key '{key}': {msg} (got {short(err.get('input'))})"
