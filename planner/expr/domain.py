@@ -27,7 +27,7 @@ def within_domain(hw, size):
     on it."""
     u = hw.scale_up
     if isinstance(size, numbers.Integral):
-        return u % size == 0 or (bool(whole_nodes(hw, size)) and size <= u)
+        return u % size == 0 or (whole_nodes(hw, size) and size <= u)
     import sympy as sp
 
     divides = sp.Eq(sp.floor(sp.Integer(u) / size) * size, u)

@@ -6,8 +6,6 @@ is in its docstring and in that module's."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import sympy as sp
 
 from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
@@ -91,9 +89,6 @@ class LayerCosts:
                  etp: sp.Expr = e_t):
         """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
         symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
-        self.host_launch_s = hw.launch_s  # the host's issue time, CUDA graphs or not
-        if choices.cuda_graphs and hw.kernel_gpu_s:  # no host in the loop: the GPU's floor
-            hw = dataclasses.replace(hw, launch_s=min(hw.launch_s, hw.kernel_gpu_s))
         self.model, self.hw, self.choices = model, hw, choices
         self.cp, self.ep, self.etp = (sp.Integer(x) if isinstance(x, int) else x
                                       for x in (cp, ep, etp))
@@ -117,7 +112,7 @@ class LayerCosts:
         (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
         ring_t = ring(t, size, *ring_link(hw, t))
-        return _if(t > 1, self._kernel(ring_t, False), 0) if hw.launch_s else ring_t
+        return _if(t > 1, self._kernel(ring_t, False), 0) if self._floor_s else ring_t
 
     def _current_scaling(self) -> bool:
         return bool(self.choices.fp8_current_scaling and self.hw.per_tensor_fp8)
@@ -245,11 +240,23 @@ class LayerCosts:
         than the host's issue time ran back to back in the eager runs the rates were fitted
         to, its t_0 inside them. A collective, whose latency its own terms carry, only has
         t_0 as its floor."""
-        if compute and self.choices.cuda_graphs and self.hw.kernel_gpu_s:
+        host, graphs = self.hw.launch_s, self._graphs
+        if compute and graphs:
             graphed = work + self.hw.kernel_gpu_s
-            host = self.host_launch_s
             return smin(graphed, _max(work, host)) if host else graphed
-        return _max(work, self.hw.launch_s) if self.hw.launch_s else work
+        return _max(work, self._floor_s) if self._floor_s else work
+
+    @property
+    def _graphs(self) -> bool:
+        """CUDA graphs issue the kernels and the GPU's own time per kernel is known."""
+        return bool(self.choices.cuda_graphs and self.hw.kernel_gpu_s)
+
+    @property
+    def _floor_s(self) -> float:
+        """The shortest any kernel takes: the host's issue time, or under CUDA graphs (no
+        host in the loop) the GPU's own time per kernel where that is shorter."""
+        hw = self.hw
+        return min(hw.launch_s, hw.kernel_gpu_s) if self._graphs else hw.launch_s
 
     def attention_rate(self) -> tuple[float, int]:
         """(FLOP/s, bytes per operand) of attention's products as unfused GEMMs: an fp8 / fp4
@@ -269,7 +276,7 @@ class LayerCosts:
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
         least the host's kernel issue time (`_kernel`)."""
-        if not (self.hw.launch_s or (self.choices.cuda_graphs and self.hw.kernel_gpu_s)):
+        if not (self._floor_s or self._graphs):
             return bytes_moved / self.hw.mem_bw
         return count * self._kernel(bytes_moved / (count * self.hw.mem_bw))
 

@@ -273,8 +273,9 @@ class _Device:
         """What option `o` surely puts on every device: its bytes in (`out` False), and, row-
         wise or data parallel, its part and (`out`) its bytes out."""
         spread = o.mode in EVERYWHERE
-        return ((o.time_s if spread else 0.0)
-                + (o.send_bytes * spread if out else o.recv_bytes) * self.per_byte)
+        if not out:
+            return (o.time_s if spread else 0.0) + o.recv_bytes * self.per_byte
+        return o.time_s + o.send_bytes * self.per_byte if spread else 0.0
 
     def holding(self, *held) -> float:
         """A device holding (a shard of) each option in `held` (one table's option twice:
