@@ -100,6 +100,16 @@ def mask(model, x, row: SimpleNamespace, reads: frozenset[str]):
     return ok
 
 
+def hold(key: str, row: SimpleNamespace, x):
+    """Where the rows of arrays `row` keep every rule keyed `key`, whether or not `x` sets
+    it (the search tries a switch it left unset on and off: its rules bound where it is on)."""
+    ok = True
+    for rule in RULES:
+        if rule.key == key:
+            ok = ok & rule.holds(row, x)
+    return ok
+
+
 def refuse(x, row: SimpleNamespace, reads: frozenset[str]) -> None:
     """Refuse pins whose every row breaks a rule reading only `reads` (its message)."""
     for rule in active(None, x, reads):

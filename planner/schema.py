@@ -390,6 +390,7 @@ def _show() -> dict:
         "memory_bandwidth_GBps": NUM, "efficiency": spec,
         "collective_library": {"enum": ["nccl", "rccl", "mpi"]}, "fp8_gemm_any_layout": BOOL,
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,
+                                                     "gemm_half_dim_fp8": {"type": ["number", "null"]},
                                                      "overlap_slowdown": NUM,
                                                      "kernel_gpu_us": NUM},
                                                     ["launch_us", "gemm_half_dim"])]},

@@ -67,8 +67,11 @@ class Switch:
     # `solve` chooses it per plan when the request leaves it unset (a bool); `applies`: where
     # it does anything, (a search row's structure column by name, its choice column by name)
     # -> bool array (on elsewhere it prices as off, so the search keeps it off there)
+    # (the rules of `planner.rules` keyed by its name hold on every row it is on);
+    # `for_model`: the models it is tried on at all (None: every model of its families)
     searched: bool = False
     applies: Callable[[Callable, Callable], Any] | None = None
+    for_model: Callable[[Any], bool] | None = None
     # the compute precisions it needs when on (None: any) and why, one line for the refusal
     precisions: tuple[str, ...] | None = None
     needs: str = ""
@@ -192,6 +195,8 @@ SWITCHES: tuple[Switch, ...] = (
                    "torchtitan": "torchtitan has no activation offload; use --format megatron"}),
     Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
            "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
+           solve="searched for MoE models (pin it on or off)", searched=True,
+           applies=lambda st, ch: st("ep") > 1, for_model=lambda m: m.experts > 1,
            precisions=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp4"),
            needs="overlapping the all-to-alls needs a bf16 or fp16 model (Megatron-LM; fp8 "
                  "and fp4 GEMMs run inside one)",

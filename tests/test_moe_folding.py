@@ -131,6 +131,44 @@ def test_search_over_ep_and_etp_equals_brute_force():
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
+@pytest.mark.slow
+def test_search_tries_the_ep_overlap_where_its_rules_allow_it():
+    """With the all-to-all overlap left to the search (Qwen3-30B-A3B on up to 32 H100, pp 1,
+    cp 1, no tp overlap) it equals the brute force over the overlap pinned off and on (the
+    plans its rules refuse skipped: ep 1, one micro-batch, full recompute), and here the
+    overlap wins; a dense model never tries it."""
+    m, system = load_model("qwen3-30b-a3b"), load_system("dgx-h100")
+    B, budget = 256, 32
+    splits = [{"t": t, "ep": ep, "etp": t if etp == "tp" else etp, "p": 1, "d": d, "mb": mb}
+              for t, ep, etp, d, mb in itertools.product(
+                  (1, 2, 4, 8), (1, 2, 4, 8, 16, 32), ("tp", 1), (1, 2, 4, 8, 16, 32),
+                  (1, 2, 4, 8))]
+    off, on = (fastest_fitting(m, system, B, budget, splits, interleave=1, cp=1,
+                               tp_overlap=False, ep_overlap=x) for x in (False, True))
+    q = Search(global_batch=B, devices_max=budget, pp=1, interleave=1, cp=1, tp_overlap=False,
+               searched=("ep_overlap",))
+    sol = HybridSolver(m, system, Precision.bf16, q).solve()
+    assert on < off  # the overlap wins here: the search must find it
+    assert sol.plan.ep_overlap and sol.plan.ep > 1 and sol.plan.accumulation >= 2
+    assert math.isclose(sol.prediction.iteration_time_s, on, rel_tol=1e-12)
+    dense = HybridSolver(load_model("llama3-8b"), system, Precision.bf16,
+                         Search(global_batch=64, devices=8, searched=("ep_overlap",)))
+    assert dense.q.searched == ()
+
+
+def test_the_search_prices_the_ep_overlap_only_where_its_rules_hold():
+    """Every row of the priced table with the overlap on keeps `planner.rules`' ep_overlap
+    rules (ep > 1, two or more micro-batches, no full recompute, virtual stages with a
+    pipeline), and such rows exist, beside rows with it off."""
+    solver = HybridSolver(_moe(), load_system("dgx-h100"), Precision.bf16,
+                          Search(global_batch=16, devices_max=16, searched=("ep_overlap",)))
+    rows = solver._rows()[0]
+    on = rows[rows["ep_overlap"] == 1]
+    assert len(on) and (rows["ep_overlap"] == 0).any()
+    assert (on["ep"] > 1).all() and (on["B"] // (on["d"] * on["mb"]) >= 2).all()
+    assert (on["rec"] < 2).all() and ((on["p"] == 1) | (on["v"] > 1)).all()
+
+
 def test_ep_overlap_hides_the_all_to_alls_behind_the_layers_compute():
     """Per layer only the all-to-all time beyond one layer's compute x shows, and at least
     the share sigma / (1 + sigma) the compute beside it loses: m L max(k a2a, a2a - x). x

@@ -50,6 +50,7 @@ class Hardware:
     grad_bytes: int
     launch_s: float = 0.0  # host time to issue one kernel: every kernel takes at least this
     gemm_half_dim: float = 0.0  # GEMM dimension at half the large-GEMM rate (0: one flat rate)
+    gemm_half_dim_fp8: float = 0.0  # the same on 1-byte (fp8 / fp4) operands
     overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
     kernel_gpu_s: float = 0.0  # the GPU's fixed time per kernel, paid under CUDA graphs
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
@@ -110,6 +111,8 @@ class Hardware:
                         else precision.storage_bytes),
             launch_s=kernels.launch_us * 1e-6 if kernels else 0.0,
             gemm_half_dim=kernels.gemm_half_dim if kernels else 0.0,
+            gemm_half_dim_fp8=(kernels.gemm_half_dim_fp8 or kernels.gemm_half_dim
+                               if kernels else 0.0),
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
             kernel_gpu_s=(kernels.kernel_gpu_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,

@@ -209,21 +209,22 @@ class LayerCosts:
     def _matmul(self, rows, inner, cols, count=1, kept=False, sixteen=False):
         """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
         whichever is slower (roofline, Williams et al. 2009), and never faster than the host
-        issues a kernel. The rate falls with the GEMM's thinnest dimension n as n / (n + n_half):
-        a thin operand leaves output tiles and SM waves underfilled and the K loop too short to
-        hide its prologue (the saturating curve of vTrain, Bang et al. 2024, fig. 4, and of the
-        cuBLAS shape sweeps in NVIDIA's matmul performance guide). `kept`: one of attention's
-        products, which an fp8 / fp4 recipe keeps out of the GEMMs' format
-        (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head)."""
+        issues a kernel. The rate falls with the GEMM's thinnest dimension n as n^2 / (n^2 +
+        n_half^2) (`gemm_share`; 1-byte fp8 / fp4 operands take their own n_half,
+        `gemm_half_dim_fp8`): a thin operand leaves output tiles and SM waves underfilled and
+        the K loop too short to hide its prologue (the saturating curve of vTrain, Bang et al.
+        2024, fig. 4, and of the cuBLAS shape sweeps in NVIDIA's matmul performance guide).
+        `kept`: one of attention's products, which an fp8 / fp4 recipe keeps out of the GEMMs'
+        format (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head)."""
         hw = self.hw
         if sixteen:
             rate, operand_bytes = self._sixteen_bit()
         else:
             rate, operand_bytes = self.attention_rate() if kept else (
                 hw.matmul_flops, 1 if hw.gemm_only else hw.value_bytes)  # fp8 / fp4: 1 byte
-        if hw.gemm_half_dim:
-            rate = rate * gemm_share(smin(rows, inner, cols),
-                                     hw.gemm_half_dim)
+        half = hw.gemm_half_dim_fp8 if operand_bytes == 1 else hw.gemm_half_dim
+        if half:
+            rate = rate * gemm_share(smin(rows, inner, cols), half)
         time = bound(2 * rows * inner * cols * count,
                      operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
                      rate, hw.mem_bw)

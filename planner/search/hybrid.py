@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
-from planner import bands, switches
+from planner import bands, rules, switches
 from planner.cost.transformer import (
     PARTIAL,
     RECOMPUTE,
@@ -198,8 +199,11 @@ class HybridSolver:
         if q.nodes_max is not None:
             devices_max = min(devices_max or q.nodes_max * g, q.nodes_max * g)
         # a searched switch the precision cannot run stays off (`Switch.precisions`)
-        searched = tuple(n for n in q.searched if switches.BY_NAME[n].precisions is None
+        # and so does one for another kind of model (`Switch.for_model`)
+        searched = tuple(n for n in q.searched if (switches.BY_NAME[n].precisions is None
                          or precision.value in switches.BY_NAME[n].precisions)
+                         and (switches.BY_NAME[n].for_model is None
+                              or switches.BY_NAME[n].for_model(m)))
         q = dataclasses.replace(q, objective=objective, devices=devices, devices_max=devices_max,
                                 nodes=None, nodes_max=None, searched=searched)
         self.m, self.system, self.precision, self.q = m, system, precision, q
@@ -218,11 +222,18 @@ class HybridSolver:
         rows, times = [], []
 
         def keep(st, B, chosen, fits, time_s, rl=None):
-            # a searched switch on where it does nothing prices as off: keep it off there
+            # a searched switch on where it does nothing prices as off: keep it off there; and
+            # on only where its rules hold (`planner.rules`, as a pinned one is refused)
             col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
             part = lambda k: st[:, STRUCTURE.index(k)][:, None]  # noqa: E731
+            row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
+                                  acc=B // (part("d") * part("mb")),
+                                  rec=col("rec"), sp=col("sp"), zero=col("zero"))
             for name in switches.SEARCHED:
-                fits = fits & ((col(name) == 0) | switches.BY_NAME[name].applies(part, col))
+                on_ok = switches.BY_NAME[name].applies(part, col)
+                if name in self.q.searched:
+                    on_ok = on_ok & rules.hold(name, row, self.q)
+                fits = fits & ((col(name) == 0) | on_ok)
             si, ci = np.nonzero(fits)
             out = np.empty(len(si), dtype=ROW)
             for j, k in enumerate(STRUCTURE):

@@ -131,6 +131,10 @@ class KernelCosts(Spec):
 
     launch_us: float = Field(ge=0, le=1e4)
     gemm_half_dim: float = Field(ge=0, le=1e6)
+    # the half dimension of GEMMs on 1-byte operands (fp8; fp4 GEMMs, unmeasured, take it
+    # too): a doubled rate on the same tiles needs a thicker operand to fill them; None: not
+    # measured, gemm_half_dim holds
+    gemm_half_dim_fp8: float | None = Field(default=None, ge=0, le=1e6)
     # how much slower compute runs while a collective overlaps it (NCCL / RCCL kernels hold
     # SMs and HBM bandwidth beside the GEMMs): 0.189 is 18.9 %, Lee et al. 2025's mean
     overlap_slowdown: float = Field(default=0.0, ge=0, le=1)
