@@ -11,9 +11,11 @@ measured / predicted ratio over the most specific group of comparable runs with 
 `MIN_RUNS` of them: system family x precision x model size x scale (devices), then without the
 scale, then family x precision, then family. Mixture-of-experts plans only borrow from
 mixture-of-experts runs (a dense model's residuals say nothing of routing, permutation or
-dispatch), and plans that shard the weights
-(ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs: with none in the data
-their band says "not covered" rather than something it does not know.
+dispatch), plans that shard the weights
+(ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs, and plans that shard the
+gradients (ZeRO-2, whose framework paths hold and reduce them otherwise than the distributed
+optimizer of every calibration run) only from such runs: with none in the data their band
+says "not covered" rather than something it does not know.
 
     python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
                                    # refits included)
@@ -66,11 +68,16 @@ def scale_class(devices: int) -> str:
 def features(model, device_name: str, precision: Precision, zero: int = 0,
              devices: int = 1) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
-    a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch)."""
+    a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
+    the gradients sharded, which no calibration run does either: every one holds its whole
+    gradient buffer, Megatron-LM's distributed optimizer being ZeRO 1)."""
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
-            "sharding": "weights sharded" if zero == 3 else "weights whole"}
+            "sharding": SHARDING.get(zero, "weights whole")}
+
+
+SHARDING = {3: "weights sharded", 2: "gradients sharded"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +136,10 @@ def _band(feat: dict, rows) -> Band:
                         f"runs ({group}; {', '.join(sources)})")
     what = ("a mixture-of-experts model" if feat["moe"] == "moe"
             else "a plan with sharded weights (ZeRO-3 / FSDP)"
-            if feat["sharding"] == "weights sharded" else f"{feat['family']} systems")
+            if feat["sharding"] == "weights sharded"
+            else "a plan with sharded gradients (ZeRO-2: Megatron-FSDP optim_grads, DeepSpeed "
+                 "stage 2)" if feat["sharding"] == "gradients sharded"
+            else f"{feat['family']} systems")
     return Band(None, None, 0, None,
                 f"not covered: no calibration run of {what}; the prediction rests on terms "
                 f"no measurement checks")

@@ -112,13 +112,14 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
         g = base.devices_per_node
 
         def point(system, bw, n_val, batch):
-            from planner.search.hybrid import HybridSolver, Search
+            from planner.search.hybrid import Search
+            from planner.search.support import supported_solve
 
             q = request(Search, {"global_batch": batch, "nodes": n_val, "overlap": overlap,
                                  "time_limit_s": time_limit_s, "optimizer": optimizer or "adam",
                                  **pins}, training=training,
                         searched=switches.left_to_search(pins))
-            sol = HybridSolver(m, system, prec, q).solve()
+            sol = supported_solve(m, system, prec, q)[1]  # solve's pick at this point
             return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
     else:
         only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len, **pins},

@@ -353,7 +353,7 @@ def test_the_command_lines_json_keeps_its_schema(run_json):
 
 def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
     """A ZeRO-3 transformer pick has no calibration run behind it: the solution names the
-    fastest ZeRO 2 plan beside it (`support`), and prefer_supported F takes that plan when it
+    fastest ZeRO 1 plan beside it (`support`), and prefer_supported F takes that plan when it
     is within 1 + F of the fastest (by default within its error band), in the Python API as on
     the command line (tp overlap
     pinned off: with it free this job's pick keeps the weights whole)."""
@@ -362,11 +362,11 @@ def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
     assert fast.plan.zero == 3 and fast.support.taken is False
     assert fast.support.note.startswith("not covered")
     alt = fast.support.alternative
-    assert alt.config.zero == 2 and alt.iteration_time_s > fast.prediction.iteration_time_s
+    assert alt.config.zero == 1 and alt.iteration_time_s > fast.prediction.iteration_time_s
     assert "low_s" in alt.time_band  # the covered plan has a band
     took = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256, tp_overlap=False,
                          prefer_supported=1.0)
-    assert took.plan.zero == 2 and took.support.taken
+    assert took.plan.zero == 1 and took.support.taken
     assert took.prediction.iteration_time_s == alt.iteration_time_s
     assert took.support.fastest_iteration_time_s == fast.prediction.iteration_time_s
     # by default it is taken where it lies within the fastest plan's error band
@@ -375,7 +375,7 @@ def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
     spread = alt.time_band["high_ratio"] / alt.time_band["low_ratio"]
     assert band.support.rule == "band" and band.support.tolerance == pytest.approx(spread - 1)
     assert band.support.taken is (alt.iteration_time_s <= spread * fast.prediction.iteration_time_s)
-    assert band.plan.zero == (2 if band.support.taken else 3)
+    assert band.plan.zero == (1 if band.support.taken else 3)
     pinned = planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256, zero=3,
                            tp_overlap=False)
     assert pinned.support is None  # a pinned stage is the user's

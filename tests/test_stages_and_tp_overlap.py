@@ -90,6 +90,46 @@ def test_search_with_pinned_stages_equals_brute_force():
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
 
 
+def test_the_search_offers_the_layouts_with_embedding_and_loss_in_their_own_chunks():
+    """Megatron-LM's --account-for-embedding-in-pipeline-split / --account-for-loss-in-
+    pipeline-split: L + 2 (or L + 1) slots split evenly over the p v chunks. Llama 3.1 405B's
+    126 layers at pp 16 take 8 chunks each (the vendors' layout: the embedding alone in the
+    first chunk, the loss in the last), which no even split gives; pp 16 x 7 is neither."""
+    from planner.plan import chunk_layers
+    from planner.search.hybrid_space import stage_ok
+
+    m, q = load_model("llama3.1-405b"), Search(global_batch=64)
+    assert m.layers == 126
+    for p, v in ((16, 8), (8, 16), (4, 32), (2, 63), (2, 9)):
+        assert stage_ok(m, q, p, v), (p, v)
+    for p, v in ((16, 7), (4, 30), (16, 9)):
+        assert not stage_ok(m, q, p, v), (p, v)
+    layout = chunk_layers(126, 16, 8)  # what the cost model and the launchers take
+    assert layout[0] == layout[-1] == 0 and set(layout[1:-1]) == {1}
+    layout = chunk_layers(126, 8, 8)  # 128 slots of 2: the first and last chunks 1 layer
+    assert layout[0] == layout[-1] == 1 and set(layout[1:-1]) == {2}
+    layout = chunk_layers(95, 4, 8)  # 96 slots of 3: the embedding's chunk one layer short
+    assert layout[0] == 2 and set(layout[1:]) == {3}
+
+
+def test_search_over_the_embedding_and_loss_layouts_equals_brute_force():
+    """A 6-layer model on up to 16 GPUs at pp 4: the search over every split against the brute
+    force over the same layouts (one chunk per stage, or 8 slots over 4 x 2 chunks: the
+    embedding and the loss each in a layer's slot), each plan priced alone; the two-chunk
+    layout wins (a bubble of half the stage), so the search must offer it."""
+    m = dataclasses.replace(LLAMA, layers=6)
+    system = load_system("dgx-h100")
+    B, budget = 16, 16
+    best = fastest_fitting(m, system, B, budget, (
+        {"t": t, "p": 4, "interleave": v, "d": d, "mb": mb}
+        for t, v, d, mb in itertools.product((1, 2, 4), (1, 2), (1, 2, 4), (1, 2, 4, 8, 16))),
+        cp=1)
+    sol = HybridSolver(m, system, Precision.bf16,
+                       Search(global_batch=B, devices_max=budget, cp=1, pp=4)).solve()
+    assert sol.status == "optimal" and sol.plan.interleave == 2
+    assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
 def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
     """Llama-3-70B at tp 4 on DGX H100: every block's GEMMs outlast its collective, so of each
     collective only the reduce-scatter's last of t chunks shows (the all-gather's first chunk

@@ -274,14 +274,15 @@ def _support_line(sol) -> str:
         change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
-        return (f"planner: note: took the fastest plan with the weights whole (ZeRO "
-                f"{sol.plan.zero}, {change:+.1%} time, {within}) over a ZeRO-3 plan that is "
-                f"{why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
+        return (f"planner: note: took the fastest plan with its gradients and weights whole "
+                f"(ZeRO {sol.plan.zero}, {change:+.1%} time, {within}) over the fastest, which "
+                f"has {why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
-        line += (f"; with the weights whole the fastest plan is tp {c['tp']} x cp {c['cp']} x "
+        line += (f"; with gradients and weights whole the fastest plan is tp {c['tp']} x cp "
+                 f"{c['cp']} x "
                  f"pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely} (--zero "
                  f"{c['zero']} pins it; --prefer-supported F takes it when within F of the "
                  f"fastest)")

@@ -144,7 +144,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
-        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
+        time_band=bands.band(bands.features(m, system.device.name, precision,
+                                            plan.zero if plan.dp * plan.cp > 1 else 0,
                                             plan.devices))
         .to_json(t_iter),
     )
@@ -328,10 +329,11 @@ class HybridSolver:
 
     def _largest_chunk(self, st: np.ndarray) -> np.ndarray:
         """`largest_chunk` of each structure, computed once per (p, v)."""
-        q = self.q
-        pv, inverse = np.unique(st[:, 1:3], axis=0, return_inverse=True)
-        sizes = np.array([largest_chunk(self.m.layers, int(p), int(v), q.first_stage_layers,
-                                        q.last_stage_layers) for p, v in pv], dtype=np.int64)
+        q, width = self.q, self.m.layers + 1  # v <= layers: (p, v) as one integer key
+        keys, inverse = np.unique(st[:, 1] * width + st[:, 2], return_inverse=True)
+        sizes = np.array([largest_chunk(self.m.layers, int(k // width), int(k % width),
+                                        q.first_stage_layers, q.last_stage_layers)
+                          for k in keys], dtype=np.int64)
         return sizes[inverse.ravel()]
 
     def _explain_empty(self) -> InfeasibleError:

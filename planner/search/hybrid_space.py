@@ -110,12 +110,21 @@ def etp_modes(m: Transformer, q: Search) -> list[int]:
 
 
 def stage_ok(m: Transformer, q: Search, p: int, v: int) -> bool:
-    """Whether p stages of v chunks can hold the layers: an even split (Megatron-LM), or the
-    pinned first / last stages and an even split of the rest."""
+    """Whether p stages of v chunks can hold the layers: an even split (Megatron-LM), the
+    embedding and the loss each in a layer's slot, or the pinned first / last stages and an
+    even split of the rest."""
     if not (q.first_stage_layers or q.last_stage_layers):
-        # unpinned, the search offers even chunks; a pinned v may leave them uneven
-        return v == 1 or m.layers % (p * v) == 0 or (q.interleave == v
-                                                     and v <= -(-m.layers // p))
+        L = m.layers
+        if v == 1 or L % (p * v) == 0:
+            return True
+        if v > -(-L // p):  # every chunk of the fullest stage holds a layer
+            return False
+        # a pinned v may leave the chunks uneven; unpinned, the search offers the layouts of
+        # Megatron-LM's --account-for-embedding-in-pipeline-split and
+        # --account-for-loss-in-pipeline-split: L + 2 (or L + 1, the embedding alone) slots
+        # split evenly over the p v chunks, the first chunk (and the last, beside the loss)
+        # one layer short, which is the layout `planner.plan.chunk_layers` gives these L
+        return q.interleave == v or (L + 2) % (p * v) == 0 or (L + 1) % (p * v) == 0
     try:
         check_pins(m, pp=p, interleave=v, first=q.first_stage_layers, last=q.last_stage_layers)
     except SpecError:
@@ -135,7 +144,8 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     for t, p in itertools.product(ts, range(1, m.layers + 1)):
         if q.pp not in (None, p) or t * p > cap or (uneven and not stage_ok(m, q, p, 1)):
             continue
-        vs = [1] + [v for v in range(2, m.layers // p + 1) if p > 1 and stage_ok(m, q, p, v)]
+        vs = [1] + [v for v in range(2, -(-m.layers // p) + 1)
+                    if p > 1 and stage_ok(m, q, p, v)]
         tpv += [(t, p, v) for v in vs if q.interleave in (None, v)]
     pairs = [(d, mb) for d in _divisors(B) if q.dp in (None, d)
              for mb in _divisors(B // d) if q.micro_batch in (None, mb)]

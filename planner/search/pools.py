@@ -40,10 +40,10 @@ from planner.cost.pools import Group, MixedPlan, Shape, Stage
 from planner.cost.transformer import RECOMPUTE, Hardware, iteration
 from planner.errors import InfeasibleError, SpecError
 from planner.plan import stage_layers
-from planner.search.hybrid import HybridSolver
 from planner.search.hybrid_space import Search, candidate_batches
 from planner.search.memory_fit import usable_bytes
 from planner.search.objective import Objective
+from planner.search.support import supported_solve
 from planner.spec.cluster import Cluster
 from planner.spec.hardware import Precision
 from planner.spec.transformer import Transformer
@@ -252,7 +252,7 @@ class ClusterSolver:
         pool = self.cluster.pools[k]
         q = replace(self.q, nodes_max=min(self.q.nodes_max or pool.nodes, pool.nodes))
         try:
-            sol = HybridSolver(self.m, pool.system, self.precision, q).solve()
+            sol = supported_solve(self.m, pool.system, self.precision, q)[1]
         except InfeasibleError as exc:
             return None, str(exc)
         plan, pred = sol.plan, sol.prediction
@@ -314,7 +314,7 @@ class ClusterSolver:
         recs = [q.recompute] if q.recompute else list(RECOMPUTE)
         combos = [(t, b, r) for t in ts for b in mbs for r in recs]
         sp = True if q.sequence_parallel is None else q.sequence_parallel
-        zero = 2 if q.zero is None else q.zero
+        zero = 1 if q.zero is None else q.zero  # what the calibration runs hold (bands)
         given = self.switches
         shapes = [Shape(t, b, r, bool(sp and t > 1), zero, q.overlap, given, cp)
                   for t, b, r in combos]

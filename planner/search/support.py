@@ -1,17 +1,21 @@
 """Where the chosen plan has no calibration run behind it (its `likely` band says "not
-covered": weights sharded with ZeRO-3 / FSDP, or a mixture-of-experts model; `planner.bands`),
-the fastest plan the data does cover beside it, and the preference for it. For a ZeRO-3 pick
-the covered plan is the fastest ZeRO 2 plan: stage 2 moves what stages 0 and 1 move, holds
-less and steps a shard (the search's own dominance rule, `planner.search.hybrid`).
+covered": weights sharded with ZeRO-3 / FSDP, gradients sharded with ZeRO-2, or a
+mixture-of-experts model; `planner.bands`), the fastest plan the data does cover beside it,
+and the preference for it. For a ZeRO-2 or ZeRO-3 pick the covered plan is the fastest ZeRO 1
+plan (gradients and weights whole, Megatron-LM's distributed optimizer, what every calibration
+run holds): the search itself offers stages 2 and 3 only, stage 2 moving what stages 0 and 1
+move and holding less (its dominance rule, `planner.search.hybrid`), so a pick holds its
+gradients sharded wherever that is not slower, a framework path no measurement checks.
 
 The preference by default: the covered plan is taken when it is within the error band of the
 fastest, i.e. when the two plans' bands overlap. The fastest plan has no band of its own; it is
 given the covered plan's spread (the same system, precision, model size and scale): the covered
-plan is taken when alt x low <= fastest x high, that is within high / low - 1 of the fastest.
-Two plans whose predictions differ by less than the model's own 10th-90th percentile spread on
-such runs are not told apart by the model, and then the one the data checks is the safer pick
-(a search otherwise walks into the corner its cost model is most optimistic about: the
-optimizer's curse). A fraction F instead takes it within 1 + F (0: keep the fastest)."""
+plan is taken when alt x low <= fastest x high, that is within high / low - 1 of the fastest
+(always where the fastest split fits with whole gradients: the same time). Two plans whose
+predictions differ by less than the model's own 10th-90th percentile spread on such runs are
+not told apart by the model, and then the one the data checks is the safer pick (a search
+otherwise walks into the corner its cost model is most optimistic about: the optimizer's
+curse). A fraction F instead takes it within 1 + F (0: keep the fastest)."""
 
 from __future__ import annotations
 
@@ -22,20 +26,20 @@ from planner.errors import InfeasibleError, SpecError
 from planner.search.solution import Solution
 
 
-def with_support(sol: Solution, solve_zero2: Callable[[], Solution],
+def with_support(sol: Solution, solve_covered: Callable[[], Solution],
                  prefer: float | None = None) -> Solution:
     """`sol` with its `support` record where its band is not covered: the note, the fastest
-    ZeRO 2 plan for a ZeRO-3 pick (None where none fits), the tolerance and whether the plan
-    was taken: when its iteration time is within 1 + tolerance of the fastest plan's, the
+    ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick (None where none fits), the tolerance and whether
+    the plan was taken: when its iteration time is within 1 + tolerance of the fastest plan's, the
     tolerance being `prefer` F or, with None, the covered plan's band spread (high / low - 1;
     none where it has no band)."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
     alt = None
-    if sol.plan.zero == 3:
+    if sol.plan.zero >= 2:
         try:
-            alt = solve_zero2()
+            alt = solve_covered()
         except (SpecError, InfeasibleError):
             alt = None
     fastest = sol.prediction.iteration_time_s
@@ -65,12 +69,33 @@ def band_tolerance(alt: Solution | None) -> float | None:
 def supported_solve(m, system, precision, q, prefer: float | None = None
                     ) -> tuple[Solution, Solution]:
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
-    plan, or beside an uncovered ZeRO-3 one the fastest ZeRO 2 plan where `with_support`
-    takes it). A ZeRO stage the request pins is the user's: the fastest plan is the pick."""
+    plan, or beside an uncovered ZeRO-2 / ZeRO-3 one the fastest ZeRO 1 plan where
+    `with_support` takes it). A ZeRO stage the request pins is the user's: the fastest plan is
+    the pick."""
     from planner.search.hybrid import HybridSolver
 
-    fastest = HybridSolver(m, system, precision, q).solve()
+    solver = HybridSolver(m, system, precision, q)
+    fastest = solver.solve()
     if q.zero is not None:
         return fastest, fastest
-    return fastest, with_support(fastest, lambda: HybridSolver(
-        m, system, precision, dataclasses.replace(q, zero=2)).solve(), prefer)
+    return fastest, with_support(fastest, lambda: _fastest_zero1(solver, fastest, q), prefer)
+
+
+def _fastest_zero1(solver, sol: Solution, q) -> Solution:
+    """The fastest ZeRO 1 plan beside the search's pick `sol` (of `solver`, for request
+    `q`). For a ZeRO 2 pick that is its own split at ZeRO 1 where that fits: stage 1 moves
+    what stage 2 moves (the same time), and every ZeRO 1 plan that fits fits at stage 2 too,
+    so none is faster than the pick. Else (or beside a ZeRO 3 pick) the search again with
+    ZeRO 1 pinned."""
+    from planner.search.hybrid import HybridSolver
+
+    if sol.plan.zero == 2:
+        same = dataclasses.replace(sol.plan, zero=1)
+        pred = solver.predict(same)
+        if pred.fits_memory:  # the pick's own point of the front becomes its twin
+            own, twin = sol.plan.to_json(), same.to_json()
+            front = sol.pareto and [{**p, "config": twin} if p["config"] == own else p
+                                    for p in sol.pareto]
+            return dataclasses.replace(sol, plan=same, prediction=pred, pareto=front)
+    return HybridSolver(solver.m, solver.system, solver.precision,
+                        dataclasses.replace(q, zero=1)).solve()
