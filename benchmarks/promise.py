@@ -8,7 +8,7 @@ predicted step time is set against the submission's measured one. A planner that
 the optimistic corner of its cost model promises much more than the tuned recipes reach (the
 optimizer's curse); the issue's bar is a median at most 5 % and a worst case at most 20 %
 faster. The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers
-where it lies within the error band of an uncovered (ZeRO-3) fastest one
+where it lies within the error band of an uncovered (ZeRO-2 / ZeRO-3) fastest one
 (`planner.search.support`). Also printed: how far the pick's prediction is from the
 prediction of the submission's own plan (the search's gain inside the model), and the
 promise of the fastest plan by the point estimate (`solve --prefer-supported 0`). The

@@ -280,8 +280,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     time to train (McCandlish et al. 2018); the price per device-hour defaults to the device
     spec's. The objective defaults, as on the command line, to token-budget with a token
     budget (`tokens`), else throughput. A transformer pick no calibration run covers carries
-    `support` (`planner.search.support`): for a ZeRO-3 pick the fastest ZeRO 2 plan beside
-    it, taken by default where it lies within the fastest plan's error band (the covered
+    `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the fastest ZeRO 1 plan
+    beside it, taken by default where it lies within the fastest plan's error band (the covered
     plan's high / low - 1), or with `prefer_supported` F within 1 + F (0: keep the fastest)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"

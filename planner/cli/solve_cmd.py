@@ -80,7 +80,7 @@ from planner.search.objective import Objective
                    "this fraction of the best plan's (0.10 = 10%).")
 @click.option("--prefer-supported", type=FiniteFloat(0, 1), default=None,
               help="Transformers: when no calibration run resembles the fastest plan "
-                   "(ZeRO-3), take the fastest plan with the weights whole if it is within "
+                   "(ZeRO-2 / -3), take the fastest ZeRO 1 plan if it is within "
                    "this fraction of its time (0: keep the fastest). Default: when it is "
                    "within the fastest plan's error band (the two bands overlap).")
 @click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
