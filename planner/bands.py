@@ -66,15 +66,17 @@ def scale_class(devices: int) -> str:
 
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
-             devices: int = 1) -> dict:
+             devices: int = 1, replicas: int | None = None) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
-    gradient buffer, Megatron-LM's distributed optimizer being ZeRO 1)."""
+    gradient buffer, Megatron-LM's distributed optimizer being ZeRO 1) over `replicas` ranks
+    holding the same weights (one: nothing is sharded, whatever the stage)."""
+    sharded = replicas is None or replicas > 1
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
-            "sharding": SHARDING.get(zero, "weights whole")}
+            "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole"}
 
 
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}

@@ -29,9 +29,9 @@ import numpy as np
 
 from planner.spec.hardware import gemm_share
 
-# (benchmark device, the device specs that run its chip): H200 is H100's die with more HBM,
-# GB200 B200's, B300 / GB300 the same Blackwell SM generation
-# (benchmark device, operand format, the spec field it fits, the device specs that carry it)
+# (benchmark device, operand format, the spec field it fits, the device specs that run its
+# chip): H200 is H100's die with more HBM, GB200 B200's, B300 / GB300 the same Blackwell SM
+# generation
 HOPPER, BLACKWELL = ("h100-sxm5-80gb", "h200-sxm-141gb"), ("b200", "gb200", "b300", "gb300")
 SOURCES = (("h100", "bf16", "gemm_half_dim", HOPPER),
            ("b200", "bf16", "gemm_half_dim", BLACKWELL),

@@ -299,6 +299,10 @@ def test_a_pick_holding_its_gradients_sharded_gives_way_to_the_whole_within_the_
     band = bands.band(feat)
     assert band.low is None and "sharded gradients" in band.note
     assert bands.band({**feat, "sharding": "weights whole"}).low is not None
+    # over one replica a ZeRO stage shards nothing: covered as a plan without it
+    one = bands.features(load_model("llama3-70b"), "h100-sxm5-80gb", Precision.bf16, 2, 64,
+                         replicas=1)
+    assert one == {**feat, "sharding": "weights whole"}
     kw = {"devices": 64, "global_batch": 256}
     fast = planner.solve("llama3-70b", "dgx-h100", prefer_supported=0.0, **kw)
     assert fast.plan.zero == 2 and not fast.support.taken

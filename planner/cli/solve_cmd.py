@@ -282,8 +282,7 @@ def _support_line(sol) -> str:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         line += (f"; with gradients and weights whole the fastest plan is tp {c['tp']} x cp "
-                 f"{c['cp']} x "
-                 f"pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely} (--zero "
+                 f"{c['cp']} x pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely} (--zero "
                  f"{c['zero']} pins it; --prefer-supported F takes it when within F of the "
                  f"fastest)")
     return line

@@ -144,9 +144,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
-        time_band=bands.band(bands.features(m, system.device.name, precision,
-                                            plan.zero if plan.dp * plan.cp > 1 else 0,
-                                            plan.devices))
+        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
+                                            plan.devices, replicas=plan.dp * plan.cp))
         .to_json(t_iter),
     )
 
