@@ -6,6 +6,7 @@ cache (`planner.cost.programs`) keeps on disk and reads back without SymPy."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -43,6 +44,96 @@ OPS: dict[str, Op] = {
 }
 
 
+# --- one point: the same operations on Python floats ------------------------------------------
+# A plan priced alone (`predict`, a brute force, a fit) runs the program on scalars, where
+# numpy's per-call overhead is most of the time; these give numpy's float64 results (IEEE
+# arithmetic in the same order; libm's functions, which numpy's scalar loops call too) and its
+# answers where Python's would raise: inf for x / 0 and overflow, NaN for 0 / 0 and outside
+# a function's domain, NaN through max / min.
+
+_NAN, _INF = math.nan, math.inf
+
+
+def _s_fold(op):
+    def folded(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = op(out, x)
+        return out
+    return folded
+
+
+def _s_div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a == 0 or a != a:
+            return _NAN
+        return math.copysign(_INF, a) * math.copysign(1.0, b)
+
+
+def _s_pow(a, b):
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return _INF if a > 0 or float(b).is_integer() and b % 2 == 0 else -_INF
+    except ValueError:  # 0 to a negative power, or a negative base to a fraction
+        if a != 0:
+            return _NAN
+        return math.copysign(_INF, a) if float(b).is_integer() and b % 2 == 1 else _INF
+
+
+def _s_max(a, b):
+    return _NAN if a != a or b != b else (b if b > a else a)
+
+
+def _s_min(a, b):
+    return _NAN if a != a or b != b else (b if b < a else a)
+
+
+def _s_log(x):
+    if x > 0:
+        return math.log(x)
+    return -_INF if x == 0 else _NAN
+
+
+def _s_exp(x):
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return _INF
+
+
+def _s_round(f):
+    def rounded(x):
+        if not math.isfinite(x):
+            return x
+        r = float(f(x))
+        return math.copysign(r, x) if r == 0 else r  # ceil(-0.5) is -0.0
+    return rounded
+
+
+def _s_piecewise(*xs):
+    for cond, value in zip(xs[0::2], xs[1::2], strict=True):
+        if cond:
+            return float(value)
+    return _NAN
+
+
+SCALAR_OPS: dict[str, Op] = {
+    "add": _s_fold(lambda a, b: a + b), "mul": _s_fold(lambda a, b: a * b), "div": _s_div,
+    "pow": _s_pow, "sqrt": lambda x: math.sqrt(x) if x >= 0 else _NAN,
+    "max": _s_fold(_s_max), "min": _s_fold(_s_min),
+    "and": _s_fold(lambda a, b: bool(a) and bool(b)),
+    "or": _s_fold(lambda a, b: bool(a) or bool(b)), "not": lambda x: not x,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "log": _s_log, "exp": _s_exp, "ceil": _s_round(math.ceil), "floor": _s_round(math.floor),
+    "abs": abs, "piecewise": _s_piecewise,
+}
+_SCALAR_TYPES = (int, float, np.number, np.bool_)
+
+
 class Compiled:
     """`program(*values)` evaluates every output at the arguments `values` (arrays broadcast)
     and returns name -> array. `ops`: (code, operand slots); slots 0 .. n_args - 1 are the
@@ -55,16 +146,17 @@ class Compiled:
         self.n_args, self.ops = n_args, ops
         self.constants, self.outputs = dict(constants), dict(outputs)
         self.functions = dict(functions or {})
-        self._calls = [self._call(code, i) for i, (code, _) in enumerate(ops)]
+        self._calls = [self._call(code, i, OPS) for i, (code, _) in enumerate(ops)]
+        self._scalar_calls = [self._call(code, i, SCALAR_OPS) for i, (code, _) in enumerate(ops)]
         self._plan_frees()
 
-    def _call(self, code: str, i: int) -> Op:
+    def _call(self, code: str, i: int, table: Mapping[str, Op]) -> Op:
         if code == "const":
             value = self.constants[self.n_args + i]
             return lambda: value
         if code.startswith("fn:"):
             return self.functions[code[3:]]
-        return OPS[code]
+        return table[code]
 
     def _plan_frees(self) -> None:
         """After each operation, the slots no later operation reads (memory stays bounded by
@@ -82,6 +174,9 @@ class Compiled:
     def __call__(self, *values) -> dict[str, np.ndarray]:
         if len(values) != self.n_args:
             raise TypeError(f"expected {self.n_args} arguments, got {len(values)}")
+        if all(isinstance(v, _SCALAR_TYPES) or (isinstance(v, np.ndarray) and v.size == 1)
+               for v in values):
+            return self._at_point(values)
         slots: list = [np.asarray(v, dtype=float) for v in values] + [None] * len(self.ops)
         base = self.n_args
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -90,6 +185,22 @@ class Compiled:
                 for s in self.frees[i]:
                     slots[s] = None
         return {name: slots[s] for name, s in self.outputs.items()}
+
+    def _at_point(self, values) -> dict[str, np.ndarray]:
+        """`__call__` at one point (every argument one value, a scalar or an array of one):
+        what numpy gives, numpy scalars or arrays of shape (1, ...) as the arguments broadcast."""
+        ndim = max((v.ndim for v in values if isinstance(v, np.ndarray)), default=0)
+        slots: list = ([float(v.item() if isinstance(v, np.ndarray) else v) for v in values]
+                       + [None] * len(self.ops))
+        base, calls = self.n_args, self._scalar_calls
+        for i, (_, operands) in enumerate(self.ops):
+            slots[base + i] = calls[i](*[slots[s] for s in operands])
+        out = {}
+        for name, s in self.outputs.items():
+            v = slots[s]
+            kind = bool if isinstance(v, bool | np.bool_) else float
+            out[name] = np.full((1,) * ndim, v, dtype=kind) if ndim else np.array(v, kind)[()]
+        return out
 
     @property
     def size(self) -> int:

@@ -35,6 +35,7 @@ def test_shipped_gemm_rates_are_the_family_fit_and_beat_the_carried_share(family
     assert abs(np.mean(np.expm1(fm.log_errors(rows, share)))) < 0.05  # the bias is gone
 
 
+@pytest.mark.slow  # refits each family once per benchmark held out (about a minute)
 def test_held_out_predictions_cover_every_fitted_row_by_its_key():
     """Every priceable row of the fitted families has a leave-one-benchmark-out prediction,
     found by its values (not by the object that read it)."""

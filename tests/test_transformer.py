@@ -171,6 +171,7 @@ def test_time_to_train_over_a_batch_range_equals_brute_force():
                         rel_tol=1e-12)
 
 
+@pytest.mark.slow  # prices every plan of the space one by one (about 40 s)
 def test_runners_up_and_fewest_nodes_equal_brute_force():
     """--top: the next best splits (tp, pp, dp), each with its best micro-batch and choices,
     never one split twice; --within: the fewest nodes whose plan is within the tolerance of the
