@@ -83,7 +83,7 @@ class Plan:
         check_recompute_layers(self.recompute_layers, self.recompute.value,
                                self.offload_activations)
         check_fp8_weight_gather(self.fp8_weight_gather, self.zero)
-        check_fp8_activations(self.fp8_activations, self.offload_activations)
+        switches.check_exclusions(self)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         # every device holds one (tp, cp, pp, dp) coordinate (Megatron-LM's world size)
@@ -226,14 +226,6 @@ def check_softsync(softsync: int | None, collective, devices: int | None = None)
     if devices is not None and softsync > devices:
         raise SpecError(f"softsync: {softsync}-softsync updates after every {devices} / "
                         f"{softsync} gradients: at most {devices}, one per learner")
-
-
-def check_fp8_activations(on: bool, offload: bool) -> None:
-    """fp8-saved GEMM inputs are priced without the activation offload (which moves the
-    16-bit tensors as `offloaded_bytes_per_layer` counts them)."""
-    if on and offload:
-        raise SpecError("fp8_activations: fp8-saved activations are not priced with "
-                        "--offload-activations; drop one of the two")
 
 
 def hsdp_fits_experts(tp, cp, dp_shard, ep, etp):

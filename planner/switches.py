@@ -77,6 +77,9 @@ class Switch:
     needs: str = ""
     # a pipeline across pools of several node kinds prices it (`planner.search.pools`)
     mixed: bool = False
+    # switches it is not priced with: a plan with both on is refused (`check_exclusions`),
+    # and the search keeps it off where a request pins one of them on
+    excluded_by: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -234,6 +237,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
            "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
            label=_on("fp8 saved activations"), precisions=("fp8", "mxfp8"), mixed=True,
+           solve="searched with fp8 training (pin it on or off)", searched=True,
+           applies=lambda st, ch: st("t") >= 1, excluded_by=("offload_activations",),
            needs="saving the GEMM inputs in fp8 needs fp8 training (--precision fp8 or mxfp8)",
            launch={"megatron": AS_DEFAULT, "deepspeed": WRITES,
                    "torchtitan": "torchtitan's float8 linears (torchao) save their inputs at "
@@ -382,6 +387,16 @@ def to_json(s: Switch) -> dict:
             "solve": s.solve, "limits": s.limits,
             "precisions": None if s.precisions is None else list(s.precisions),
             "across_pools": s.mixed}
+
+
+def check_exclusions(obj) -> None:
+    """A one-line `SpecError` where `obj` (a Plan or a search request) turns on two switches
+    that are not priced together (`Switch.excluded_by`)."""
+    for s in SWITCHES:
+        for other in s.excluded_by:
+            if getattr(obj, s.name, None) and getattr(obj, other, None):
+                raise SpecError(f"{s.name}: {s.flag} is not priced with {BY_NAME[other].flag}; "
+                                f"drop one of the two")
 
 
 def check_precision(obj, precision: str) -> None:

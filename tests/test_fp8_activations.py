@@ -13,6 +13,7 @@ from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
 from tests.brute import fastest_fitting
 
 
@@ -93,3 +94,33 @@ def test_search_with_fp8_activations_equals_brute_force():
                               fp8_activations=True)).solve()
     assert sol.status == "optimal" and sol.plan.fp8_activations
     assert math.isclose(sol.prediction.iteration_time_s, best, rel_tol=1e-12)
+
+
+def test_solve_chooses_fp8_activations_where_the_memory_they_free_buys_time():
+    """Left free, `solve` tries the switch on and off: its plan is the faster of the two
+    searches with it pinned. Llama-3-70B at s 8,192 on 64 H100 in fp8 needs full
+    recomputation either way; the 1-byte inputs leave room for a faster split."""
+    m = with_seq_len(load_model("llama3-70b"), 8_192)
+    system = load_system("dgx-h100")
+
+    def solve(**switch):
+        q = Search(global_batch=64, devices=64, **switch)
+        return HybridSolver(m, system, Precision.fp8, q).solve()
+
+    off, on = solve(fp8_activations=False), solve(fp8_activations=True)
+    free = solve(searched=("fp8_activations",))
+    assert on.prediction.iteration_time_s < off.prediction.iteration_time_s
+    assert free.plan.fp8_activations
+    assert free.prediction.iteration_time_s == on.prediction.iteration_time_s
+
+
+def test_solve_keeps_fp8_activations_off_beside_a_pinned_offload():
+    """The two are not priced together: with the offload pinned on, the search leaves the
+    switch off instead of refusing the request."""
+    m = with_seq_len(load_model("llama3-8b"), 8_192)
+    q = Search(global_batch=32, devices=8, offload_activations=True,
+               searched=("fp8_activations",))
+    solver = HybridSolver(m, load_system("gb200-nvl72"), Precision.fp8, q)
+    assert "fp8_activations" not in solver.q.searched
+    sol = solver.solve()
+    assert sol.plan.offload_activations and not sol.plan.fp8_activations

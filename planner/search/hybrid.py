@@ -40,7 +40,6 @@ from planner.plan import (
     Schedule,
     check_dp_shard,
     check_for_model,
-    check_fp8_activations,
     check_fp8_weight_gather,
     check_lora,
     check_pins,
@@ -192,18 +191,20 @@ class HybridSolver:
         if q.dp_shard is not None:
             check_dp_shard(q.dp_shard, 1 if q.zero is None else q.zero)
         check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
-        check_fp8_activations(q.fp8_activations, q.offload_activations)
+        switches.check_exclusions(q)
         choices(q)  # pins the rules leave no choice of are refused here
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = devices_of(q.devices, q.nodes, g), q.devices_max
         if q.nodes_max is not None:
             devices_max = min(devices_max or q.nodes_max * g, q.nodes_max * g)
-        # a searched switch the precision cannot run stays off (`Switch.precisions`)
-        # and so does one for another kind of model (`Switch.for_model`)
+        # a searched switch the precision cannot run stays off (`Switch.precisions`), and
+        # so does one for another kind of model (`Switch.for_model`) or one a pinned switch
+        # excludes (`Switch.excluded_by`)
         searched = tuple(n for n in q.searched if (switches.BY_NAME[n].precisions is None
                          or precision.value in switches.BY_NAME[n].precisions)
                          and (switches.BY_NAME[n].for_model is None
-                              or switches.BY_NAME[n].for_model(m)))
+                              or switches.BY_NAME[n].for_model(m))
+                         and not any(getattr(q, x) for x in switches.BY_NAME[n].excluded_by))
         q = dataclasses.replace(q, objective=objective, devices=devices, devices_max=devices_max,
                                 nodes=None, nodes_max=None, searched=searched)
         self.m, self.system, self.precision, self.q = m, system, precision, q
