@@ -54,15 +54,6 @@ OPS: dict[str, Op] = {
 _NAN, _INF = math.nan, math.inf
 
 
-def _s_fold(op):
-    def folded(*xs):
-        out = xs[0]
-        for x in xs[1:]:
-            out = op(out, x)
-        return out
-    return folded
-
-
 def _s_div(a, b):
     try:
         return a / b
@@ -121,11 +112,11 @@ def _s_piecewise(*xs):
 
 
 SCALAR_OPS: dict[str, Op] = {
-    "add": _s_fold(lambda a, b: a + b), "mul": _s_fold(lambda a, b: a * b), "div": _s_div,
+    "add": _fold(lambda a, b: a + b), "mul": _fold(lambda a, b: a * b), "div": _s_div,
     "pow": _s_pow, "sqrt": lambda x: math.sqrt(x) if x >= 0 else _NAN,
-    "max": _s_fold(_s_max), "min": _s_fold(_s_min),
-    "and": _s_fold(lambda a, b: bool(a) and bool(b)),
-    "or": _s_fold(lambda a, b: bool(a) or bool(b)), "not": lambda x: not x,
+    "max": _fold(_s_max), "min": _fold(_s_min),
+    "and": _fold(lambda a, b: bool(a) and bool(b)),
+    "or": _fold(lambda a, b: bool(a) or bool(b)), "not": lambda x: not x,
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
     "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
     "log": _s_log, "exp": _s_exp, "ceil": _s_round(math.ceil), "floor": _s_round(math.floor),
