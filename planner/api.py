@@ -266,7 +266,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
           deadline_s: float | None = None, budget_usd: float | None = None,
           optimizer: str | None = None, servers: int | None = None,
           collective: str | None = None, strategy: str | None = None, stages: int | None = None,
-          seq_len: int | None = None, prefer_supported: float | None = None, **problem):
+          seq_len: int | None = None, prefer_supported: float | None = None,
+          launch_format: str | None = None, **problem):
     """The best plan (a `Solution`: plan, prediction, objective, runners-up with `top`, the
     fewest nodes within a tolerance with `fewest_nodes_within`, the (time-to-train, cost)
     Pareto front with `pareto`). Keys of `problem`: nodes, nodes_max, devices, devices_max,
@@ -282,7 +283,9 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
     budget (`tokens`), else throughput. A transformer pick no calibration run covers carries
     `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the fastest ZeRO 1 plan
     beside it, taken by default where it lies within the fastest plan's error band (the covered
-    plan's high / low - 1), or with `prefer_supported` F within 1 + F (0: keep the fastest)."""
+    plan's high / low - 1), or with `prefer_supported` F within 1 + F (0: keep the fastest).
+    `launch_format` (megatron, torchtitan, deepspeed): the plan must be one that launcher
+    form writes, so the switches it cannot write are not tried (`switches.left_to_search`)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     nodes = pool_nodes(hardware)
@@ -290,7 +293,8 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         problem["nodes_max"] = min(problem.get("nodes_max") or nodes, nodes)
     elif is_cluster(hardware):
         return solve_cluster(model, hardware, precision=precision, objective=objective,
-                             seq_len=seq_len, optimizer=optimizer, **problem)
+                             seq_len=seq_len, optimizer=optimizer, launch_format=launch_format,
+                             **problem)
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
@@ -318,7 +322,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
                                                                 target_tokens), **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                     objective=objective_for(objective, "transformer"), training=training,
-                    searched=switches.left_to_search(problem))
+                    searched=switches.left_to_search(problem, launch_format))
         if prefer_supported is not None and not 0 <= prefer_supported <= 1:
             raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
                             f"{prefer_supported!r}")
@@ -410,10 +414,10 @@ def is_cluster(hardware: str) -> bool:
 
 def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
                   objective: str = "throughput", seq_len: int | None = None,
-                  optimizer: str | None = None, **problem):
+                  optimizer: str | None = None, launch_format: str | None = None, **problem):
     """The best plan over a cluster of several pools (`planner.search.pools`): a
     `ClusterSolution` with the best plan of every subset of the pools. Keys of `problem`: the
-    transformer search's (`planner.search.hybrid.Search`)."""
+    transformer search's (`planner.search.hybrid.Search`); `launch_format` as in `solve`."""
     from planner.catalog import load_target
     from planner.search.hybrid import Search
     from planner.search.pools import ClusterSolver
@@ -429,7 +433,7 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
             or cluster.pools[0].system.device.default_precision)
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
-                searched=switches.left_to_search(problem))
+                searched=switches.left_to_search(problem, launch_format))
     return ClusterSolver(m, cluster, prec, q).solve()
 
 

@@ -353,9 +353,19 @@ def add_fields(cls):
     return cls
 
 
-def left_to_search(given: dict) -> tuple[str, ...]:
-    """The switches of `SEARCHED` a request's keywords leave unset (None or absent)."""
-    return tuple(name for name in SEARCHED if given.get(name) is None)
+def expressible(s: Switch, form: str | None) -> bool:
+    """Whether the launcher form `form` expresses `s` set away from its default: a framework
+    form (`FRAMEWORK_FORMS`) where it writes it or runs so anyway; env, torchrun, slurm or
+    none always (the script is the user's)."""
+    return form not in FRAMEWORK_FORMS or s.launch.get(form) in (WRITES, AS_DEFAULT, MODEL_CODE)
+
+
+def left_to_search(given: dict, form: str | None = None) -> tuple[str, ...]:
+    """The switches of `SEARCHED` a request's keywords leave unset (None or absent), less
+    those the launcher form `form` cannot write (they stay off), so that `solve --format FORM`
+    picks the fastest plan the form starts rather than one it refuses."""
+    return tuple(name for name in SEARCHED
+                 if given.get(name) is None and expressible(BY_NAME[name], form))
 
 
 def checked(obj) -> None:
@@ -423,11 +433,10 @@ def refuse_unwritten(fmt: str, plan: dict) -> None:
         value = plan.get(s.name)
         if value is None or value == s.json(s.default) or value in s.launch_default:
             continue
-        how = s.launch.get(fmt, f"this {fmt} form does not write {s.flag}; plan without it, "
-                                f"or use --format env, slurm or torchrun to start your own "
-                                f"script")
-        if how not in (WRITES, AS_DEFAULT, MODEL_CODE):
-            raise SpecError(f"format: {how}")
+        if not expressible(s, fmt):
+            raise SpecError("format: " + s.launch.get(
+                fmt, f"this {fmt} form does not write {s.flag}; plan without it, or use "
+                     f"--format env, slurm or torchrun to start your own script"))
 
 
 def markdown_table() -> str:

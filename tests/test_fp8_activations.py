@@ -124,3 +124,21 @@ def test_solve_keeps_fp8_activations_off_beside_a_pinned_offload():
     assert "fp8_activations" not in solver.q.searched
     sol = solver.solve()
     assert sol.plan.offload_activations and not sol.plan.fp8_activations
+
+
+def test_solve_for_a_launcher_form_tries_only_the_switches_it_writes(run, run_json):
+    """`solve --format torchtitan` picks the fastest plan torchtitan starts: the fp8 weight
+    gather and the fp8-saved inputs it cannot write stay off (the same request as JSON takes
+    the weight gather), instead of picking them and refusing the plan."""
+    args = ("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "64", "--global-batch",
+            "64", "--seq-len", "8192", "--precision", "fp8")
+    free = run_json(*args)["config"]
+    assert free["fp8_weight_gather"] or free["fp8_activations"]
+    code, out, err = run(*args, "--format", "torchtitan")
+    assert code == 0, err
+    assert "torchtitan.train" in out and "float8" in out
+    # the plan written is the one solved with the two pinned off
+    pinned = run_json(*args, "--no-fp8-weight-gather", "--no-fp8-activations")["config"]
+    for key, value in (("tensor", pinned["tp"]), ("pipeline", pinned["pp"]),
+                       ("context", pinned["cp"])):
+        assert f"{key}_parallel_degree={value}," in out.replace(" ", "")

@@ -173,6 +173,8 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                   "strategy": strategy or "data", "stages": stages}
     if transformer:
         family["prefer_supported"] = prefer_supported
+    if transformer:  # a launcher form's plan: only the switches it writes are tried
+        family["launch_format"] = fmt if fmt in LAUNCH_FORMATS else None
     sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
     used = precision_used(hardware, precision)
@@ -248,6 +250,7 @@ def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, prob
     seq_len = hybrid.pop("seq_len", None)
     sol = api.solve_cluster(model, hardware, precision=precision, objective=objective,
                             seq_len=seq_len, optimizer=optimizer, global_batch_range=rng,
+                            launch_format=fmt if fmt in LAUNCH_FORMATS else None,
                             **problem, **hybrid)
     cluster = load_target(hardware)
     used = precision or cluster.pools[0].system.device.default_precision.value
