@@ -6,6 +6,7 @@ tp, cp, ep and pipeline groups; torchtitan's mesh the same)."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 
@@ -13,9 +14,13 @@ def whole_nodes(hw, size):
     """Whether a group of `size` ranks is whole nodes (its size a multiple of g)."""
     if isinstance(size, numbers.Integral):
         return size % hw.g == 0
+    return _whole_nodes_expr(hw.g, size)
+
+
+def _whole_nodes_expr(g: int, size):
     import sympy as sp
 
-    return sp.Eq(sp.floor(size / sp.Integer(hw.g)) * hw.g, size)
+    return sp.Eq(sp.floor(size / sp.Integer(g)) * g, size)
 
 
 def within_domain(hw, size):
@@ -28,7 +33,14 @@ def within_domain(hw, size):
     u = hw.scale_up
     if isinstance(size, numbers.Integral):
         return u % size == 0 or (whole_nodes(hw, size) and size <= u)
+    return _within_domain_expr(u, hw.g, size)
+
+
+@functools.lru_cache(maxsize=256)
+def _within_domain_expr(u: int, g: int, size):
+    """`within_domain` of a symbolic size on a domain of u devices and nodes of g, kept: every
+    choice's expressions ask the same few."""
     import sympy as sp
 
     divides = sp.Eq(sp.floor(sp.Integer(u) / size) * size, u)
-    return sp.Or(divides, sp.And(whole_nodes(hw, size), size <= u))
+    return sp.Or(divides, sp.And(_whole_nodes_expr(g, size), size <= u))

@@ -6,6 +6,8 @@ is in its docstring and in that module's."""
 
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
@@ -52,12 +54,13 @@ def across_bw(hw, crossing: str):
     return min(hw.nic_bw, hw.intra_bw) if crossing == RING else hw.nic_bw / hw.g
 
 
+@functools.lru_cache(maxsize=256)
 def ring_link(hw, size):
     """(bandwidth, latency) of a ring over a group of `size` consecutive ranks: the scale-up
     link within a domain (`within_domain`); a group of whole nodes beyond it the node's NICs
     (`RING`); a group straddling a boundary with part of a node (tp 3 on 8-GPU nodes) only a
     device's share of them (`DEVICE`): its crossing ranks' own NICs, the rest of the node's
-    serving the other groups."""
+    serving the other groups. Kept per (rates, size): every choice's layers ask the same."""
     (inside, whole), part = links(hw, RING), links(hw, DEVICE)[1]
     pick = ((inside, within_domain(hw, size)), (whole, whole_nodes(hw, size)), (part, True))
     return tuple(sp.Piecewise(*((link[k], cond) for link, cond in pick)) for k in (0, 1))
