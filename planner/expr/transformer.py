@@ -447,6 +447,11 @@ class TransformerExpressions(LayerCosts):
             "optimizer_state": (whole(S.Psi_t * S.kappa / shard[1])
                                 + state_extra["optimizer_state"]),
             "activations": acts,
+            # the memory with the gradients whole: a ZeRO 2 plan's at ZeRO 1 (the same time,
+            # stage 1 moving what stage 2 moves), which the search's covered plan needs
+            "memory_zero1": (whole(self.forms["memory"]) + state_extra["weights"]
+                             + state_extra["optimizer_state"]
+                             + whole(S.Psi_t * S.gamma_g * (1 - 1 / shard[2]))),
         }
 
     def _unfused_accumulation(self) -> sp.Expr:

@@ -62,19 +62,30 @@ MAX_ROWS = 20_000_000
 # a priced row of the search: the structure (`hybrid_space.structures`), the global batch, the
 # per-row choices of `hybrid_space.choices` (recompute as RECOMPUTE's index or PARTIAL,
 # sequence parallelism, ZeRO, GPipe, the searched switches) and, for PARTIAL rows, the layers
-# of each chunk recomputed (0 otherwise)
+# of each chunk recomputed (0 otherwise); `cover`: a ZeRO 2 row whose memory at ZeRO 1 fits
+# (its ZeRO 1 twin is a covered plan at the same time: `HybridSolver.covered`)
 STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
 CHOICE = ("rec", "sp", "zero", "gpipe", *switches.SEARCHED)
 assert all(switches.BY_NAME[n].applies for n in switches.SEARCHED), \
     "a searched switch needs its `applies` rule"
-COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl")
+COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl", "cover")
 ROW = np.dtype([(k, np.int64) for k in COLUMNS])
+# what the search prices per row: the memory with the gradients whole tells which ZeRO 2 rows
+# have a covered ZeRO 1 twin
+MEMORIES = ("memory", "memory_zero1")
+PRICED = ("time", *MEMORIES)
 OBJECTIVES = tuple(o.value for o in Objective if o is not Objective.efficiency)
 UNITS = {o.value: o.unit for o in Objective}
 HybridSolution = Solution  # the former name of a transformer search's answer
 
 __all__ = ["HybridSolution", "HybridSolver", "OBJECTIVES", "Plan", "RECOMPUTE", "Search",
            "candidate_batches", "predict"]
+
+
+def _zero2(chosen: np.ndarray) -> np.ndarray:
+    """Which of the choice rows `chosen` are ZeRO 2 (a row per choice, broadcast over the
+    structures)."""
+    return (chosen[:, CHOICE.index("zero")] == 2)[None, :]
 
 
 def _cfg(plan: Plan) -> dict:
@@ -222,7 +233,7 @@ class HybridSolver:
             math.inf, 0
         rows, times = [], []
 
-        def keep(st, B, chosen, fits, time_s, rl=None):
+        def keep(st, B, chosen, fits, time_s, rl=None, cover=None):
             # a searched switch on where it does nothing prices as off: keep it off there; and
             # on only where its rules hold (`planner.rules`, as a pinned one is refused)
             col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
@@ -242,6 +253,7 @@ class HybridSolver:
             for j, k in enumerate(CHOICE):
                 out[k] = chosen[ci, j]
             out["B"], out["rl"] = B, 0 if rl is None else rl[si]
+            out["cover"] = 0 if cover is None else cover[si, ci]
             rows.append(out)
             times.append(time_s[si, ci])
 
@@ -253,16 +265,26 @@ class HybridSolver:
                                 "--pp, narrow the batch range or lower --devices-max")
             if len(st) == 0:
                 continue
-            mem = None
+            mem = mem1 = None
             if len(whole):
-                time_s, mem = self._price(st, B, whole)
+                time_s, mem, mem1 = self._price(st, B, whole, outputs=PRICED)
                 smallest = min(smallest, float(mem.min()))
-                keep(st, B, whole, mem <= cap, time_s)
+                keep(st, B, whole, mem <= cap, time_s, cover=_zero2(whole) & (mem1 <= cap))
             for one in part[:, None, :]:
                 sel, n = self._fewest_recomputed(st, B, one, whole, mem, cap)
-                time_s, pmem = self._price(st[sel], B, one, n[:, None])
+                time_s, pmem, pmem1 = self._price(st[sel], B, one, n[:, None], PRICED)
                 smallest = min(smallest, float(pmem.min(initial=math.inf)))
-                keep(st[sel], B, one, pmem <= cap, time_s, n)
+                keep(st[sel], B, one, pmem <= cap, time_s, n, _zero2(one) & (pmem1 <= cap))
+                if _zero2(one).all() and self.q.recompute_layers is None:
+                    # at ZeRO 1 a structure may need more layers recomputed than at stage 2:
+                    # its own fewest, a slower ZeRO 2 row here, the covered plan's row there
+                    sel1, n1 = self._fewest_recomputed(st, B, one, whole, mem1, cap, 1)
+                    at2 = np.full(len(st), -1)
+                    at2[sel] = n
+                    new = at2[sel1] != n1
+                    sel1, n1 = sel1[new], n1[new]
+                    time_s, pmem, pmem1 = self._price(st[sel1], B, one, n1[:, None], PRICED)
+                    keep(st[sel1], B, one, pmem <= cap, time_s, n1, pmem1 <= cap)
         if priced == 0:
             raise self._explain_empty()
         if not any(len(x) for x in rows):
@@ -286,7 +308,7 @@ class HybridSolver:
         r = iteration(self.m, self.hw, cfg, outputs)
         return tuple(np.broadcast_to(r[k], (len(st), len(chosen))) for k in outputs)
 
-    def _fewest_recomputed(self, st, B, one, whole, mem, cap):
+    def _fewest_recomputed(self, st, B, one, whole, mem, cap, zero1=0):
         """(structures, layers of each chunk) for a PARTIAL choice: the pinned count on every
         structure, or, where no recomputation does not fit and full recomputation does (only
         there can partial win), the fewest layers that fit: memory falls and time grows with
@@ -294,7 +316,8 @@ class HybridSolver:
         (a max of lines falling in min(N v, stage layers)), so the chord between 1 and the
         largest chunk less one (a whole chunk is full recomputation) bounds it from above:
         where the chord's crossing fits and one layer fewer does not, that is the count
-        (always, where memory is linear); bisection settles the rest."""
+        (always, where memory is linear); bisection settles the rest. `zero1`: the memory
+        with the gradients whole (`mem` then the whole choices' `memory_zero1`)."""
         q = self.q
         if q.recompute_layers is not None:
             return np.arange(len(st)), np.full(len(st), q.recompute_layers, dtype=np.int64)
@@ -306,7 +329,7 @@ class HybridSolver:
         def memory(counts):  # memory of the sel structures at each column of counts
             k = counts.shape[1]
             out = self._price(np.repeat(st[sel], k, axis=0), B, one,
-                              counts.reshape(-1, 1), ("memory",))[0]
+                              counts.reshape(-1, 1), MEMORIES)[zero1]
             return out.reshape(len(sel), k)
 
         ends = memory(np.column_stack([np.ones_like(hi), hi]))
@@ -361,8 +384,10 @@ class HybridSolver:
     def rows(self, explain: bool = False) -> driver.Rows:
         """The plans that fit, priced (pins that leave no plan and memory no plan meets are
         named while pricing: `_rows`)."""
-        self.plans, time_s, priced = self._rows()
-        plans = self.plans
+        self.plans, self.time_s, self.priced = self._rows()
+        return self._driver_rows(self.plans, self.time_s, self.priced)
+
+    def _driver_rows(self, plans, time_s, priced) -> driver.Rows:
         devices = plans["t"] * plans["p"] * plans["d"] * plans["cp"]
         group = None
         if self.q.top:  # runners-up differ in the split (tp, pp, dp, cp, ep, etp) or the batch
@@ -374,17 +399,30 @@ class HybridSolver:
     def plan(self, row: int) -> Plan:
         return self._plan(self.plans[row])
 
+    def covered(self) -> Solution:
+        """The best plan with its gradients and weights whole (ZeRO 1) over the table this
+        search priced: its ZeRO 2 rows whose memory at ZeRO 1 fits, each as its ZeRO 1 twin
+        (the same time: stage 1 moves what stage 2 moves). Every ZeRO 1 plan that fits is such
+        a twin (it fits at stage 2 too; a partially recomputed one has its own row with the
+        layers ZeRO 1 needs), so this is the search with ZeRO 1 pinned without pricing again
+        (`planner.search.support`)."""
+        if not hasattr(self, "plans"):
+            self.rows()
+        return driver.solve(_Covered(self), self._ask(), training_report=self._report)
+
     def predict(self, plan: Plan) -> Prediction:
         return predict(self.m, self.system, self.precision, plan, self.q.memory_headroom)
 
     def solve(self) -> Solution:
+        return driver.solve(self, self._ask(), training_report=self._report)
+
+    def _ask(self) -> driver.Ask:
         q = self.q
-        ask = driver.Ask(q.objective, q.training, token_budget=q.token_budget,
-                         tokens_per_sample=self.m.seq_len, top=q.top,
-                         fewest_nodes_within=q.fewest_nodes_within,
-                         time_limit_s=q.time_limit_s, workers=q.workers, pareto=q.pareto,
-                         knee_tolerance=q.knee_tolerance)
-        return driver.solve(self, ask, training_report=self._report)
+        return driver.Ask(q.objective, q.training, token_budget=q.token_budget,
+                          tokens_per_sample=self.m.seq_len, top=q.top,
+                          fewest_nodes_within=q.fewest_nodes_within,
+                          time_limit_s=q.time_limit_s, workers=q.workers, pareto=q.pareto,
+                          knee_tolerance=q.knee_tolerance)
 
     def _report(self, plan: Plan, iteration_s: float) -> dict | None:
         out = self.q.training.report(plan.global_batch, plan.devices, iteration_s)
@@ -401,3 +439,25 @@ class HybridSolver:
                           recompute_layers=r["rl"] if rec == PARTIAL else None,
                           **{**switches.values(self.q),
                              **{k: bool(r[k]) for k in switches.SEARCHED}})
+
+
+class _Covered:
+    """The family `HybridSolver.covered` searches: the solver's ZeRO 2 rows with a covered
+    ZeRO 1 twin, each row that twin."""
+
+    def __init__(self, solver: HybridSolver):
+        self.solver = solver
+        self.index = np.flatnonzero(solver.plans["cover"])
+
+    def rows(self, explain: bool = False) -> driver.Rows:
+        if not len(self.index):
+            raise InfeasibleError("infeasible: memory: no plan fits with its gradients whole "
+                                  "(ZeRO 1)", ("memory",))
+        s = self.solver
+        return s._driver_rows(s.plans[self.index], s.time_s[self.index], len(self.index))
+
+    def plan(self, row: int) -> Plan:
+        return dataclasses.replace(self.solver.plan(int(self.index[row])), zero=1)
+
+    def predict(self, plan: Plan) -> Prediction:
+        return self.solver.predict(plan)

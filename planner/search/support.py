@@ -85,10 +85,9 @@ def _fastest_zero1(solver, sol: Solution, q) -> Solution:
     """The fastest ZeRO 1 plan beside the search's pick `sol` (of `solver`, for request
     `q`). For a ZeRO 2 pick that is its own split at ZeRO 1 where that fits: stage 1 moves
     what stage 2 moves (the same time), and every ZeRO 1 plan that fits fits at stage 2 too,
-    so none is faster than the pick. Else (or beside a ZeRO 3 pick) the search again with
-    ZeRO 1 pinned."""
-    from planner.search.hybrid import HybridSolver
-
+    so none is faster than the pick. Else (or beside a ZeRO 3 pick) the best ZeRO 1 twin of
+    the table the search priced (`HybridSolver.covered`: the search with ZeRO 1 pinned,
+    without pricing again)."""
     if sol.plan.zero == 2:
         same = dataclasses.replace(sol.plan, zero=1)
         pred = solver.predict(same)
@@ -97,5 +96,4 @@ def _fastest_zero1(solver, sol: Solution, q) -> Solution:
             front = sol.pareto and [{**p, "config": twin} if p["config"] == own else p
                                     for p in sol.pareto]
             return dataclasses.replace(sol, plan=same, prediction=pred, pareto=front)
-    return HybridSolver(solver.m, solver.system, solver.precision,
-                        dataclasses.replace(q, zero=1)).solve()
+    return solver.covered()

@@ -1,0 +1,56 @@
+"""The covered plan beside a ZeRO-2 / ZeRO-3 pick (the fastest with gradients and weights
+whole, ZeRO 1) comes from the table the search already priced: each ZeRO 2 row carries its
+memory with the gradients whole, and the rows that fit so are ZeRO 1 twins at the same time.
+Checked against two independent references: the memory of the twin priced as a ZeRO 1 plan,
+and the search run again with ZeRO 1 pinned (what `solve` did before)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner import switches
+from planner.catalog import load_model, load_system
+from planner.cost.transformer import Hardware, iteration
+from planner.search.hybrid import HybridSolver, Plan, Search, _cfg, predict
+from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
+
+
+@pytest.mark.parametrize("model, hardware, plan", [
+    ("llama3-70b", "dgx-h100", dict(tp=4, pp=4, dp=4, recompute="selective")),
+    ("mixtral-8x7b", "dgx-h100", dict(tp=2, pp=1, dp=8, ep=8, etp=1)),
+    ("llama2-7b", "dgx-a100-80gb", dict(tp=2, pp=2, dp=4, recompute="full",
+                                          recompute_layers=3)),
+])
+def test_a_zero2_rows_memory_with_whole_gradients_is_its_zero1_twins(model, hardware, plan):
+    m, system = load_model(model), load_system(hardware)
+    t, p, d = plan.pop("tp"), plan.pop("pp"), plan.pop("dp")
+    two = Plan.split(t, p, d, 1, 8 * d, node_size=system.devices_per_node, zero=2,
+                     sequence_parallel=t > 1, **plan)
+    hw = Hardware.of(system, Precision.bf16)
+    whole = float(iteration(m, hw, _cfg(two), ("memory_zero1",))["memory_zero1"][0])
+    twin = predict(m, system, Precision.bf16, dataclasses.replace(two, zero=1))
+    assert whole == pytest.approx(twin.memory_bytes_per_device, rel=1e-12)
+    assert whole > predict(m, system, Precision.bf16, two).memory_bytes_per_device
+
+
+@pytest.mark.parametrize("model, hardware, batch, devices, seq", [
+    ("llama2-7b", "dgx-h100", 32, 8, 4096),  # ZeRO 1 needs more layers recomputed: own rows
+    ("llama3-70b", "dgx-a100-80gb", 128, 16, 8192),
+    ("llama3-70b", "dgx-h100", 256, 64, None),
+    ("llama3-8b", "dgx-h100", 64, 16, 8192),
+])
+def test_the_covered_plan_is_the_search_with_zero1_pinned(model, hardware, batch, devices,
+                                                          seq):
+    m, system = with_seq_len(load_model(model), seq), load_system(hardware)
+    q = Search(global_batch=batch, devices=devices, searched=switches.SEARCHED)
+    solver = HybridSolver(m, system, Precision.bf16, q)
+    fastest = solver.solve()
+    covered = solver.covered()
+    pinned = HybridSolver(m, system, Precision.bf16, dataclasses.replace(q, zero=1)).solve()
+    assert covered.plan.zero == 1 and covered.prediction.fits_memory
+    assert covered.prediction.iteration_time_s == pytest.approx(
+        pinned.prediction.iteration_time_s, rel=1e-12)
+    assert covered.prediction.iteration_time_s >= fastest.prediction.iteration_time_s
