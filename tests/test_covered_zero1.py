@@ -54,3 +54,28 @@ def test_the_covered_plan_is_the_search_with_zero1_pinned(model, hardware, batch
     assert covered.prediction.iteration_time_s == pytest.approx(
         pinned.prediction.iteration_time_s, rel=1e-12)
     assert covered.prediction.iteration_time_s >= fastest.prediction.iteration_time_s
+
+
+def test_the_runners_up_of_a_covered_pick_are_covered_too():
+    """When `solve` takes the covered plan, its runners-up and the plans of its Pareto front
+    hold their gradients whole as well (they come from the same covered table), the pick
+    being the fastest plan's own split at ZeRO 1 where that fits (same time)."""
+    from planner.search.support import supported_solve
+    from planner.search.training import Training
+
+    m, system = load_model("llama2-7b"), load_system("dgx-a100-80gb")
+    q = Search(global_batch=512, devices=64, top=3, searched=switches.SEARCHED)
+    fast, pick = supported_solve(m, system, Precision.bf16, q)
+    assert fast.plan.zero == 2 and pick.support["taken"]
+    assert pick.plan == dataclasses.replace(fast.plan, zero=1)
+    assert pick.prediction.iteration_time_s == fast.prediction.iteration_time_s
+    assert any(p.zero == 2 for p, _ in fast.alternatives)
+    assert len(pick.alternatives) == 3
+    assert all(p.zero == 1 and pred.fits_memory for p, pred in pick.alternatives)
+    q = Search(global_batch_range=(256, 1024), devices_max=64, pareto=True,
+               training=Training(critical_batch=512, target_steps=1000,
+                                 price_per_device_hour=2.0),
+               searched=switches.SEARCHED)
+    fast, pick = supported_solve(m, system, Precision.bf16, q)
+    assert fast.plan.zero == 2 and pick.support["taken"] and pick.pareto
+    assert all(p["config"]["zero"] == 1 for p in pick.pareto)

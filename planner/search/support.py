@@ -78,22 +78,7 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     fastest = solver.solve()
     if q.zero is not None:
         return fastest, fastest
-    return fastest, with_support(fastest, lambda: _fastest_zero1(solver, fastest, q), prefer)
-
-
-def _fastest_zero1(solver, sol: Solution, q) -> Solution:
-    """The fastest ZeRO 1 plan beside the search's pick `sol` (of `solver`, for request
-    `q`). For a ZeRO 2 pick that is its own split at ZeRO 1 where that fits: stage 1 moves
-    what stage 2 moves (the same time), and every ZeRO 1 plan that fits fits at stage 2 too,
-    so none is faster than the pick. Else (or beside a ZeRO 3 pick) the best ZeRO 1 twin of
-    the table the search priced (`HybridSolver.covered`: the search with ZeRO 1 pinned,
-    without pricing again)."""
-    if sol.plan.zero == 2:
-        same = dataclasses.replace(sol.plan, zero=1)
-        pred = solver.predict(same)
-        if pred.fits_memory:  # the pick's own point of the front becomes its twin
-            own, twin = sol.plan.to_json(), same.to_json()
-            front = sol.pareto and [{**p, "config": twin} if p["config"] == own else p
-                                    for p in sol.pareto]
-            return dataclasses.replace(sol, plan=same, prediction=pred, pareto=front)
-    return solver.covered()
+    # the fastest ZeRO 1 plan: the best ZeRO 1 twin of the table the search priced (for a
+    # ZeRO 2 pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
+    # is faster), its runners-up, front and knee ZeRO 1 plans too (`HybridSolver.covered`)
+    return fastest, with_support(fastest, solver.covered, prefer)
