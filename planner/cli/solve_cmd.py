@@ -171,10 +171,9 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
                             "(CNNs: --target-samples)")
         family = {"optimizer": optimizer, "servers": servers, "collective": collective,
                   "strategy": strategy or "data", "stages": stages}
-    if transformer:
-        family["prefer_supported"] = prefer_supported
     if transformer:  # a launcher form's plan: only the switches it writes are tried
-        family["launch_format"] = fmt if fmt in LAUNCH_FORMATS else None
+        family.update(prefer_supported=prefer_supported,
+                      launch_format=fmt if fmt in LAUNCH_FORMATS else None)
     sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
                     pareto=pareto, **training, global_batch_range=rng, **problem, **family)
     used = precision_used(hardware, precision)
