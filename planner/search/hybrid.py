@@ -82,12 +82,6 @@ __all__ = ["HybridSolution", "HybridSolver", "OBJECTIVES", "Plan", "RECOMPUTE", 
            "candidate_batches", "predict"]
 
 
-def _zero2(chosen: np.ndarray) -> np.ndarray:
-    """Which of the choice rows `chosen` are ZeRO 2 (a row per choice, broadcast over the
-    structures)."""
-    return (chosen[:, CHOICE.index("zero")] == 2)[None, :]
-
-
 def _cfg(plan: Plan) -> dict:
     """The cost model's arrays for one plan."""
     one = lambda x: np.array([x])  # noqa: E731
@@ -232,30 +226,12 @@ class HybridSolver:
         cap, smallest, priced = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom), \
             math.inf, 0
         rows, times = [], []
+        self._pending = []  # ZeRO 2 partial choices whose ZeRO 1 rows `covered` prices
 
-        def keep(st, B, chosen, fits, time_s, rl=None, cover=None):
-            # a searched switch on where it does nothing prices as off: keep it off there; and
-            # on only where its rules hold (`planner.rules`, as a pinned one is refused)
-            col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
-            part = lambda k: st[:, STRUCTURE.index(k)][:, None]  # noqa: E731
-            row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
-                                  acc=B // (part("d") * part("mb")),
-                                  rec=col("rec"), sp=col("sp"), zero=col("zero"))
-            for name in switches.SEARCHED:
-                on_ok = switches.BY_NAME[name].applies(part, col)
-                if name in self.q.searched:
-                    on_ok = on_ok & rules.hold(name, row, self.q)
-                fits = fits & ((col(name) == 0) | on_ok)
-            si, ci = np.nonzero(fits)
-            out = np.empty(len(si), dtype=ROW)
-            for j, k in enumerate(STRUCTURE):
-                out[k] = st[si, j]
-            for j, k in enumerate(CHOICE):
-                out[k] = chosen[ci, j]
-            out["B"], out["rl"] = B, 0 if rl is None else rl[si]
-            out["cover"] = 0 if cover is None else cover[si, ci]
+        def keep(*args, **kwargs):
+            out, time_s = self._kept(*args, cap=cap, **kwargs)
             rows.append(out)
-            times.append(time_s[si, ci])
+            times.append(time_s)
 
         for B in self.batches:
             st = structures(self.m, self.hw.g, self.q, B)
@@ -269,22 +245,14 @@ class HybridSolver:
             if len(whole):
                 time_s, mem, mem1 = self._price(st, B, whole, outputs=PRICED)
                 smallest = min(smallest, float(mem.min()))
-                keep(st, B, whole, mem <= cap, time_s, cover=_zero2(whole) & (mem1 <= cap))
+                keep(st, B, whole, mem <= cap, time_s, mem1=mem1)
             for one in part[:, None, :]:
                 sel, n = self._fewest_recomputed(st, B, one, whole, mem, cap)
                 time_s, pmem, pmem1 = self._price(st[sel], B, one, n[:, None], PRICED)
                 smallest = min(smallest, float(pmem.min(initial=math.inf)))
-                keep(st[sel], B, one, pmem <= cap, time_s, n, _zero2(one) & (pmem1 <= cap))
-                if _zero2(one).all() and self.q.recompute_layers is None:
-                    # at ZeRO 1 a structure may need more layers recomputed than at stage 2:
-                    # its own fewest, a slower ZeRO 2 row here, the covered plan's row there
-                    sel1, n1 = self._fewest_recomputed(st, B, one, whole, mem1, cap, 1)
-                    at2 = np.full(len(st), -1)
-                    at2[sel] = n
-                    new = at2[sel1] != n1
-                    sel1, n1 = sel1[new], n1[new]
-                    time_s, pmem, pmem1 = self._price(st[sel1], B, one, n1[:, None], PRICED)
-                    keep(st[sel1], B, one, pmem <= cap, time_s, n1, pmem1 <= cap)
+                keep(st[sel], B, one, pmem <= cap, time_s, n, pmem1)
+                if one[0, CHOICE.index("zero")] == 2 and self.q.recompute_layers is None:
+                    self._pending.append((st, B, one, whole, mem1, sel, n))
         if priced == 0:
             raise self._explain_empty()
         if not any(len(x) for x in rows):
@@ -293,6 +261,52 @@ class HybridSolver:
                 f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
                 f"{cap / 2**30:.3g} GiB", ("memory",))
         return np.concatenate(rows), np.concatenate(times), priced
+
+    def _kept(self, st, B, chosen, fits, time_s, rl=None, mem1=None, *, cap) -> tuple:
+        """(the rows of structures `st` x choices `chosen` that `fits` keeps, as `ROW`s; their
+        times). A searched switch on where it does nothing prices as off: kept off there;
+        and on only where its rules hold (`planner.rules`, as a pinned one is refused). A ZeRO
+        2 row whose memory with the gradients whole (`mem1`) fits covers its ZeRO 1 twin."""
+        col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
+        part = lambda k: st[:, STRUCTURE.index(k)][:, None]  # noqa: E731
+        row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
+                              acc=B // (part("d") * part("mb")),
+                              rec=col("rec"), sp=col("sp"), zero=col("zero"))
+        for name in switches.SEARCHED:
+            on_ok = switches.BY_NAME[name].applies(part, col)
+            if name in self.q.searched:
+                on_ok = on_ok & rules.hold(name, row, self.q)
+            fits = fits & ((col(name) == 0) | on_ok)
+        si, ci = np.nonzero(fits)
+        out = np.empty(len(si), dtype=ROW)
+        for j, k in enumerate(STRUCTURE):
+            out[k] = st[si, j]
+        for j, k in enumerate(CHOICE):
+            out[k] = chosen[ci, j]
+        out["B"], out["rl"] = B, 0 if rl is None else rl[si]
+        out["cover"] = 0 if mem1 is None else (
+            (chosen[ci, CHOICE.index("zero")] == 2) & (mem1[si, ci] <= cap))
+        return out, time_s[si, ci]
+
+    def _zero1_partial_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, times) a partially recomputed structure needs at ZeRO 1 beyond the search's
+        table: at ZeRO 1 it may need more layers recomputed than at stage 2, and its own
+        fewest is then a ZeRO 2 row the table does not hold (slower there than the one it
+        does) whose ZeRO 1 twin is covered. Priced when `covered` first asks."""
+        cap = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom)
+        rows, times = [np.empty(0, dtype=ROW)], [np.empty(0)]
+        for st, B, one, whole, mem1, sel, n in self._pending:
+            sel1, n1 = self._fewest_recomputed(st, B, one, whole, mem1, cap, 1)
+            at2 = np.full(len(st), -1)
+            at2[sel] = n
+            new = at2[sel1] != n1
+            sel1, n1 = sel1[new], n1[new]
+            time_s, pmem, pmem1 = self._price(st[sel1], B, one, n1[:, None], PRICED)
+            out, t = self._kept(st[sel1], B, one, pmem1 <= cap, time_s, n1, pmem1, cap=cap)
+            rows.append(out)
+            times.append(t)
+        self._pending = []
+        return np.concatenate(rows), np.concatenate(times)
 
     def _price(self, st, B, chosen, rl=None, outputs=("time", "memory")) -> tuple:
         """`outputs` of structures x choices `chosen` (`rl`: recomputed layers of each chunk
@@ -385,16 +399,17 @@ class HybridSolver:
         """The plans that fit, priced (pins that leave no plan and memory no plan meets are
         named while pricing: `_rows`)."""
         self.plans, self.time_s, self.priced = self._rows()
-        return self._driver_rows(self.plans, self.time_s, self.priced)
+        return self._driver_rows(lambda k: self.plans[k], self.time_s, self.priced)
 
-    def _driver_rows(self, plans, time_s, priced) -> driver.Rows:
-        devices = plans["t"] * plans["p"] * plans["d"] * plans["cp"]
+    def _driver_rows(self, col, time_s, priced) -> driver.Rows:
+        """The driver's view of priced rows: `col(name)` gives a column, `time_s` the times."""
+        devices = col("t") * col("p") * col("d") * col("cp")
         group = None
         if self.q.top:  # runners-up differ in the split (tp, pp, dp, cp, ep, etp) or the batch
-            split = np.column_stack([plans[k] for k in ("t", "p", "d", "B", "cp", "ep", "etp")])
+            split = np.column_stack([col(k) for k in ("t", "p", "d", "B", "cp", "ep", "etp")])
             group = np.unique(split, axis=0, return_inverse=True)[1].ravel()
-        return driver.Rows(time_s, devices, np.maximum(1, devices // self.hw.g), plans["B"],
-                           group=group, points=priced)
+        return driver.Rows(time_s, devices, np.maximum(1, devices // self.hw.g),
+                           col("B"), group=group, points=priced)
 
     def plan(self, row: int) -> Plan:
         return self._plan(self.plans[row])
@@ -443,21 +458,27 @@ class HybridSolver:
 
 class _Covered:
     """The family `HybridSolver.covered` searches: the solver's ZeRO 2 rows with a covered
-    ZeRO 1 twin, each row that twin."""
+    ZeRO 1 twin (and the partially recomputed rows ZeRO 1 needs), each row that twin."""
 
     def __init__(self, solver: HybridSolver):
         self.solver = solver
         self.index = np.flatnonzero(solver.plans["cover"])
+        if not hasattr(solver, "zero1_rows"):
+            solver.zero1_rows = solver._zero1_partial_rows()
+        self.extra, self.extra_s = solver.zero1_rows
 
     def rows(self, explain: bool = False) -> driver.Rows:
-        if not len(self.index):
+        s, n = self.solver, len(self.index) + len(self.extra)
+        if not n:
             raise InfeasibleError("infeasible: memory: no plan fits with its gradients whole "
                                   "(ZeRO 1)", ("memory",))
-        s = self.solver
-        return s._driver_rows(s.plans[self.index], s.time_s[self.index], len(self.index))
+        col = lambda k: np.concatenate([s.plans[k][self.index], self.extra[k]])  # noqa: E731
+        return s._driver_rows(col, np.concatenate([s.time_s[self.index], self.extra_s]), n)
 
     def plan(self, row: int) -> Plan:
-        return dataclasses.replace(self.solver.plan(int(self.index[row])), zero=1)
+        s, n = self.solver, len(self.index)
+        plan = s.plan(int(self.index[row])) if row < n else s._plan(self.extra[row - n])
+        return dataclasses.replace(plan, zero=1)
 
     def predict(self, plan: Plan) -> Prediction:
         return self.solver.predict(plan)
