@@ -428,6 +428,7 @@ class TransformerExpressions(LayerCosts):
             "state_bytes": kappa,
             "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
         }
+        memory = whole(self.forms["memory"]) + sum(state_extra.values())
         return {
             **self.stage_parts,
             "time": substitute(self.forms["time"], {**self.aggregates, d: d * self.cp,
@@ -441,7 +442,7 @@ class TransformerExpressions(LayerCosts):
             "pp_comm": slots * p2p,
             "dp_comm_exposed": whole(exposed_form(c)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
-            "memory": whole(self.forms["memory"]) + sum(state_extra.values()),
+            "memory": memory,
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
             "gradients": whole(S.Psi_t * S.gamma_g / shard[2]) + state_extra["gradients"],
             "optimizer_state": (whole(S.Psi_t * S.kappa / shard[1])
@@ -449,8 +450,7 @@ class TransformerExpressions(LayerCosts):
             "activations": acts,
             # the memory with the gradients whole: a ZeRO 2 plan's at ZeRO 1 (the same time,
             # stage 1 moving what stage 2 moves), which the search's covered plan needs
-            "memory_zero1": (whole(self.forms["memory"]) + state_extra["weights"]
-                             + state_extra["optimizer_state"]
+            "memory_zero1": (memory - state_extra["gradients"]
                              + whole(S.Psi_t * S.gamma_g * (1 - 1 / shard[2]))),
         }
 

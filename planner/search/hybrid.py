@@ -226,7 +226,8 @@ class HybridSolver:
         cap, smallest, priced = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom), \
             math.inf, 0
         rows, times = [], []
-        self._pending = []  # ZeRO 2 partial choices whose ZeRO 1 rows `covered` prices
+        # ZeRO 2 partial choices whose ZeRO 1 rows `covered` prices (once) when it asks
+        self._pending, self._zero1_rows = [], None
 
         def keep(*args, **kwargs):
             out, time_s = self._kept(*args, cap=cap, **kwargs)
@@ -293,6 +294,8 @@ class HybridSolver:
         table: at ZeRO 1 it may need more layers recomputed than at stage 2, and its own
         fewest is then a ZeRO 2 row the table does not hold (slower there than the one it
         does) whose ZeRO 1 twin is covered. Priced when `covered` first asks."""
+        if self._zero1_rows is not None:
+            return self._zero1_rows
         cap = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom)
         rows, times = [np.empty(0, dtype=ROW)], [np.empty(0)]
         for st, B, one, whole, mem1, sel, n in self._pending:
@@ -305,8 +308,8 @@ class HybridSolver:
             out, t = self._kept(st[sel1], B, one, pmem1 <= cap, time_s, n1, pmem1, cap=cap)
             rows.append(out)
             times.append(t)
-        self._pending = []
-        return np.concatenate(rows), np.concatenate(times)
+        self._zero1_rows = np.concatenate(rows), np.concatenate(times)
+        return self._zero1_rows
 
     def _price(self, st, B, chosen, rl=None, outputs=("time", "memory")) -> tuple:
         """`outputs` of structures x choices `chosen` (`rl`: recomputed layers of each chunk
@@ -463,9 +466,7 @@ class _Covered:
     def __init__(self, solver: HybridSolver):
         self.solver = solver
         self.index = np.flatnonzero(solver.plans["cover"])
-        if not hasattr(solver, "zero1_rows"):
-            solver.zero1_rows = solver._zero1_partial_rows()
-        self.extra, self.extra_s = solver.zero1_rows
+        self.extra, self.extra_s = solver._zero1_partial_rows()
 
     def rows(self, explain: bool = False) -> driver.Rows:
         s, n = self.solver, len(self.index) + len(self.extra)
