@@ -32,6 +32,7 @@ from planner.errors import SpecError
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,
+    Specs,
     build,
     cli_names,
     devices_of,
@@ -69,7 +70,8 @@ __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", 
 def _keywords(f) -> set[str]:
     """The keyword arguments `f` names (not its positional ones, nor **kwargs)."""
     return {p.name for p in inspect.signature(f).parameters.values()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"model", "hardware"}
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - {"model", "hardware",
+                                                                       "specs"}
 
 
 def _fields(cls, *fixed: str) -> set[str]:
@@ -82,14 +84,17 @@ def _search_fields() -> set[str]:
     return _fields(Search, "objective", "training")
 
 
+SPEC_KEYS = frozenset({"precision", "seq_len"})  # what `Specs.load` takes beside the names
+
+
 @functools.cache
 def _accepted(verb: str) -> frozenset[str]:
     """Every keyword argument a verb takes (its own names; `CLI_NAMES` adds the command
     line's): its signature's and those it passes on."""
     if verb == "evaluate":
-        names = _keywords(evaluate.__wrapped__) | set(switches.NAMES)
+        names = _keywords(evaluate.__wrapped__) | set(switches.NAMES) | SPEC_KEYS
     elif verb == "solve":
-        names = (_keywords(solve.__wrapped__) | _fields(Problem, "collectives", "objective",
+        names = (_keywords(solve.__wrapped__) | SPEC_KEYS | _fields(Problem, "collectives", "objective",
                                                         "training") | _search_fields())
     elif verb == "limits":
         names = (_keywords(limits.__wrapped__) | _keywords(_transformer_limits)
@@ -104,21 +109,33 @@ def _accepted(verb: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _cli_names(verb: str):
+def _cli_names(verb: str, loads: bool = False):
     """The verb taking the command line's names (`planner.inputs.CLI_NAMES`) too, a wrong or
-    missing keyword a one-line `SpecError` instead of a TypeError."""
+    missing keyword a one-line `SpecError` instead of a TypeError. `loads`: the verb takes the
+    request's `Specs`, loaded here once from the model, hardware, precision and sequence length
+    named (or given already loaded as `model`, the hardware left out: the command line's
+    way)."""
 
     def wrap(f):
         required = [p.name for p in inspect.signature(f).parameters.values()
                     if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
 
         @functools.wraps(f)
-        def call(model, hardware, **kwargs):
+        def call(model, hardware=None, **kwargs):
             kwargs = cli_names(verb, kwargs, _accepted(verb))
             for name in required:
                 if name not in kwargs:
                     raise SpecError(f"{verb}: missing argument '{name}'")
-            return f(model, hardware, **kwargs)
+            if not loads:
+                return f(model, hardware, **kwargs)
+            if isinstance(model, Specs):
+                named = [k for k in ("precision", "seq_len") if kwargs.get(k) is not None]
+                if hardware is not None or named:
+                    raise SpecError(f"{verb}: the specs are loaded already; give "
+                                    f"{named[0] if named else 'hardware'} to Specs.load")
+                return f(model, **kwargs)
+            return f(Specs.load(model, hardware, kwargs.pop("precision", None),
+                                kwargs.pop("seq_len", None)), **kwargs)
 
         return call
 
@@ -163,46 +180,47 @@ class Evaluation:
         return self.plan.devices_per_node
 
 
-@_cli_names("evaluate")
-def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: int | None = None,
-             global_batch: int | None = None, precision: str | None = None,
-             devices_per_node: int | None = None, local_batch: int | None = None,
+@_cli_names("evaluate", loads=True)
+def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = None,
+             global_batch: int | None = None, devices_per_node: int | None = None,
+             local_batch: int | None = None,
              collective: str | None = None, servers: int | None = None, tp: int | None = None,
              cp: int | None = None, ep: int | None = None, etp: int | None = None,
              pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
              interleave: int | None = None, recompute: str | None = None,
              recompute_layers: int | None = None, sequence_parallel: bool | None = None,
-             zero: int | None = None, schedule: str | None = None, seq_len: int | None = None,
+             zero: int | None = None, schedule: str | None = None,
              memory_headroom: float = DEFAULT_MEMORY_HEADROOM, **switch_values) -> Evaluation:
-    """Predict one plan. CNNs: data parallel on nodes x devices_per_node with a global or local
-    batch and a collective. Transformers: tp x cp x pp x dp (give any two of devices / nodes,
-    dp), ep and etp for MoE models, micro-batch, interleave, recompute (`recompute_layers`:
+    """Predict one plan of `model` on `hardware` (names or paths; `precision`, `seq_len` as
+    `planner.inputs.Specs.load` takes them). CNNs: data parallel on nodes x
+    devices_per_node with a global or local batch and a collective. Transformers: tp x cp x
+    pp x dp (give any two of devices / nodes, dp), ep and etp for MoE models, micro-batch,
+    interleave, recompute (`recompute_layers`:
     the layers of each pipeline chunk recomputed, implying full), sequence parallel (default
     on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule. Keywords
     named as the switches of `planner.switches` (overlap, optimizer, tp_overlap, dp_shard,
     ...; `planner list switches` lists them) set those; each left out takes its default.
     The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
-    given = {**{k: v for k, v in locals().items() if k != "switch_values"}, **switch_values}
+    given = {**{k: v for k, v in locals().items() if k not in ("switch_values", "specs")},
+             "seq_len": specs.seq_len, **switch_values}
     chosen = switches.given(switch_values)
-    if is_transformer(model):
+    if specs.family == "transformer":
         only_for("transformer", given, CNN_ONLY)
-        return _evaluate_transformer(model, hardware, global_batch=global_batch, devices=devices,
-                                     nodes=nodes, precision=precision,
-                                     tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
+        return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
+                                     nodes=nodes, tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
                                      dp=dp, micro_batch=micro_batch or 1,
                                      interleave=interleave or 1,
                                      recompute=recompute or ("full" if recompute_layers
                                                              else "none"),
                                      recompute_layers=recompute_layers,
                                      sequence_parallel=sequence_parallel, zero=zero or 0,
-                                     schedule=schedule or "1f1b", seq_len=seq_len,
+                                     schedule=schedule or "1f1b",
                                      memory_headroom=memory_headroom, **chosen)
     overlap, optimizer = chosen.get("overlap", True), chosen.get("optimizer")
     softsync = chosen.get("softsync")
     only_for("cnn", given, TRANSFORMER_ONLY)
-    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
-                softsync=softsync)
+    cnn = _cnn(specs, optimizer, servers, softsync)
     n, g = placement(cnn, nodes, devices, devices_per_node)
     if global_batch is None:
         if local_batch is None:
@@ -218,12 +236,19 @@ def evaluate(model: str, hardware: str, *, nodes: int | None = None, devices: in
                                    memory_headroom))
 
 
-def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, cp, ep, pp, dp,
-                          precision, seq_len, memory_headroom, **choices) -> Evaluation:
+def _cnn(specs: Specs, optimizer: str | None, servers: int | None, softsync: int | None):
+    """The CNN's symbolic model of the request (`planner.inputs.build`, kept per process)."""
+    prec = specs.given_precision
+    return build(specs.model_ref, specs.hardware_ref, prec.value if prec else None,
+                 optimizer or "momentum", servers=servers or 1, softsync=softsync, specs=specs)
+
+
+def _evaluate_transformer(specs: Specs, *, global_batch, devices, nodes, tp, cp, ep, pp, dp,
+                          memory_headroom, **choices) -> Evaluation:
     from planner.plan import check_pins
     from planner.search.hybrid import predict as predict_transformer
 
-    m, system, prec = transformer_setup(model, hardware, precision, seq_len)
+    m, system, prec = specs.transformer()
     if global_batch is None:
         raise SpecError("global_batch: --global-batch is required for transformer models")
     check_pins(m, tp=tp, pp=pp, interleave=choices["interleave"], cp=cp, ep=ep,
@@ -251,72 +276,77 @@ def _evaluate_transformer(model, hardware, *, global_batch, devices, nodes, tp, 
 
 def evaluate_transformer(model: str, hardware: str, **kwargs) -> Evaluation:
     """`evaluate` for a transformer (the former name)."""
-    transformer_setup(model, hardware, None)
-    return evaluate(model, hardware, **kwargs)
+    specs = _former(model, hardware, kwargs)
+    return evaluate(specs, **kwargs)
+
+
+def _former(model: str, hardware: str, kwargs: dict) -> Specs:
+    """The specs of a former `*_transformer` verb's request, refused unless a transformer."""
+    specs = Specs.load(model, hardware, kwargs.pop("precision", None), kwargs.pop("seq_len", None))
+    specs.transformer()
+    return specs
 
 
 # --- solve --------------------------------------------------------------------------------------
 
 
-@_cli_names("solve")
-def solve(model: str, hardware: str, *, precision: str | None = None,
-          objective: str | None = None, critical_batch: float | None = None,
+@_cli_names("solve", loads=True)
+def solve(specs: Specs, *, objective: str | None = None, critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           target_tokens: float | None = None, price_per_device_hour: float | None = None,
           deadline_s: float | None = None, budget_usd: float | None = None,
           optimizer: str | None = None, servers: int | None = None,
           collective: str | None = None, strategy: str | None = None, stages: int | None = None,
-          seq_len: int | None = None, prefer_supported: float | None = None,
-          launch_format: str | None = None, **problem):
-    """The best plan (a `Solution`: plan, prediction, objective, runners-up with `top`, the
-    fewest nodes within a tolerance with `fewest_nodes_within`, the (time-to-train, cost)
-    Pareto front with `pareto`). Keys of `problem`: nodes, nodes_max, devices, devices_max,
-    global_batch, global_batch_range, top, fewest_nodes_within, pareto, overlap, time_limit_s,
-    and per family the fields of `planner.search.data_parallel.Problem` (CNNs: devices per
-    node, local batch, collective; `strategy` data, hybrid, pipeline or auto, which give a
-    `planner.search.strategy.SplitSolution`) or of `planner.search.hybrid.Search`
-    (transformers: tp, pp, dp, micro_batch, recompute, ... pinned, token_budget).
-    With `critical_batch` (B_noise) and one of `target_steps` (S_min) / `target_samples`
-    (E_min) / `target_tokens` (transformers: E_min in tokens), the solution carries steps and
-    time to train (McCandlish et al. 2018); the price per device-hour defaults to the device
-    spec's. The objective defaults, as on the command line, to token-budget with a token
-    budget (`tokens`), else throughput. A transformer pick no calibration run covers carries
-    `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the fastest ZeRO 1 plan
-    beside it, taken by default where it lies within the fastest plan's error band (the covered
-    plan's high / low - 1), or with `prefer_supported` F within 1 + F (0: keep the fastest).
-    `launch_format` (megatron, torchtitan, deepspeed): the plan must be one that launcher
-    form writes, so the switches it cannot write are not tried (`switches.left_to_search`)."""
+          prefer_supported: float | None = None, launch_format: str | None = None, **problem):
+    """The best plan of `model` on `hardware` (names or paths; `precision`, `seq_len` as
+    `planner.inputs.Specs.load` takes them): a `Solution`: plan, prediction, objective,
+    runners-up with `top`, the fewest nodes within a tolerance with `fewest_nodes_within`, the
+    (time-to-train, cost) Pareto front with `pareto`. Keys of `problem`: nodes, nodes_max,
+    devices, devices_max, global_batch, global_batch_range, top, fewest_nodes_within, pareto,
+    overlap, time_limit_s, and per family the fields of `planner.search.data_parallel.Problem`
+    (CNNs: devices per node, local batch, collective; `strategy` data, hybrid, pipeline or
+    auto, which give a `planner.search.strategy.SplitSolution`) or of
+    `planner.search.hybrid.Search` (transformers: tp, pp, dp, micro_batch, recompute, ...
+    pinned, token_budget). With `critical_batch` (B_noise) and one of `target_steps` (S_min) /
+    `target_samples` (E_min) / `target_tokens` (transformers: E_min in tokens), the solution
+    carries steps and time to train (McCandlish et al. 2018); the price per device-hour
+    defaults to the device spec's. The objective defaults, as on the command line, to
+    token-budget with a token budget (`tokens`), else throughput. A transformer pick no calibration
+    run covers carries `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the
+    fastest ZeRO 1 plan beside it, taken by default where it lies within the fastest plan's
+    error band (the covered plan's high / low - 1), or with `prefer_supported` F within 1 + F
+    (0: keep the fastest). `launch_format` (megatron, torchtitan, deepspeed): the plan must be
+    one that launcher form writes, so the switches it cannot write are not tried
+    (`switches.left_to_search`)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
-    nodes = pool_nodes(hardware)
+    nodes = specs.pool_nodes
     if nodes is not None:  # a cluster of one pool: that system, at most its nodes
         problem["nodes_max"] = min(problem.get("nodes_max") or nodes, nodes)
-    elif is_cluster(hardware):
-        return solve_cluster(model, hardware, precision=precision, objective=objective,
-                             seq_len=seq_len, optimizer=optimizer, launch_format=launch_format,
-                             **problem)
+    elif specs.is_cluster:
+        return _solve_cluster(specs, objective=objective, optimizer=optimizer,
+                              launch_format=launch_format, **problem)
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
-    if is_recommendation(model):
+    if specs.family == "recommendation":
         given = {"objective": None if objective == "throughput" else objective,
                  "optimizer": optimizer, "servers": servers, "collective": collective,
-                 "strategy": strategy, "stages": stages, "seq_len": seq_len,
+                 "strategy": strategy, "stages": stages, "seq_len": specs.seq_len,
                  "prefer_supported": prefer_supported, **train,
                  **{k: v for k, v in problem.items() if k not in PLACE_KEYS}}
         extra = sorted(k for k, v in given.items() if v not in (None, False, 0, ()))
         if extra:
             raise SpecError(f"{extra[0]}: a recommendation model's solve places its tables "
                             f"(keys: {', '.join(sorted(PLACE_KEYS))})")
-        return place_tables(model, hardware, precision=precision,
-                            **{k: v for k, v in problem.items() if k in PLACE_KEYS})
-    if is_transformer(model):
+        return _place_tables(specs, **{k: v for k, v in problem.items() if k in PLACE_KEYS})
+    if specs.family == "transformer":
         only_for("transformer", {"optimizer": optimizer, "servers": servers,
                                  "collective": collective, "strategy": strategy,
                                  "stages": stages, **problem}, CNN_ONLY)
         from planner.search.hybrid import Search
 
-        m, system, prec = transformer_setup(model, hardware, precision, seq_len)
+        m, system, prec = specs.transformer()
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
@@ -329,7 +359,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         from planner.search.support import supported_solve
 
         return supported_solve(m, system, prec, q, prefer_supported)[1]
-    only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len,
+    only_for("cnn", {"target_tokens": target_tokens, "seq_len": specs.seq_len,
                      "prefer_supported": prefer_supported, **problem},
              (*TRANSFORMER_ONLY, "prefer_supported"))
     softsync = problem.get("softsync")
@@ -339,8 +369,7 @@ def solve(model: str, hardware: str, *, precision: str | None = None,
         if strategy not in (None, "data") or stages is not None:
             raise SpecError("softsync: the asynchronous parameter server is priced for data "
                             "parallelism (--strategy data)")
-    cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
-                softsync=softsync)
+    cnn = _cnn(specs, optimizer, servers, softsync)
     cols = ((enum_value(Collective, collective, "collective"),) if collective
             else tuple(Collective))
     training = training_of(cnn.system.device.price_per_hour_usd,
@@ -360,25 +389,26 @@ PLACE_KEYS = frozenset({"devices", "nodes", "global_batch", "time_limit_s", "mem
                         "workers"})
 
 
-def place_tables(model: str, hardware: str, *, devices: int | None = None,
-                 nodes: int | None = None, global_batch: int | None = None,
-                 precision: str | None = None, time_limit_s: float = 30.0,
-                 memory_headroom: float = DEFAULT_MEMORY_HEADROOM, workers: int = 1):
+def place_tables(model: str, hardware: str, *, precision: str | None = None, **keys):
     """The placement of a recommendation model's embedding tables on `devices` (or `nodes`
-    whole nodes) of `hardware`, proven optimal within `time_limit_s` (`planner.search.
-    placement.Placement`, with the model, system and batch as `.model`, `.system`,
-    `.global_batch`). `global_batch` defaults to the model spec's."""
-    import dataclasses
+    whole nodes) of `hardware`, proven optimal within `time_limit_s` (default 30 s;
+    `planner.search.placement.Placement`, with the model, system and batch as `.model`,
+    `.system`, `.global_batch`). `global_batch` defaults to the model spec's; `keys`:
+    devices, nodes, global_batch, time_limit_s, memory_headroom, workers."""
+    return _place_tables(Specs.load(model, hardware, precision), **keys)
 
+
+def _place_tables(specs: Specs, *, devices: int | None = None, nodes: int | None = None,
+                  global_batch: int | None = None, time_limit_s: float = 30.0,
+                  memory_headroom: float = DEFAULT_MEMORY_HEADROOM, workers: int = 1):
     from planner.cost.recommendation import costs
     from planner.search.memory_fit import usable_bytes
     from planner.search.placement import place
 
-    if is_cluster(hardware):
-        raise SpecError(f"hardware: '{hardware}' is a cluster of several pools; a "
+    if specs.is_cluster:
+        raise SpecError(f"hardware: '{specs.hardware_ref}' is a cluster of several pools; a "
                         f"recommendation model's tables are placed on one system")
-    m = load_model(model)
-    system = load_system(hardware)
+    m, system = specs.model, specs.system
     g = system.devices_per_node
     devices = devices_of(devices, nodes, g)
     if devices is None:
@@ -394,8 +424,7 @@ def place_tables(model: str, hardware: str, *, devices: int | None = None,
         raise SpecError(f"global_batch: give --global-batch ('{m.name}' names none)")
     if batch % devices:
         raise SpecError(f"global_batch: {batch} does not split evenly over {devices} devices")
-    prec = enum_value(Precision, precision, "precision") or system.device.default_precision
-    system.device.peak_flops(prec)
+    prec = specs.precision
     cap = usable_bytes(system.device.memory_bytes, check_headroom(memory_headroom))
     c = costs(m, system, prec, devices, batch, cap)
     found = place(c, [t.name for t in m.tables], time_limit_s, workers)
@@ -413,24 +442,24 @@ def is_cluster(hardware: str) -> bool:
 
 
 def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
-                  objective: str = "throughput", seq_len: int | None = None,
-                  optimizer: str | None = None, launch_format: str | None = None, **problem):
+                  seq_len: int | None = None, **problem):
     """The best plan over a cluster of several pools (`planner.search.pools`): a
-    `ClusterSolution` with the best plan of every subset of the pools. Keys of `problem`: the
-    transformer search's (`planner.search.hybrid.Search`); `launch_format` as in `solve`."""
-    from planner.catalog import load_target
+    `ClusterSolution` with the best plan of every subset of the pools. Keys of `problem`:
+    objective, optimizer, launch_format (as in `solve`) and the transformer search's
+    (`planner.search.hybrid.Search`)."""
+    return _solve_cluster(Specs.load(model, hardware, precision, seq_len), **problem)
+
+
+def _solve_cluster(specs: Specs, *, objective: str = "throughput",
+                   optimizer: str | None = None, launch_format: str | None = None, **problem):
     from planner.search.hybrid import Search
     from planner.search.pools import ClusterSolver
-    from planner.spec.transformer import Transformer, with_seq_len
 
-    m = load_model(model)
-    if not isinstance(m, Transformer):
+    if specs.family != "transformer":
         raise SpecError(f"hardware: a cluster of several pools plans transformers; "
-                        f"'{model}' is a {m.kind} model (give one pool's system)")
-    m = with_seq_len(m, seq_len)
-    cluster = load_target(hardware)
-    prec = (enum_value(Precision, precision, "precision")
-            or cluster.pools[0].system.device.default_precision)
+                        f"'{specs.model_ref}' is a {specs.family} model (give one pool's "
+                        f"system)")
+    m, cluster, prec = specs.model, specs.target, specs.precision
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
                 searched=switches.left_to_search(problem, launch_format))
@@ -439,8 +468,7 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
 
 def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:
     """`solve` for a transformer (the former name)."""
-    transformer_setup(model, hardware, None)
-    return solve(model, hardware, **kwargs)
+    return solve(_former(model, hardware, kwargs), **kwargs)
 
 
 @_cli_names("limits")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from planner import switches
-from planner.catalog import load_model, load_system
+from planner.catalog import load_model
 from planner.errors import SpecError
 from planner.plan import choice
 from planner.search.training import Training
@@ -114,33 +114,40 @@ def only_for(family: str, given: dict, keys) -> None:
             raise SpecError(f"{key}: --{cli_flag(key)} applies to {other} models only")
 
 
-@functools.cache
+_BUILT: dict[tuple, DataParallelModel] = {}
+
+
 def build(model: str, hardware: str, precision: str | None = None, optimizer: str = "momentum",
-          bucket_bytes: float | None = None, servers: int = 1,
-          softsync: int | None = None) -> DataParallelModel:
+          bucket_bytes: float | None = None, servers: int = 1, softsync: int | None = None,
+          specs: Specs | None = None) -> DataParallelModel:
     """The symbolic model for a (model, hardware, options) triple (`bucket_bytes`: the
     gradient bucket, default `planner.expr.cnn.DEFAULT_BUCKET_BYTES`; `softsync`: the
-    parameter server's n-softsync, None synchronous); cached per process."""
+    parameter server's n-softsync, None synchronous); cached per process by these arguments.
+    `specs`: the request's specs, already loaded from `model`, `hardware` and `precision`."""
+    key = (model, hardware, precision, optimizer, bucket_bytes, servers, softsync)
+    if key not in _BUILT:
+        _BUILT[key] = _build(specs or Specs.load(model, hardware, precision), optimizer,
+                             bucket_bytes, servers, softsync)
+    return _BUILT[key]
+
+
+def _build(specs: Specs, optimizer, bucket_bytes, servers, softsync) -> DataParallelModel:
     from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
     from planner.expr.memory import Optimizer
-    from planner.spec.cnn import CNN
 
-    cnn = load_model(model)
-    if is_recommendation(model):
-        raise SpecError(f"model: '{model}' is a recommendation model; only `planner solve` "
-                        "plans it (the placement of its tables: give --devices)")
-    if not isinstance(cnn, CNN):
-        raise SpecError(f"model: '{model}' is a transformer; this command covers CNNs (use "
-                        "evaluate or solve with --tp/--pp/--dp for transformers)")
-    system = load_system(hardware)
-    prec = enum_value(Precision, precision, "precision") or system.device.default_precision
-    system.device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
+    if specs.family == "recommendation":
+        raise SpecError(f"model: '{specs.model_ref}' is a recommendation model; only `planner "
+                        "solve` plans it (the placement of its tables: give --devices)")
+    if specs.family != "cnn":
+        raise SpecError(f"model: '{specs.model_ref}' is a transformer; this command covers "
+                        "CNNs (use evaluate or solve with --tp/--pp/--dp for transformers)")
+    prec = specs.precision
     if servers < 1:
         raise SpecError(f"servers: must be a positive integer, got {servers}")
     opts = Options(prec, enum_value(Optimizer, optimizer, "optimizer"),
                    DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes, servers,
                    softsync)
-    return DataParallelModel(cnn, system, opts)
+    return DataParallelModel(specs.model, specs.system, opts)
 
 
 def devices_of(devices: int | None, nodes: int | None, g: int) -> int | None:
@@ -153,33 +160,99 @@ def devices_of(devices: int | None, nodes: int | None, g: int) -> int | None:
     return nodes * g
 
 
-def is_recommendation(model: str) -> bool:
-    from planner.spec.recommendation import Recommendation
+@dataclass(frozen=True)
+class Specs:
+    """What a request names, loaded once: the model (at the trained sequence length when it
+    is a transformer), the hardware target (a system, or a cluster of pools) and the precision
+    given. Every verb, and every output of the command line (the precision and price lines, a
+    launcher form's model), reads these; nothing downstream loads a file again."""
 
-    return isinstance(load_model(model), Recommendation)
+    model_ref: str
+    hardware_ref: str
+    model: Any
+    target: Any  # a `System`, or a `Cluster` of pools
+    given_precision: Precision | None = None
+    seq_len: int | None = None  # as given (applied to a transformer's spec)
+
+    @classmethod
+    def load(cls, model: str, hardware: str, precision: str | None = None,
+             seq_len: int | None = None) -> Specs:
+        """The specs `model` and `hardware` name (built-in names or paths), each loaded once."""
+        from planner.catalog import load_target
+        from planner.spec.transformer import Transformer, with_seq_len
+
+        m = load_model(model)
+        if isinstance(m, Transformer):
+            m = with_seq_len(m, seq_len)
+        return cls(model, hardware, m, load_target(hardware),
+                   enum_value(Precision, precision, "precision"), seq_len)
+
+    @property
+    def family(self) -> str:
+        """"transformer", "cnn" or "recommendation"."""
+        return self.model.kind
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the target is a cluster of several pools (only `solve` plans over it)."""
+        from planner.spec.cluster import Cluster
+
+        return isinstance(self.target, Cluster) and len(self.target.pools) > 1
+
+    @property
+    def pool_nodes(self) -> int | None:
+        """The nodes of a one-pool cluster (None for a system): a search's node budget."""
+        from planner.spec.cluster import Cluster
+
+        if isinstance(self.target, Cluster) and len(self.target.pools) == 1:
+            return self.target.pools[0].nodes
+        return None
+
+    @property
+    def system(self):
+        """The one system (a one-pool cluster's pool); a cluster of several pools is refused
+        (only `solve` and `limits` plan over several kinds of node)."""
+        if self.is_cluster:
+            c = self.target
+            raise SpecError(f"hardware: '{c.name}' is a cluster of {len(c.pools)} pools; only "
+                            f"`planner solve` plans over several kinds of node (give one "
+                            f"pool's system here, e.g. -H {c.pools[0].system.name})")
+        return self.target if self.pool_nodes is None else self.target.pools[0].system
+
+    @property
+    def precision(self) -> Precision:
+        """The precision priced: the one given (checked against the device, one line naming
+        what it offers), else the device's default (a cluster's: its first pool's)."""
+        if self.is_cluster:
+            return self.given_precision or self.target.pools[0].system.device.default_precision
+        device = self.system.device
+        prec = self.given_precision or device.default_precision
+        device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
+        return prec
+
+    def transformer(self):
+        """(model, system, precision) of a transformer request; another family refused."""
+        if self.family == "recommendation":
+            raise SpecError(f"model: '{self.model_ref}' is a recommendation model; only "
+                            "`planner solve` plans it (the placement of its tables: give "
+                            "--devices)")
+        if self.family != "transformer":
+            raise SpecError(f"model: '{self.model_ref}' is not a transformer")
+        return self.model, self.system, self.precision
+
+
+def is_recommendation(model: str) -> bool:
+    return load_model(model).kind == "recommendation"
 
 
 def is_transformer(model: str) -> bool:
-    from planner.spec.transformer import Transformer
-
-    return isinstance(load_model(model), Transformer)
+    return load_model(model).kind == "transformer"
 
 
 def transformer_setup(model: str, hardware: str, precision: str | None,
-                       seq_len: int | None = None):
-    from planner.spec.transformer import Transformer, with_seq_len
-
-    m = load_model(model)
-    if is_recommendation(model):
-        raise SpecError(f"model: '{model}' is a recommendation model; only `planner solve` "
-                        "plans it (the placement of its tables: give --devices)")
-    if not isinstance(m, Transformer):
-        raise SpecError(f"model: '{model}' is not a transformer")
-    m = with_seq_len(m, seq_len)
-    system = load_system(hardware)
-    prec = enum_value(Precision, precision, "precision") or system.device.default_precision
-    system.device.peak_flops(prec)
-    return m, system, prec
+                      seq_len: int | None = None):
+    """(model, system, precision) of a transformer named by reference."""
+    return Specs.load(model, hardware, precision, seq_len).transformer()
 
 
 def training_of(device_price: float | None, critical_batch: float | None,

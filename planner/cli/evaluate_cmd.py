@@ -29,7 +29,7 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 
 
 @click.command()
-@spec_options(formats=PLAN_FORMATS)
+@spec_options(formats=PLAN_FORMATS, loads=True)
 @click.option("--nodes", type=DecimalInt(1, 2**20), help="Nodes.")
 @click.option("--devices", type=DecimalInt(1, 2**23), help="Devices in total (instead of --nodes).")
 @click.option("--devices-per-node", type=DecimalInt(1, 1024),
@@ -43,7 +43,7 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 @cnn_options
 @transformer_options
 @headroom_option
-def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
+def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
              devices_per_node, global_batch, local_batch, collective, batch_file, **hybrid):
     """Predict one data-parallel configuration, or many with --batch.
 
@@ -66,20 +66,20 @@ def evaluate(model, hardware, precision, optimizer, servers, overlap, fmt, nodes
         _evaluate_jsonl(batch_file)
         return
     require(model, hardware)
-    transformer = api.is_transformer(model)
+    transformer = specs.family == "transformer"
     if not transformer:
         reject_transformer_flags(hybrid)
+    hybrid.pop("seq_len", None)  # applied to the model's spec (`specs`)
     family = ({"optimizer": optimizer} if transformer else
               {"collective": collective, "optimizer": optimizer, "servers": servers})
-    ev = api.evaluate(model, hardware, nodes=nodes, devices=devices,
-                      devices_per_node=devices_per_node, global_batch=global_batch,
-                      local_batch=local_batch, overlap=overlap, precision=precision,
+    ev = api.evaluate(specs, nodes=nodes, devices=devices, devices_per_node=devices_per_node,
+                      global_batch=global_batch, local_batch=local_batch, overlap=overlap,
                       **family, **hybrid)
-    used = precision_used(hardware, precision)
+    used = precision_used(specs)
     doc = render.document("evaluate", {"model": model, "hardware": hardware, "precision": used,
                                        **evaluation_doc(ev.plan, ev.prediction)})
     emit(doc, fmt, lambda: evaluation_text(ev.plan, ev.prediction, used),
-         launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
+         launch_target(specs, fmt))
 
 
 MAX_BATCH_BYTES = 64 * 2**20

@@ -27,10 +27,12 @@ def with_options(f, opts: list):
     return f
 
 
-def spec_options(f=None, *, formats=FORMATS):
-    """--model / --hardware and the training options every prediction needs."""
+def spec_options(f=None, *, formats=FORMATS, loads=False):
+    """--model / --hardware and the training options every prediction needs. `loads`: the
+    command takes `specs`, the request's `planner.inputs.Specs` loaded once here (None when
+    --model or --hardware is missing: the command says which)."""
     if f is None:
-        return functools.partial(spec_options, formats=formats)
+        return functools.partial(spec_options, formats=formats, loads=loads)
     opts = [
         click.option("--model", "-m", help="Built-in model name or YAML path (required)."),
         click.option("--hardware", "-H", help="Built-in system name or YAML path (required)."),
@@ -43,20 +45,29 @@ def spec_options(f=None, *, formats=FORMATS):
         click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
-    return with_options(_checks_optimizer(f), opts)
+    return with_options(_checks_optimizer(f, loads), opts)
 
 
-def _checks_optimizer(f):
+def _checks_optimizer(f, loads: bool):
     """`f` refusing --optimizer adafactor / muon for a CNN (its memory model knows SGD,
-    momentum and Adam only)."""
+    momentum and Adam only); given the loaded `specs` when it `loads`."""
 
     @functools.wraps(f)
     def checked(*args, **kw):
-        optimizer, model = kw.get("optimizer"), kw.get("model")
-        if optimizer in ("adafactor", "muon") and model:
-            from planner import api
+        model, hardware = kw.get("model"), kw.get("hardware")
+        specs = None
+        if loads and model and hardware:
+            from planner.inputs import Specs
 
-            if not api.is_transformer(model):
+            specs = kw["specs"] = Specs.load(model, hardware, kw.get("precision"),
+                                             kw.get("seq_len"))
+        elif loads:
+            kw["specs"] = None
+        optimizer = kw.get("optimizer")
+        if optimizer in ("adafactor", "muon") and model:
+            from planner.inputs import is_transformer
+
+            if not (specs.family == "transformer" if specs else is_transformer(model)):
                 raise SpecError(f"optimizer: {optimizer} is priced for transformers only; a "
                                 "CNN takes sgd, momentum or adam")
         return f(*args, **kw)

@@ -27,33 +27,28 @@ def emit(doc: dict, fmt: str, text, target=None) -> None:
         click.echo(text() if callable(text) else text)
 
 
-def launch_target(model: str, hardware: str, precision: str | None, seq_len: int | None,
-                  fmt: str):
+def launch_target(specs, fmt: str):
     """What a launcher form needs beyond the plan (None for the other formats): the transformer
-    spec at the trained sequence length, and the precision the plan was priced at."""
+    spec at the trained sequence length, and the precision the plan was priced at (the
+    request's `planner.inputs.Specs`)."""
     if fmt not in LAUNCH_FORMATS:
         return None
-    from planner.catalog import load_model, load_system
     from planner.launch import Target
-    from planner.spec.transformer import Transformer, with_seq_len
 
-    m = load_model(model)
-    m = with_seq_len(m, seq_len) if isinstance(m, Transformer) else None
-    return Target(m, precision or load_system(hardware).device.default_precision)
+    return Target(specs.model if specs.family == "transformer" else None, specs.precision)
 
 
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
-def precision_used(hardware: str, precision: str | None, warn: bool = True) -> dict:
-    """{"name", "source"}: the precision a plan is priced at and why. A device spec without
-    `default_precision` trains in fp32 (the spec's fallback), which is said here, and on
-    stderr (`warn`) when the device offers a 16-bit format a user would more likely train in."""
-    if precision is not None:
-        return {"name": precision, "source": "--precision"}
-    from planner.catalog import load_system
-
-    device = load_system(hardware).device
+def precision_used(specs, warn: bool = True) -> dict:
+    """{"name", "source"}: the precision a plan of the request (`planner.inputs.Specs`) is
+    priced at and why. A device spec without `default_precision` trains in fp32 (the spec's
+    fallback), which is said here, and on stderr (`warn`) when the device offers a 16-bit
+    format a user would more likely train in."""
+    if specs.given_precision is not None:
+        return {"name": specs.given_precision.value, "source": "--precision"}
+    device = specs.system.device
     if "default_precision" in device.model_fields_set:
         return {"name": device.default_precision.value,
                 "source": f"the default_precision of device '{device.name}'"}
@@ -66,14 +61,12 @@ def precision_used(hardware: str, precision: str | None, warn: bool = True) -> d
                                       "fp32 assumed (--precision to change)"}
 
 
-def price_used(hardware: str, flag: float | None) -> dict | None:
+def price_used(specs, flag: float | None) -> dict | None:
     """{"usd", "source"}: the price per device-hour (the flag, else the device spec's with
     its source), or None when neither gives one."""
     if flag is not None:
         return {"usd": flag, "source": "--price-per-device-hour"}
-    from planner.catalog import load_system
-
-    device = load_system(hardware).device
+    device = specs.system.device
     if device.price_per_hour_usd is None:
         return None
     source = device.sources.get("price")

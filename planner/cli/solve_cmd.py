@@ -30,7 +30,7 @@ from planner.search.objective import Objective
 
 
 @click.command()
-@spec_options(formats=PLAN_FORMATS)
+@spec_options(formats=PLAN_FORMATS, loads=True)
 @click.option("--nodes", type=DecimalInt(1, 2**20), help="Pin the node count.")
 @click.option("--nodes-max", type=DecimalInt(1, 2**20), help="Node budget.")
 @click.option("--devices", type=DecimalInt(1, 2**23), help="Pin the device count.")
@@ -98,7 +98,8 @@ from planner.search.objective import Objective
                    "in hours or days and its cost at the price per GPU-hour, and rank plans "
                    "by that time (--objective token-budget, the default with --tokens). No "
                    "--critical-batch needed: the budget fixes the tokens.")
-def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collective, objective,
+def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, collective,
+          objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
           strategy, stages, prefer_supported, **problem):
@@ -144,15 +145,16 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
-    if api.is_recommendation(model):
-        _solve_recommendation(model, hardware, precision, fmt, problem)
+    if specs.family == "recommendation":
+        _solve_recommendation(specs, fmt, problem)
         return
-    if api.is_cluster(hardware):
-        _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,
-                       optimizer, training, token_budget, pareto, plot_path)
+    if specs.is_cluster:
+        _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
+                       token_budget, pareto, plot_path)
         return
-    transformer = api.is_transformer(model)
+    transformer = specs.family == "transformer"
     if transformer:
+        hybrid.pop("seq_len")  # applied to the model's spec (`specs`)
         if strategy is not None or stages is not None:
             raise SpecError("strategy: --strategy applies to CNN models (transformers search "
                             "tp x pp x dp with the hybrid flags)")
@@ -174,10 +176,10 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     if transformer:  # a launcher form's plan: only the switches it writes are tried
         family.update(prefer_supported=prefer_supported,
                       launch_format=fmt if fmt in LAUNCH_FORMATS else None)
-    sol = api.solve(model, hardware, precision=precision, objective=objective, overlap=overlap,
-                    pareto=pareto, **training, global_batch_range=rng, **problem, **family)
-    used = precision_used(hardware, precision)
-    price = price_used(hardware, price_per_device_hour)
+    sol = api.solve(specs, objective=objective, overlap=overlap, pareto=pareto, **training,
+                    global_batch_range=rng, **problem, **family)
+    used = precision_used(specs)
+    price = price_used(specs, price_per_device_hour)
     tokens = None
     if token_budget is not None:
         tokens = budget_of(token_budget, sol.plan.devices, sol.prediction.tokens_per_s,
@@ -191,7 +193,7 @@ def solve(model, hardware, precision, optimizer, servers, overlap, fmt, collecti
     if plot_path:
         _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
     emit(doc, fmt, lambda: solution_text(sol, used, tokens, price if sol.training else None),
-         launch_target(model, hardware, precision, hybrid.get("seq_len"), fmt))
+         launch_target(specs, fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)
     if getattr(sol, "support", None) is not None:  # a CNN layer split has none
@@ -202,7 +204,7 @@ PLACE_OPTIONS = ("model", "hardware", "precision", "fmt", "devices", "nodes", "g
                  "time_limit_s", "memory_headroom", "workers")
 
 
-def _solve_recommendation(model, hardware, precision, fmt, problem) -> None:
+def _solve_recommendation(specs, fmt, problem) -> None:
     """`solve` for a recommendation model: the proven-optimal placement of its tables."""
     from click.core import ParameterSource
 
@@ -223,8 +225,8 @@ def _solve_recommendation(model, hardware, precision, fmt, problem) -> None:
     keys = {k: problem[k] for k in ("devices", "nodes", "global_batch", "time_limit_s",
                                     "memory_headroom", "workers")
             if problem.get(k) is not None}
-    found = api.place_tables(model, hardware, precision=precision, **keys)
-    doc = render.document("solve", placement_doc(found, hardware))
+    found = api._place_tables(specs, **keys)
+    doc = render.document("solve", placement_doc(found, specs.hardware_ref))
     emit(doc, fmt, lambda: placement_text(doc))
     if found.status != "optimal":
         click.echo(f"planner: note: the time limit stopped the proof; the placement is within "
@@ -232,11 +234,10 @@ def _solve_recommendation(model, hardware, precision, fmt, problem) -> None:
                    f"(CP-SAT's bound)", err=True)
 
 
-def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, problem,
-                   optimizer, training, token_budget, pareto, plot_path) -> None:
+def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
+                   token_budget, pareto, plot_path) -> None:
     """`solve` over a cluster of several pools: the best plan of every subset of pools."""
     from planner import api
-    from planner.catalog import load_target
     from planner.report.cluster import cluster_doc, cluster_text
 
     given = [k for k, v in (("--tokens", token_budget), ("--pareto", pareto or None),
@@ -246,22 +247,20 @@ def _solve_cluster(model, hardware, precision, fmt, objective, rng, hybrid, prob
     if given:
         raise SpecError(f"hardware: {given[0]} is not searched over a cluster of several "
                         f"pools yet (solve ranks its plans by throughput)")
-    seq_len = hybrid.pop("seq_len", None)
-    sol = api.solve_cluster(model, hardware, precision=precision, objective=objective,
-                            seq_len=seq_len, optimizer=optimizer, global_batch_range=rng,
-                            launch_format=fmt if fmt in LAUNCH_FORMATS else None,
-                            **problem, **hybrid)
-    cluster = load_target(hardware)
-    used = precision or cluster.pools[0].system.device.default_precision.value
-    body = {"model": model, "hardware": hardware, "precision": {"name": used},
-            **cluster_doc(sol, cluster)}
+    hybrid.pop("seq_len", None)  # in the specs
+    sol = api._solve_cluster(specs, objective=objective, optimizer=optimizer,
+                             global_batch_range=rng,
+                             launch_format=fmt if fmt in LAUNCH_FORMATS else None,
+                             **problem, **hybrid)
+    cluster, used = specs.target, specs.precision.value
+    body = {"model": specs.model_ref, "hardware": specs.hardware_ref,
+            "precision": {"name": used}, **cluster_doc(sol, cluster)}
     if fmt in LAUNCH_FORMATS:
         from planner.launch import Target
         from planner.launch.pools import cluster_launch
-        from planner.spec.transformer import with_seq_len
 
-        target = Target(with_seq_len(api.load_model(model), seq_len), used)
-        click.echo(cluster_launch(fmt, sol, cluster, target, model))
+        click.echo(cluster_launch(fmt, sol, cluster, Target(specs.model, used),
+                                  specs.model_ref))
         return
     doc = render.document("solve", body)
     emit(doc, fmt, lambda: cluster_text(doc))
