@@ -94,11 +94,11 @@ def _accepted(verb: str) -> frozenset[str]:
     if verb == "evaluate":
         names = _keywords(evaluate.__wrapped__) | set(switches.NAMES) | SPEC_KEYS
     elif verb == "solve":
-        names = (_keywords(solve.__wrapped__) | SPEC_KEYS | _fields(Problem, "collectives", "objective",
-                                                        "training") | _search_fields())
+        names = (_keywords(solve.__wrapped__) | SPEC_KEYS
+                 | _fields(Problem, "collectives", "objective", "training") | _search_fields())
     elif verb == "limits":
         names = (_keywords(limits.__wrapped__) | _keywords(_transformer_limits)
-                 | set(switches.NAMES))
+                 | set(switches.NAMES) | SPEC_KEYS)
     elif verb == "derive":
         names = _accepted("limits") | _keywords(derive.__wrapped__)
     else:  # sweep: its own, the sweep's, a transformer point's search pins, in parallel
@@ -240,7 +240,8 @@ def _cnn(specs: Specs, optimizer: str | None, servers: int | None, softsync: int
     """The CNN's symbolic model of the request (`planner.inputs.build`, kept per process)."""
     prec = specs.given_precision
     return build(specs.model_ref, specs.hardware_ref, prec.value if prec else None,
-                 optimizer or "momentum", servers=servers or 1, softsync=softsync, specs=specs)
+                 optimizer or "momentum", servers=1 if servers is None else servers,
+                 softsync=softsync, specs=specs)
 
 
 def _evaluate_transformer(specs: Specs, *, global_batch, devices, nodes, tp, cp, ep, pp, dp,
@@ -471,10 +472,10 @@ def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:
     return solve(_former(model, hardware, kwargs), **kwargs)
 
 
-@_cli_names("limits")
-def limits(model: str, hardware: str, *, global_batch: int, collective: str = "ring",
-           overlap: bool = True, precision: str | None = None, optimizer: str | None = None,
-           servers: int = 1, local_efficiency: float | None = None,
+@_cli_names("limits", loads=True)
+def limits(specs: Specs, *, global_batch: int, collective: str = "ring",
+           overlap: bool = True, optimizer: str | None = None, servers: int = 1,
+           local_efficiency: float | None = None,
            target_efficiency: float | None = None, at_nodes: float | None = None,
            critical_batch: float | None = None, nodes_max: int | None = None, **hybrid):
     """The derived limits: of data-parallel strong scaling for a CNN (a
@@ -482,7 +483,7 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
     `planner.analysis.transformer_limits.TransformerLimits`, its keys in `hybrid`: tp, pp, dp,
     micro_batch, interleave, recompute, sequence_parallel, zero, schedule, flash_attention,
     seq_len). `.summary()` gives the dict either way."""
-    if is_transformer(model):
+    if specs.family == "transformer":
         only_for("transformer", {"collective": None if collective == "ring" else collective,
                                  "at_nodes": at_nodes, "nodes_max": nodes_max,
                                  "servers": None if servers == 1 else servers},
@@ -490,12 +491,12 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
         if optimizer not in (None, "adam"):
             raise SpecError(f"optimizer: the transformer limits are derived with Adam; use "
                             f"evaluate, solve or sweep for --optimizer {optimizer}")
-        return _transformer_limits(model, hardware, global_batch, overlap, precision,
-                                   local_efficiency, target_efficiency, critical_batch, **hybrid)
-    only_for("cnn", hybrid, TRANSFORMER_ONLY)
+        return _transformer_limits(specs, global_batch, overlap, local_efficiency,
+                                   target_efficiency, critical_batch, **hybrid)
+    only_for("cnn", {**hybrid, "seq_len": specs.seq_len}, TRANSFORMER_ONLY)
     from planner.analysis import cnn_limits as lim
 
-    dp = build(model, hardware, precision, optimizer or "momentum", servers=servers)
+    dp = _cnn(specs, optimizer, servers, None)
     return lim.Limits(
         dp, _enum(Collective, collective, "collective"), overlap, global_batch,
         local_efficiency=local_efficiency or lim.DEFAULT_LOCAL_EFFICIENCY,
@@ -505,11 +506,11 @@ def limits(model: str, hardware: str, *, global_batch: int, collective: str = "r
     )
 
 
-def _transformer_limits(model, hardware, global_batch, overlap, precision, local_efficiency,
+def _transformer_limits(specs: Specs, global_batch, overlap, local_efficiency,
                         target_efficiency, critical_batch, *, tp=None, pp=None, dp=None,
                         micro_batch=None, interleave=None, recompute=None,
-                        sequence_parallel=None, zero=None, schedule=None, seq_len=None,
-                        cp=None, ep=None, etp=None, recompute_layers=None, **switch_values):
+                        sequence_parallel=None, zero=None, schedule=None, cp=None, ep=None,
+                        etp=None, recompute_layers=None, **switch_values):
     from planner.analysis import transformer_limits as tl
     from planner.expr.transformer import RECOMPUTE, SCHEDULES, Choices
 
@@ -533,7 +534,7 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
                         f"--{key.replace('_', '-')} (an even pipeline split, no expert "
                         f"or tp-overlap choices); use evaluate, solve or sweep")
 
-    m, system, prec = transformer_setup(model, hardware, precision, seq_len)
+    m, system, prec = specs.transformer()
     base = tl.DEFAULT_CHOICES
     if recompute is not None and recompute not in RECOMPUTE:
         raise SpecError(f"recompute: unknown value {recompute!r} (allowed: "
@@ -556,14 +557,14 @@ def _transformer_limits(model, hardware, global_batch, overlap, precision, local
         critical_batch=critical_batch)
 
 
-@_cli_names("derive")
-def derive(model: str, hardware: str, *, names: tuple[str, ...] = (),
+@_cli_names("derive", loads=True)
+def derive(specs: Specs, *, names: tuple[str, ...] = (),
            substitute: str | tuple[str, ...] | None = None, **kwargs):
     """The formulas behind `limits` (a list of `planner.formulas.Derived`), only `names`
     (`formula`) when given; `substitute` replaces these symbols (a comma-separated string or
     a tuple, or 'all') by their values, as `planner derive --substitute` does."""
-    lim = limits(model, hardware, **kwargs)
-    if is_transformer(model):
+    lim = limits(specs, **kwargs)
+    if specs.family == "transformer":
         from planner.analysis import transformer_formulas as tf
 
         formulas = tf.derive(lim, tuple(names))

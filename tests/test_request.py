@@ -44,6 +44,10 @@ def loads(monkeypatch):
     ["evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "4", "--global-batch", "256",
      "--format", "json"],
     ["solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--format", "json"],
+    ["limits", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024", "--format", "json"],
+    ["limits", "-m", "gpt2", "-H", "dgx-a100-80gb", "--global-batch", "64", "--seq-len", "512",
+     "--format", "json"],
+    ["derive", "-m", "gpt2", "-H", "dgx-a100-80gb", "--global-batch", "64", "--format", "json"],
 ])
 def test_the_command_line_loads_each_spec_once(run, loads, args):
     code, out, err = run(*args)

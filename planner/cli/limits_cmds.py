@@ -12,10 +12,10 @@ from planner.report import render
 
 
 @click.command()
-@spec_options
+@spec_options(loads=True)
 @limit_options
 @transformer_options
-def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
+def limits(specs, model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     """Derived theoretical limits, computed from the cost expressions (differentiate, solve,
     pick the branch of each max that holds): for a CNN, data-parallel strong scaling over full
     nodes at a fixed global batch; for a transformer, a hybrid plan at a fixed global batch:
@@ -36,29 +36,29 @@ def limits(model, hardware, precision, optimizer, servers, overlap, fmt, **kw):
     from planner.report import limits_text, transformer_limits_text
 
     require(model, hardware)
-    if api.is_cluster(hardware):
-        _cluster_limits(model, hardware, precision, optimizer, overlap, fmt, kw)
+    if specs.is_cluster:
+        _cluster_limits(specs, optimizer, overlap, fmt, kw)
         return
-    lim = api.limits(model, hardware, precision=precision, optimizer=optimizer,
-                     servers=servers, overlap=overlap, **kw)
+    transformer = specs.family == "transformer"
+    if transformer:
+        kw.pop("seq_len")  # applied to the model's spec (`specs`)
+    lim = api.limits(specs, optimizer=optimizer, servers=servers, overlap=overlap, **kw)
     summary = lim.summary()
-    transformer = api.is_transformer(model)
     if not transformer:
         summary["solve"] = _solve_on_this_case(
-            model, hardware, summary, precision=precision, optimizer=optimizer or "momentum",
-            servers=servers, overlap=overlap, global_batch=kw["global_batch"])
+            specs, summary, optimizer=optimizer or "momentum", servers=servers,
+            overlap=overlap, global_batch=kw["global_batch"])
     doc = render.document("limits", {"model": model, "hardware": hardware, **summary})
     emit(doc, fmt, lambda: (transformer_limits_text(summary) if transformer
                             else limits_text(summary)))
 
 
-def _cluster_limits(model, hardware, precision, optimizer, overlap, fmt, kw) -> None:
+def _cluster_limits(specs, optimizer, overlap, fmt, kw) -> None:
     """`limits` over a cluster of several pools: what limits the best plan over the mix (the
     bottleneck pool, the bandwidth between pools it needs to beat the best pool alone, the
     balanced batch shares of replicas) and the best plan of each pool beside it; `solve -H
     CLUSTER` searches the same (`planner.analysis.pools`)."""
     from planner import api
-    from planner.catalog import load_target
     from planner.cli.options import TRANSFORMER_KEYS
     from planner.report.cluster import cluster_doc, limits_doc, limits_text
 
@@ -67,19 +67,16 @@ def _cluster_limits(model, hardware, precision, optimizer, overlap, fmt, kw) -> 
             raise SpecError(f"{key}: --{key.replace('_', '-')} is a limit of one system; over a "
                             f"cluster of several pools limits reports the best mix's")
     hybrid = {k: kw[k] for k in TRANSFORMER_KEYS if kw.get(k) is not None}
-    seq_len = hybrid.pop("seq_len", None)
-    sol = api.solve_cluster(model, hardware, precision=precision, seq_len=seq_len,
-                            optimizer=optimizer, global_batch=kw["global_batch"],
-                            overlap=overlap, **hybrid)
-    cluster = load_target(hardware)
-    used = precision or cluster.pools[0].system.device.default_precision.value
-    body = limits_doc(cluster_doc(sol, cluster))
-    doc = render.document("limits", {"model": model, "hardware": hardware,
-                                     "precision": {"name": used}, **body})
+    hybrid.pop("seq_len", None)  # applied to the model's spec (`specs`)
+    sol = api._solve_cluster(specs, optimizer=optimizer, global_batch=kw["global_batch"],
+                             overlap=overlap, **hybrid)
+    body = limits_doc(cluster_doc(sol, specs.target))
+    doc = render.document("limits", {"model": specs.model_ref, "hardware": specs.hardware_ref,
+                                     "precision": {"name": specs.precision.value}, **body})
     emit(doc, fmt, lambda: limits_text(doc))
 
 
-def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dict:
+def _solve_on_this_case(specs, summary: dict, **case) -> dict:
     """What `planner solve` returns on the case `limits` holds at (a CNN), and why the two
     differ: `limits` treats the node count as continuous on one collective, with the smallest
     efficient local batch as a separate limit; `solve` takes whole nodes whose devices split
@@ -93,7 +90,7 @@ def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dic
 
     def plan(**extra) -> dict | None:
         try:
-            sol = api.solve(model, hardware, **case, **extra)
+            sol = api.solve(specs, **case, **extra)
         except PlannerError:
             return None
         p = sol.plan
@@ -109,7 +106,7 @@ def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dic
 
 
 @click.command()
-@spec_options(formats=["text", "latex", "python", "json"])
+@spec_options(formats=["text", "latex", "python", "json"], loads=True)
 @limit_options
 @transformer_options
 @click.option("--formula", "names", multiple=True,
@@ -121,8 +118,8 @@ def _solve_on_this_case(model: str, hardware: str, summary: dict, **case) -> dic
                    "time_to_train_batch.")
 @click.option("--substitute", default=None,
               help="Comma-separated symbols to replace by their values, or 'all'.")
-def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, substitute,
-           **kw):
+def derive(specs, model, hardware, precision, optimizer, servers, overlap, fmt, names,
+           substitute, **kw):
     """The formulas behind `limits` (iteration time, speed-up, efficiency, memory, optimal
     nodes, max speed-up), with a glossary of symbols, their units and their values here.
 
@@ -141,8 +138,10 @@ def derive(model, hardware, precision, optimizer, servers, overlap, fmt, names, 
     from planner.report import derive_text
 
     require(model, hardware)
-    formulas = api.derive(model, hardware, precision=precision, optimizer=optimizer,
-                          servers=servers, overlap=overlap, names=names, **kw)
+    if specs.family == "transformer":
+        kw.pop("seq_len")  # applied to the model's spec (`specs`)
+    formulas = api.derive(specs, optimizer=optimizer, servers=servers, overlap=overlap,
+                          names=names, **kw)
     if substitute:
         wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
         if wanted is not None:
