@@ -190,7 +190,8 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
              interleave: int | None = None, recompute: str | None = None,
              recompute_layers: int | None = None, sequence_parallel: bool | None = None,
              zero: int | None = None, schedule: str | None = None,
-             memory_headroom: float = DEFAULT_MEMORY_HEADROOM, **switch_values) -> Evaluation:
+             memory_headroom: float = DEFAULT_MEMORY_HEADROOM, launch_format: str | None = None,
+             **switch_values) -> Evaluation:
     """Predict one plan of `model` on `hardware` (names or paths; `precision`, `seq_len` as
     `planner.inputs.Specs.load` takes them). CNNs: data parallel on nodes x
     devices_per_node with a global or local batch and a collective. Transformers: tp x cp x
@@ -199,14 +200,18 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
     the layers of each pipeline chunk recomputed, implying full), sequence parallel (default
     on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule. Keywords
     named as the switches of `planner.switches` (overlap, optimizer, tp_overlap, dp_shard,
-    ...; `planner list switches` lists them) set those; each left out takes its default.
-    The plan fits when it needs at most (1 - memory_headroom) x the device memory."""
+    ...; `planner list switches` lists them) set those; each left out takes its default, or
+    with `launch_format` (megatron, torchtitan, deepspeed) the value that framework always
+    runs (`switches.framework_pins`). The plan fits when it needs at most (1 -
+    memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
-    given = {**{k: v for k, v in locals().items() if k not in ("switch_values", "specs")},
+    given = {**{k: v for k, v in locals().items()
+                if k not in ("switch_values", "specs", "launch_format")},
              "seq_len": specs.seq_len, **switch_values}
     chosen = switches.given(switch_values)
     if specs.family == "transformer":
         only_for("transformer", given, CNN_ONLY)
+        chosen.update(switches.framework_pins(chosen, launch_format, specs.precision.value))
         return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
                                      nodes=nodes, tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
                                      dp=dp, micro_batch=micro_batch or 1,
@@ -348,6 +353,8 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         from planner.search.hybrid import Search
 
         m, system, prec = specs.transformer()
+        # priced as the launcher form's framework runs what it has no flag for
+        problem.update(switches.framework_pins(problem, launch_format, prec.value))
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
@@ -461,6 +468,7 @@ def _solve_cluster(specs: Specs, *, objective: str = "throughput",
                         f"'{specs.model_ref}' is a {specs.family} model (give one pool's "
                         f"system)")
     m, cluster, prec = specs.model, specs.target, specs.precision
+    problem.update(switches.framework_pins(problem, launch_format, prec.value))
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
                 searched=switches.left_to_search(problem, launch_format))

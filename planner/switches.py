@@ -31,7 +31,9 @@ from planner.vocabulary import TRANSFORMER_OPTIMIZERS, Kernels
 
 # how a framework's launcher form treats a switch set away from its default (`Switch.launch`):
 WRITES = "writes"  # the form writes it (its code refuses it where a condition fails)
-AS_DEFAULT = "its default"  # the framework runs so without a flag
+# the framework always runs a bool switch away from planner's default, with no flag to change
+# it: a plan for that form is priced so (`framework_pins`) and the default refused there
+AS_DEFAULT = "its default"
 MODEL_CODE = "model code"  # the framework leaves it to the training script's model code
 # any other text: the form refuses the plan, with that reason; a form not named refuses too
 FRAMEWORK_FORMS = ("megatron", "torchtitan", "deepspeed")
@@ -84,6 +86,10 @@ class Switch:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def spelled(self, on: bool) -> str:
+        """A bool switch's flag for `on` or off."""
+        return self.flag if on else self.off_flag or "--no-" + self.flag[2:]
 
     @property
     def optional(self) -> bool:
@@ -362,10 +368,31 @@ def expressible(s: Switch, form: str | None) -> bool:
 
 def left_to_search(given: dict, form: str | None = None) -> tuple[str, ...]:
     """The switches of `SEARCHED` a request's keywords leave unset (None or absent), less
-    those the launcher form `form` cannot write (they stay off), so that `solve --format FORM`
-    picks the fastest plan the form starts rather than one it refuses."""
+    those the launcher form `form` cannot write (they stay off) or always runs one way
+    (`framework_pins`), so that `solve --format FORM` picks the fastest plan the form starts
+    rather than one it refuses."""
     return tuple(name for name in SEARCHED
-                 if given.get(name) is None and expressible(BY_NAME[name], form))
+                 if given.get(name) is None and expressible(BY_NAME[name], form)
+                 and runs(BY_NAME[name], form) is None)
+
+
+def runs(s: Switch, form: str | None):
+    """The value framework form `form` always runs `s` at (`AS_DEFAULT`: away from planner's
+    default, no flag changing it), else None (the form writes the plan's value, or refuses)."""
+    if form in FRAMEWORK_FORMS and s.launch.get(form) == AS_DEFAULT:
+        return not s.default
+    return None
+
+
+def framework_pins(given: dict, form: str | None, precision: str) -> dict[str, Any]:
+    """The switches a request leaves unset that framework form `form` always runs away from
+    planner's default (`runs`), at that value, where the precision runs them at all
+    (`Switch.precisions`): a plan for that form is priced as the framework runs it
+    (torchtitan's and DeepSpeed's unfused gradient accumulation; Transformer Engine's fp8
+    saved inputs under Megatron-LM)."""
+    return {s.name: value for s in SWITCHES
+            if given.get(s.name) is None and (value := runs(s, form)) is not None
+            and (s.precisions is None or precision in s.precisions)}
 
 
 def checked(obj) -> None:
@@ -424,12 +451,23 @@ def megatron_flags(plan: dict) -> list[str]:
             != s.default for flag in s.megatron_flags]
 
 
-def refuse_unwritten(fmt: str, plan: dict) -> None:
+def refuse_unwritten(fmt: str, plan: dict, precision: str | None = None,
+                     family: str = "transformer") -> None:
     """A framework form refuses a plan with a switch it cannot write: the reason the switch
-    declares, or, where it declares none for the form, that the form does not write it."""
+    declares, or, where it declares none for the form, that the form does not write it; and
+    a plan of `family` priced with a switch at planner's default that the form always runs
+    the other way (`runs`; at a `precision` that runs the switch)."""
     if fmt not in FRAMEWORK_FORMS:
         return  # env, torchrun, slurm: the variables and the script are the user's
     for s in SWITCHES:
+        fixed = runs(s, fmt)
+        if (fixed is not None and family in s.families
+                and plan.get(s.name, s.default) != fixed
+                and (s.precisions is None or precision in s.precisions)):
+            raise SpecError(f"format: {fmt} always runs {s.spelled(fixed)}, and the plan is "
+                            f"priced with {s.spelled(not fixed)}; leave it unset with --format "
+                            f"{fmt} (priced as {fmt} runs it), or use --format env, slurm or "
+                            f"torchrun to start your own script")
         value = plan.get(s.name)
         if value is None or value == s.json(s.default) or value in s.launch_default:
             continue
@@ -445,7 +483,7 @@ def markdown_table() -> str:
             "DeepSpeed forms |", "|---|---|---|---|---|---|"]
     for s in SWITCHES:
         if s.kind is bool:
-            flag = f"`{s.flag}/{s.off_flag or '--no-' + s.flag[2:]}`"
+            flag = f"`{s.flag}/{s.spelled(False)}`"
         elif s.kind in (int, float):
             flag = f"`{s.flag} {'N' if s.kind is int else 'F'}`"
         else:

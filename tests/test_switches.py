@@ -164,7 +164,7 @@ def _form(fmt: str, changes: dict) -> str:
 
     args = {**BASES[fmt], **changes}
     model, hardware = args.pop("model"), args.pop("hardware")
-    ev = api.evaluate(model, hardware, **args)
+    ev = api.evaluate(model, hardware, launch_format=fmt, **args)
     doc = json.loads(json.dumps({"model": model, "hardware": hardware,
                                  **evaluation_doc(ev.plan, ev.prediction)}, default=str))
     m = load_model(model)
@@ -208,6 +208,49 @@ def test_each_form_writes_runs_or_refuses_each_switch(fmt, name):
         return [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
 
     assert (written(out) != written(base)) == (how == switches.WRITES), (name, fmt)
+
+
+@pytest.mark.parametrize("fmt, name, precision", [
+    ("torchtitan", "grad_accumulation_fusion", "bf16"),
+    ("deepspeed", "grad_accumulation_fusion", "bf16"),
+    ("megatron", "fp8_activations", "fp8"),
+])
+def test_a_form_prices_what_its_framework_always_runs_and_refuses_the_other(fmt, name,
+                                                                             precision):
+    """A switch a framework always runs one way (no flag changes it: `switches.AS_DEFAULT`)
+    is priced that way for that form when left unset, and the other value is refused there
+    rather than written as if the framework ran it."""
+    from planner.errors import SpecError
+    from planner.launch import render_launch
+    from planner.launch.common import Target
+    from planner.report import evaluation_doc
+
+    s = switches.BY_NAME[name]
+    fixed = switches.runs(s, fmt)
+    assert fixed is (not s.default)
+    args = {**BASES[fmt], "precision": precision}
+    model, hardware = args.pop("model"), args.pop("hardware")
+    framework = api.evaluate(model, hardware, launch_format=fmt, **args)
+    assert getattr(framework.plan, name) is fixed
+    assert framework.prediction == api.evaluate(model, hardware, **args, **{name: fixed}).prediction
+    other = api.evaluate(model, hardware, **args, **{name: not fixed})
+    assert other.prediction != framework.prediction
+    doc = json.loads(json.dumps({"model": model, "hardware": hardware,
+                                 **evaluation_doc(other.plan, other.prediction)}, default=str))
+    with pytest.raises(SpecError, match=f"format: {fmt} always runs {s.spelled(fixed)}"):
+        render_launch(fmt, doc, Target(api.load_model(model), precision))
+
+
+def test_solve_for_a_form_searches_what_its_framework_runs(run):
+    """`solve --format torchtitan` prices torchtitan's unfused gradient accumulation on every
+    plan it searches: its pick is the search pinned so, and it writes that plan."""
+    args = ["-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch", "64"]
+    pinned = api.solve("llama3-8b", "dgx-h100", devices=16, global_batch=64,
+                       grad_accumulation_fusion=False)
+    code, out, err = run("solve", *args, "--format", "torchtitan")
+    assert code == 0, err
+    assert f"predicted iteration time {pinned.prediction.iteration_time_s:.6g} s" in out
+    assert "gradient accumulation unfused" in out
 
 
 def test_unfused_gradient_accumulation_moves_two_gradient_widths_per_weight_per_micro_batch():

@@ -18,7 +18,7 @@ from planner.cli.options import (
     transformer_options,
 )
 from planner.cli.output import emit, launch_target, precision_used
-from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt
+from planner.cli.params import COLLECTIVES, LAUNCH_FORMATS, PLAN_FORMATS, DecimalInt
 from planner.errors import PlannerError, SpecError
 from planner.report import render
 from planner.spec.numbers import loads_json
@@ -70,7 +70,8 @@ def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt
     if not transformer:
         reject_transformer_flags(hybrid)
     hybrid.pop("seq_len", None)  # applied to the model's spec (`specs`)
-    family = ({"optimizer": optimizer} if transformer else
+    family = ({"optimizer": optimizer,
+               "launch_format": fmt if fmt in LAUNCH_FORMATS else None} if transformer else
               {"collective": collective, "optimizer": optimizer, "servers": servers})
     ev = api.evaluate(specs, nodes=nodes, devices=devices, devices_per_node=devices_per_node,
                       global_batch=global_batch, local_batch=local_batch, overlap=overlap,

@@ -92,7 +92,7 @@ def switch_option(s: switches.Switch):
     bool every family shares (--overlap), which always has its value."""
     if s.kind is bool:
         shared = len(s.families) > 1
-        return click.option(f"{s.flag}/{s.off_flag or '--no-' + s.flag[2:]}", s.name,
+        return click.option(f"{s.flag}/{s.spelled(False)}", s.name,
                             default=s.default if shared else None, show_default=shared,
                             help=_help(s, None if shared else "on" if s.default else "off"))
     kind = (DecimalInt(int(s.low), int(s.high)) if s.kind is int

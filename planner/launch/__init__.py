@@ -63,5 +63,7 @@ def render_launch(fmt: str, doc: dict, target: Target | None = None) -> str:
     check_fits(doc)
     target = target or Target()
     plan = normalise(doc["config"])
-    switches.refuse_unwritten(fmt, plan)  # what the form cannot write, as each switch declares
+    # what the form cannot write or runs otherwise, as each switch declares
+    switches.refuse_unwritten(fmt, plan, target.precision,
+                              "cnn" if target.model is None else "transformer")
     return FORMS[fmt](doc, plan, target)

@@ -8,6 +8,7 @@ upstream names here: each form's module says which commit its flags / keys were 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 from planner import switches
 
@@ -87,6 +88,12 @@ def summary(doc: dict, plan: dict) -> list[str]:
              f"batch {plan['global_batch']}"]
     if "iteration_time_s" in pred:
         lines.append(f"predicted iteration time {pred['iteration_time_s']:.6g} s")
+    if "tp" in plan:  # the switches it was priced with (a form's framework defaults among them)
+        view = SimpleNamespace(**{s.name: plan.get(s.name, s.default) for s in switches.SWITCHES},
+                               interleave=plan.get("interleave", 1), dp=plan["dp"])
+        options = switches.describe(view)
+        if options:
+            lines.append(f"priced with: {', '.join(options)}")
     if pred.get("time_to_train_s") is not None:
         ttt = pred["time_to_train_s"]
         lines.append(f"predicted time to train {ttt / 86400:.3g} days ({ttt / 3600:.4g} h)")
