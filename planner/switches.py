@@ -33,7 +33,7 @@ from planner.vocabulary import TRANSFORMER_OPTIMIZERS, Kernels
 WRITES = "writes"  # the form writes it (its code refuses it where a condition fails)
 # the framework always runs a bool switch away from planner's default, with no flag to change
 # it: a plan for that form is priced so (`framework_pins`) and the default refused there
-AS_DEFAULT = "its default"
+AS_DEFAULT = "always runs it"
 MODEL_CODE = "model code"  # the framework leaves it to the training script's model code
 # any other text: the form refuses the plan, with that reason; a form not named refuses too
 FRAMEWORK_FORMS = ("megatron", "torchtitan", "deepspeed")
