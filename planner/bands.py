@@ -66,13 +66,17 @@ def scale_class(devices: int) -> str:
 
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
-             devices: int = 1, replicas: int | None = None) -> dict:
+             devices: int = 1, replicas: int | None = None, hsdp: bool = False) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
     gradient buffer, Megatron-LM's distributed optimizer being ZeRO 1) over `replicas` ranks
-    holding the same weights (one: nothing is sharded, whatever the stage)."""
+    holding the same weights (one: nothing is sharded, whatever the stage); `hsdp`: the state
+    sharded over groups of them, the groups replicating (no calibration run does)."""
     sharded = replicas is None or replicas > 1
+    if hsdp and sharded:
+        return {**features(model, device_name, precision, 0, devices, 1),
+                "sharding": "hybrid sharded"}
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
@@ -141,6 +145,8 @@ def _band(feat: dict, rows) -> Band:
             if feat["sharding"] == "weights sharded"
             else "a plan with sharded gradients (ZeRO-2: Megatron-FSDP optim_grads, DeepSpeed "
                  "stage 2)" if feat["sharding"] == "gradients sharded"
+            else "a plan with hybrid sharding (HSDP: ZeRO inside groups of replicas)"
+            if feat["sharding"] == "hybrid sharded"
             else f"{feat['family']} systems")
     return Band(None, None, 0, None,
                 f"not covered: no calibration run of {what}; the prediction rests on terms "

@@ -100,6 +100,8 @@ class Plan:
             raise SpecError(f"ep: etp({self.etp}) x ep({self.ep}) = {expert} does not divide "
                             f"tp({self.tp}) x cp({self.cp}) x dp({self.dp}) = {dense} (the "
                             f"expert grid is folded over the same ranks)")
+        if self.dp_shard == 0:  # ZeRO over all the replicas: no hybrid sharding
+            set_(self, "dp_shard", None)
         if self.dp_shard is not None:
             check_dp_shard(self.dp_shard, self.zero)
             if not hsdp_fits_experts(self.tp, self.cp, self.dp_shard, self.ep, self.etp):

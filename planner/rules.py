@@ -62,7 +62,7 @@ RULES: tuple[Rule, ...] = (
          lambda r, x: f"the interleaved schedule needs the {r.acc} micro-batches per iteration "
                    f"to be a multiple of pp({r.p})"),
     # HSDP's shard groups tile the data-parallel replicas
-    Rule("dp_shard", frozenset({"d"}), lambda m, x: x.dp_shard is not None,
+    Rule("dp_shard", frozenset({"d"}), lambda m, x: bool(x.dp_shard),
          lambda r, x: r.d % x.dp_shard == 0,
          lambda r, x: f"{x.dp_shard} replicas per shard group do not divide dp({r.d})"),
 )

@@ -82,6 +82,9 @@ class Switch:
     # switches it is not priced with: a plan with both on is refused (`check_exclusions`),
     # and the search keeps it off where a request pins one of them on
     excluded_by: tuple[str, ...] = ()
+    # a count the cost model takes as a plan argument (its expressions are the same for every
+    # value, so one program prices them all): a choice holds only whether it is set
+    argument: bool = False
 
     @property
     def flag(self) -> str:
@@ -111,7 +114,8 @@ class Switch:
         if self.kind is int:
             if (isinstance(value, bool) or not isinstance(value, int)
                     or not self.low <= value <= self.high):
-                raise SpecError(f"{self.name}: must be a positive integer"
+                raise SpecError(f"{self.name}: must be a "
+                                f"{'non-negative' if self.low == 0 else 'positive'} integer"
                                 f"{f' up to {self.high:,}' if self.high else ''}, got {value!r}")
             return value
         if self.kind is float:
@@ -220,9 +224,12 @@ SWITCHES: tuple[Switch, ...] = (
            label=lambda value, plan: "eager kernels" if value == Kernels.eager else None,
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": MODEL_CODE}),
     Switch("dp_shard", None, "hybrid sharding (HSDP): ZeRO over groups of N data-parallel "
-           "replicas, the groups replicating [default: all dp]",
+           "replicas, the groups replicating (0: over all dp) [default: solve tries all dp "
+           "and groups inside one scale-up domain]",
            "--num-distributed-optimizer-instances, torchtitan data_parallel_shard_degree",
-           kind=int, low=1, high=2**23, with_zero=True,
+           kind=int, low=0, high=2**23, with_zero=True, argument=True,
+           solve="searched with ZeRO: all dp, or groups inside one scale-up domain (pin N, "
+                 "or 0 for all dp)", searched=True, applies=lambda st, ch: ch("zero") >= 1,
            label=lambda value, plan: (f"ZeRO over groups of {value} replicas (HSDP)"
                                       if value and value < plan.dp else None),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
@@ -341,6 +348,9 @@ TRANSFORMER_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES
                                           if s.families == ("transformer",))
 # the switches `solve` chooses per plan where the request leaves them unset
 SEARCHED: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.searched)
+# of those, the on / off choices a search row carries (a plan argument such as dp_shard is a
+# column of its own: `planner.search.hybrid`)
+PER_ROW: tuple[str, ...] = tuple(n for n in SEARCHED if not BY_NAME[n].argument)
 # the switches only CNN plans take (a transformer request naming one is refused)
 CNN_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.families == ("cnn",))
 

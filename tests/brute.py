@@ -17,10 +17,11 @@ from planner.spec.hardware import Precision
 
 
 def fastest_fitting(m, system, global_batch: int, budget: int, splits,
-                    precision=Precision.bf16, **pins) -> float:
+                    precision=Precision.bf16, zeros=(2, 3), **pins) -> float:
     """The iteration time of the fastest plan that fits memory, over `splits` (dicts with t,
     p, d, mb and any other Plan keywords such as cp, ep, etp) crossed with every recompute
-    and ZeRO 2 / 3 (what the search offers unpinned); `pins` go to every plan. Partial
+    and ZeRO 2 / 3 (what the search offers unpinned; `zeros` to pin one); `pins` go to every
+    plan. Partial
     recomputation tries every layer count short of a whole chunk (where no recomputation
     does not fit: where it does, it is faster than any recomputation). Plans the model or
     the plan rules refuse are skipped."""
@@ -30,7 +31,7 @@ def fastest_fitting(m, system, global_batch: int, budget: int, splits,
         extra = {k: v for k, v in split.items() if k not in ("t", "p", "d", "mb")}
         if t * extra.get("cp", 1) * p * d > budget or global_batch % (d * mb):
             continue
-        for zero in (2, 3):
+        for zero in zeros:
             args = dict(t=t, p=p, d=d, mb=mb, zero=zero, **extra, **pins)
             plans += [x for x in (_plan(m, system, global_batch, r, args)
                                   for r in ("none", "selective", "full")) if x]

@@ -75,7 +75,7 @@ def test_the_cost_program_prices_a_plan_alike_at_a_point_and_in_a_table(choices)
     """Each output of gpt2's program at one plan equals the same plan priced among others."""
     hw = Hardware.of(load_system("dgx-a100-80gb"), Precision.bf16)
     prog = program(load_model("gpt2"), hw, (choices,))
-    plan = [2.0, 2.0, 4.0, 1.0, 8.0, 1.0, 1.0, 1.0, 2.0, 1.0]
+    plan = [2.0, 2.0, 4.0, 1.0, 8.0, 1.0, 1.0, 1.0, 2.0, 1.0, 1.0]
     point = prog(*plan)
     table = prog(*(np.array([x, 1.0]) for x in plan))
     for name, value in point.items():

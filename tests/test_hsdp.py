@@ -87,11 +87,19 @@ def test_zero3_gathers_inside_a_node_skip_the_ring_steps_between_nodes():
 @pytest.mark.parametrize("over, message", [
     ({"zero": 0, "dp_shard": 8}, "needs ZeRO"),
     ({"zero": 1, "dp_shard": 5}, "do not divide dp"),
-    ({"zero": 1, "dp_shard": 0}, "positive integer"),
+    ({"zero": 1, "dp_shard": -1}, "must be a non-negative integer"),
 ])
 def test_hsdp_refuses_what_it_cannot_be(over, message):
     with pytest.raises(SpecError, match=message):
         _eval(**over)
+
+
+def test_dp_shard_zero_is_zero_over_every_replica():
+    """0 pins hybrid sharding off (solve then does not try it): the plan of plain ZeRO."""
+    off = _eval(zero=1, dp_shard=0)
+    assert off.iteration_time_s == _eval(zero=1).iteration_time_s
+    ev = api.evaluate("llama3-8b", "dgx-h100", **LLAMA, zero=1, dp_shard=0)
+    assert ev.plan.dp_shard is None
 
 
 def test_launchers_write_instances_replicate_degrees_and_mics(run):
@@ -173,3 +181,55 @@ def test_search_with_hsdp_on_moe_keeps_to_plans_the_expert_grid_allows():
     with pytest.raises(SpecError, match="expert data-parallel"):
         Plan.split(1, 1, 8, 1, 16, node_size=8, ep=4, zero=1, dp_shard=2)
     Plan.split(1, 1, 8, 1, 16, node_size=8, ep=2, zero=1, dp_shard=2)
+
+
+def _shard_groups(system, t: int, p: int, cp: int, d: int) -> list[int]:
+    """The shard groups beside all d that the search tries, enumerated here on their own:
+    z replicas span z t cp p consecutive ranks, at most one scale-up domain; z a power of
+    two or the most that fit, dividing d, 1 < z < d."""
+    u = system.devices_per_scale_up_domain or system.devices_per_node
+    most = max(1, u // (t * cp * p))
+    tries = {2**j for j in range(1, most.bit_length())} | {most}
+    return [z for z in sorted(tries) if 1 < z < d and d % z == 0]
+
+
+@pytest.mark.slow
+def test_the_search_tries_hybrid_sharding_as_brute_force_does():
+    """With --dp-shard free, the search's pick is the fastest of every plan without hybrid
+    sharding and every plan with each shard group inside a scale-up domain (brute force
+    over the plans `Plan` accepts, priced one pin at a time). At ZeRO 3 a hybrid plan wins
+    (16 micro-batches' gathers inside a node); with the stage free, plain ZeRO 2 does."""
+    m, system = load_model("llama3-8b"), load_system("dgx-h100")
+    B, budget = 512, 32
+    splits = [{"t": t, "p": p, "d": d, "mb": mb} for t, p, d, mb in itertools.product(
+        (1, 2, 4, 8), (1, 2, 4), (4, 8, 16, 32), (1, 2, 4, 8))]
+    for zeros, hybrid_wins in (((3,), True), ((2, 3), False)):
+        plain = fastest_fitting(m, system, B, budget, splits, zeros=zeros)
+        hybrid = min(fastest_fitting(m, system, B, budget, [s], zeros=zeros, dp_shard=z)
+                     for s in splits for z in _shard_groups(system, s["t"], s["p"], 1, s["d"]))
+        assert (hybrid < plain) == hybrid_wins
+        sol = HybridSolver(m, system, Precision.bf16,
+                           Search(global_batch=B, devices_max=budget, interleave=1, cp=1,
+                                  zero=zeros[0] if len(zeros) == 1 else None,
+                                  searched=("dp_shard",))).solve()
+        assert sol.status == "optimal"
+        assert math.isclose(sol.prediction.iteration_time_s, min(plain, hybrid), rel_tol=1e-12)
+        assert (sol.plan.dp_shard is not None) == hybrid_wins
+
+
+def test_solve_picks_hybrid_sharding_where_it_is_faster_and_names_it_uncovered():
+    """ZeRO-3 over 32 H100 with 16 micro-batches a step: the weights gathered twice per
+    micro-batch inside groups of 4 replicas (NVLink) beat gathering them over the NICs, and
+    `solve` picks HSDP; `--dp-shard 0` keeps ZeRO over all replicas, slower. No calibration
+    run shards so: its band says it is not covered."""
+    args = dict(devices=32, global_batch=512, zero=3, precision="bf16")
+    free = api.solve("llama3-8b", "dgx-h100", **args)
+    whole = api.solve("llama3-8b", "dgx-h100", dp_shard=0, **args)
+    assert free.plan.dp_shard is not None and 1 < free.plan.dp_shard < free.plan.dp
+    assert whole.plan.dp_shard is None
+    assert free.prediction.iteration_time_s < whole.prediction.iteration_time_s
+    pinned = api.evaluate("llama3-8b", "dgx-h100", **args, tp=free.plan.tp, pp=free.plan.pp,
+                          micro_batch=free.plan.micro_batch, dp_shard=free.plan.dp_shard)
+    assert pinned.prediction.iteration_time_s == free.prediction.iteration_time_s
+    assert "hybrid sharding" in free.prediction.time_band["note"]
+    assert "low_s" not in free.prediction.time_band

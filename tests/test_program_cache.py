@@ -25,7 +25,7 @@ from planner.spec.hardware import Precision
 M = load_model("gpt2")
 HW = Hardware.of(load_system("dgx-a100-80gb"), Precision.bf16)
 CHOICES = (Choices(recompute="selective", sequence_parallel=True, zero=1),)
-ARGS = [np.array([1.0, 2.0]), 2.0, 4.0, 1.0, 8.0, 1.0, 1.0, 1.0, np.array([1.0, 2.0]), 1.0]
+ARGS = [np.array([1.0, 2.0]), 2.0, 4.0, 1.0, 8.0, 1.0, 1.0, 1.0, np.array([1.0, 2.0]), 1.0, 1.0]
 
 
 @pytest.fixture

@@ -108,7 +108,7 @@ class TransformerLimits:
         b = plan.get("b", self.b)
         m = plan.get("m", self.B / (d * b))
         out = program(self.model, self.hw, (choices or self.choices,))(
-            t, p, d, b, m, plan.get("v", self.v), 1, 1, t, 1)  # cp = ep = 1, etp = tp
+            t, p, d, b, m, plan.get("v", self.v), 1, 1, t, 1, 1)  # cp = ep = 1, etp = tp
         return {k.split("/", 1)[1]: v for k, v in out.items()}
 
     def whole_node(self, devices: np.ndarray) -> np.ndarray:
@@ -168,7 +168,7 @@ class TransformerLimits:
                 S.Psi, S.Psi_t, S.delta, S.ell]
         prog = Program({k: ex.aggregates[k] for k in keys}, PLAN_SYMBOLS)
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,
-                                                         self.v, 1, 1, 1, 1).items()}
+                                                         self.v, 1, 1, 1, 1, 1).items()}
         out[S.r] = float(max(self.hw.scale_up // (self.tp * self.pp), 1))
         out[S.sigma] = self.hw.overlap_slowdown
         return {**out, S.B: self.B, S.b: self.b, S.p: self.pp, S.v: self.v, S.t: self.tp}
@@ -277,10 +277,10 @@ class TransformerLimits:
         f = Program({"tau": tau}, PLAN_SYMBOLS)
         big = 2.0**30
         t_big, t_2big = (float(np.asarray(f(self.tp, self.pp, 1, x, 1, self.v, 1, 1, 1,
-                                            1)["tau"])) for x in (big, 2 * big))
+                                            1, 1)["tau"])) for x in (big, 2 * big))
         rate = (t_2big - t_big) / big  # seconds per sequence at large micro-batches
         bs = np.arange(1, self.B + 1, dtype=float)
-        taus = np.asarray(f(self.tp, self.pp, 1, bs, 1, self.v, 1, 1, 1, 1)["tau"], dtype=float)
+        taus = np.asarray(f(self.tp, self.pp, 1, bs, 1, self.v, 1, 1, 1, 1, 1)["tau"], dtype=float)
         ok = rate * bs / taus >= self.local_efficiency
         return int(bs[np.argmax(ok)]) if ok.any() else self.B
 
@@ -339,7 +339,7 @@ class TransformerLimits:
         prog = Program(dict(self.expressions.aggregates), PLAN_SYMBOLS)
         m = self.B / (self.dp * self.b)
         values = {k: float(np.asarray(x)) for k, x in
-                  prog(self.tp, self.pp, self.dp, self.b, m, self.v, 1, 1, 1, 1).items()}
+                  prog(self.tp, self.pp, self.dp, self.b, m, self.v, 1, 1, 1, 1, 1).items()}
         return {**values, S.t: self.tp, S.p: self.pp, S.d: self.dp, S.b: self.b, S.m: m,
                 S.v: self.v, S.B: self.B}
 

@@ -20,14 +20,16 @@ from planner.spec.transformer import Transformer
 __all__ = ["OUTPUTS", "PARTIAL", "RECOMPUTE", "SCHEDULES", "Hardware", "activation_bytes_per_layer",
            "hardware_flops_per_sequence", "iteration"]
 
-_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl")  # PLAN_SYMBOLS order
+# PLAN_SYMBOLS order; "ds": the replicas of a ZeRO shard group under HSDP (a switch the cost
+# model takes as a plan argument, `Switch.argument`: the dp_shard value where it is one number)
+_NUMERIC = ("t", "p", "d", "mb", "acc", "v", "cp", "ep", "etp", "rl", "ds")
 # the recompute codes: RECOMPUTE's three, and full recomputation of the first rl layers of
 # each pipeline chunk (partial)
 PARTIAL = len(RECOMPUTE)
 _CATEGORICAL = ("recompute", "sp", "zero", "gpipe")
 # the switches a row may set for itself (the search chooses them per row), overriding the
 # shared value: the key names the switch
-_PER_ROW = switches.SEARCHED
+_PER_ROW = switches.PER_ROW
 _KEYS = {*_NUMERIC, *_CATEGORICAL, *switches.NAMES}
 
 
@@ -148,13 +150,18 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     the search asks for time and memory only).
 
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
-    rl (layers of each chunk recomputed by the PARTIAL rows; default 1), recompute (0/1/2 as
+    rl (layers of each chunk recomputed by the PARTIAL rows; default 1), ds (the replicas of
+    a ZeRO shard group where dp_shard is on per row; default the dp_shard given), recompute
+    (0/1/2 as
     RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars named as the switches of
     `planner.switches` (each its default when left out), shared by every row, except that
-    those of `planner.switches.SEARCHED` may be arrays too (0/1 per row: the search chooses
+    those of `planner.switches.PER_ROW` may be arrays too (0/1 per row: the search chooses
     them)."""
-    # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism)
-    nums = [np.asarray(cfg.get(k, cfg["t"] if k == "etp" else 1), dtype=float) for k in _NUMERIC]
+    # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism); ds to a
+    # dp_shard given as one number
+    given = {"etp": cfg["t"], "ds": cfg.get("dp_shard") if np.ndim(cfg.get("dp_shard")) == 0
+             and cfg.get("dp_shard") else 1}
+    nums = [np.asarray(cfg.get(k, given.get(k, 1)), dtype=float) for k in _NUMERIC]
     names = tuple(k for k in _PER_ROW if k in cfg and np.ndim(cfg[k]))
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in (*_CATEGORICAL, *names)))
     unknown = set(cfg) - _KEYS

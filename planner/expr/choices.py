@@ -45,6 +45,8 @@ class Choices:
             value = s.cost(getattr(self, s.name))
             if s.with_zero and not self.zero:  # no ZeRO state to shard or gather
                 value = s.cost(s.default)
+            if s.argument and value is not None:  # its value is a plan argument: on or off
+                value = True
             set_(self, s.name, value)
         set_(self, "optimizer", self.optimizer or "adam")  # a transformer's default
 

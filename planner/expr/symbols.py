@@ -45,6 +45,8 @@ e_p = sp.Symbol("e_p", positive=True)  # expert-parallel ranks (the experts spli
 e_t = sp.Symbol("e_t", positive=True)  # expert tensor-parallel ranks (each expert split e_t ways)
 # with partial recomputation: the first n_r layers of each pipeline chunk recomputed
 n_r = sp.Symbol("n_r", positive=True)
+# with hybrid sharding (HSDP): the data-parallel replicas of one ZeRO shard group
+d_s = sp.Symbol("d_s", positive=True)
 
 # Aggregates of one transformer iteration: `derive` and `limits` write its time and memory in
 # them (planner/expr/transformer.py gives each its expression in the plan symbols)
@@ -116,6 +118,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
                  "devices"),
     n_r: Meaning("layers of each pipeline chunk recomputed (partial recomputation: "
                  "Megatron-LM's block method)", "layers"),
+    d_s: Meaning("data-parallel replicas of one ZeRO / FSDP shard group under hybrid sharding "
+                 "(HSDP: --dp-shard)", "replicas"),
     tau: Meaning("time of one micro-batch through the slowest pipeline stage (forward, "
                  "backward, recompute, tensor-parallel collectives)", "s"),
     tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),

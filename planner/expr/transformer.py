@@ -94,7 +94,7 @@ __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "Tran
 # sec. 4-5: next to nothing per parameter), Muon one momentum (Jordan et al. 2024)
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2, "adafactor": 0, "muon": 1}
 ADAM_STATE_BYTES = {True: 12, False: 8}  # keyed by "mixed precision"
-PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t, S.n_r)
+PLAN_SYMBOLS = (t, p, d, b, m, v, c_p, e_p, e_t, S.n_r, S.d_s)
 
 
 class TransformerExpressions(LayerCosts):
@@ -390,8 +390,8 @@ class TransformerExpressions(LayerCosts):
             S.A_act: acts,
             S.sigma: hw.overlap_slowdown,
         }
-        if c.dp_shard:  # HSDP: the shard group is dp_shard replicas' c_p ranks each
-            self.aggregates[S.z] = c.dp_shard * self.cp
+        if c.dp_shard:  # HSDP: the shard group is d_s replicas' c_p ranks each
+            self.aggregates[S.z] = S.d_s * self.cp
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
         whole = lambda form: substitute(form, {**self.aggregates, d: d * self.cp})  # noqa: E731
@@ -403,7 +403,7 @@ class TransformerExpressions(LayerCosts):
             # the same experts (Megatron's expert-data-parallel group), not over d c_p: the
             # forms shard every parameter d c_p ways, so add what differs (0 at e_t e_p = t)
             # (with HSDP both groups shrink by the d / dp_shard replicating groups)
-            group = (c.dp_shard or d) * self.cp
+            group = (S.d_s if c.dp_shard else d) * self.cp
             return (expert_state * per_param * (self.etp * ep / t - 1) / group
                     if c.zero >= stage else sp.Integer(0))
 

@@ -44,6 +44,7 @@ from planner.plan import (
     check_lora,
     check_pins,
     check_recompute_layers,
+    hsdp_fits_experts,
     largest_chunk,
     stage_layers,
 )
@@ -62,13 +63,14 @@ MAX_ROWS = 20_000_000
 # a priced row of the search: the structure (`hybrid_space.structures`), the global batch, the
 # per-row choices of `hybrid_space.choices` (recompute as RECOMPUTE's index or PARTIAL,
 # sequence parallelism, ZeRO, GPipe, the searched switches) and, for PARTIAL rows, the layers
-# of each chunk recomputed (0 otherwise); `cover`: a ZeRO 2 row whose memory at ZeRO 1 fits
-# (its ZeRO 1 twin is a covered plan at the same time: `HybridSolver.covered`)
+# of each chunk recomputed (0 otherwise); `ds`: the replicas of a ZeRO shard group with hybrid
+# sharding (HSDP; 0: all of them); `cover`: a ZeRO 2 row without HSDP whose memory at ZeRO 1
+# fits (its ZeRO 1 twin is a covered plan at the same time: `HybridSolver.covered`)
 STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
-CHOICE = ("rec", "sp", "zero", "gpipe", *switches.SEARCHED)
+CHOICE = ("rec", "sp", "zero", "gpipe", *switches.PER_ROW)
 assert all(switches.BY_NAME[n].applies for n in switches.SEARCHED), \
     "a searched switch needs its `applies` rule"
-COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl", "cover")
+COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl", "ds", "cover")
 ROW = np.dtype([(k, np.int64) for k in COLUMNS])
 # what the search prices per row: the memory with the gradients whole tells which ZeRO 2 rows
 # have a covered ZeRO 1 twin
@@ -149,7 +151,9 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
         time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
-                                            plan.devices, replicas=plan.dp * plan.cp))
+                                            plan.devices, replicas=plan.dp * plan.cp,
+                                            hsdp=plan.dp_shard is not None
+                                            and plan.dp_shard < plan.dp))
         .to_json(t_iter),
     )
 
@@ -193,7 +197,7 @@ class HybridSolver:
             raise SpecError(f"zero: must be 0, 1, 2 or 3, got {q.zero}")
         check_recompute_layers(q.recompute_layers, q.recompute or "full",
                                q.offload_activations)
-        if q.dp_shard is not None:
+        if q.dp_shard:
             check_dp_shard(q.dp_shard, 1 if q.zero is None else q.zero)
         check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
         switches.check_exclusions(q)
@@ -214,6 +218,9 @@ class HybridSolver:
                                 nodes=None, nodes_max=None, searched=searched)
         self.m, self.system, self.precision, self.q = m, system, precision, q
         self.hw = Hardware.of(system, precision)
+        # the programs price hybrid sharding's form wherever it is pinned or tried: a plan
+        # without it is that form over one group of all d replicas (`_price`)
+        self._hsdp_form = bool(q.dp_shard) or "dp_shard" in q.searched
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
@@ -234,6 +241,29 @@ class HybridSolver:
             rows.append(out)
             times.append(time_s)
 
+        zero = CHOICE.index("zero")
+
+        def price(st, B, ds=None):
+            """Keep the rows of structures `st` that fit (with `ds` replicas per shard group
+            each: hybrid sharding, tried with ZeRO only); the rows priced."""
+            nonlocal smallest
+            w, pt = (whole, part) if ds is None else (whole[whole[:, zero] >= 1],
+                                                      part[part[:, zero] >= 1])
+            mem = mem1 = None
+            if len(w):
+                time_s, mem, mem1 = self._price(st, B, w, outputs=PRICED, ds=ds)
+                smallest = min(smallest, float(mem.min()))
+                keep(st, B, w, mem <= cap, time_s, mem1=mem1, ds=ds)
+            for one in pt[:, None, :]:
+                sel, n = self._fewest_recomputed(st, B, one, w, mem, cap, ds=ds)
+                sub = None if ds is None else ds[sel]
+                time_s, pmem, pmem1 = self._price(st[sel], B, one, n[:, None], PRICED, ds=sub)
+                smallest = min(smallest, float(pmem.min(initial=math.inf)))
+                keep(st[sel], B, one, pmem <= cap, time_s, n, pmem1, ds=sub)
+                if ds is None and one[0, zero] == 2 and self.q.recompute_layers is None:
+                    self._pending.append((st, B, one, w, mem1, sel, n))
+            return len(st) * (len(w) + len(pt))
+
         for B in self.batches:
             st = structures(self.m, self.hw.g, self.q, B)
             priced += len(st) * len(ch)
@@ -242,18 +272,10 @@ class HybridSolver:
                                 "--pp, narrow the batch range or lower --devices-max")
             if len(st) == 0:
                 continue
-            mem = mem1 = None
-            if len(whole):
-                time_s, mem, mem1 = self._price(st, B, whole, outputs=PRICED)
-                smallest = min(smallest, float(mem.min()))
-                keep(st, B, whole, mem <= cap, time_s, mem1=mem1)
-            for one in part[:, None, :]:
-                sel, n = self._fewest_recomputed(st, B, one, whole, mem, cap)
-                time_s, pmem, pmem1 = self._price(st[sel], B, one, n[:, None], PRICED)
-                smallest = min(smallest, float(pmem.min(initial=math.inf)))
-                keep(st[sel], B, one, pmem <= cap, time_s, n, pmem1)
-                if one[0, CHOICE.index("zero")] == 2 and self.q.recompute_layers is None:
-                    self._pending.append((st, B, one, whole, mem1, sel, n))
+            price(st, B)
+            if (hsdp := self._hsdp_rows(st)) is not None:
+                sel, z = hsdp
+                priced += price(st[sel], B, z)
         if priced == 0:
             raise self._explain_empty()
         if not any(len(x) for x in rows):
@@ -263,17 +285,18 @@ class HybridSolver:
                 f"{cap / 2**30:.3g} GiB", ("memory",))
         return np.concatenate(rows), np.concatenate(times), priced
 
-    def _kept(self, st, B, chosen, fits, time_s, rl=None, mem1=None, *, cap) -> tuple:
+    def _kept(self, st, B, chosen, fits, time_s, rl=None, mem1=None, *, cap, ds=None) -> tuple:
         """(the rows of structures `st` x choices `chosen` that `fits` keeps, as `ROW`s; their
         times). A searched switch on where it does nothing prices as off: kept off there;
         and on only where its rules hold (`planner.rules`, as a pinned one is refused). A ZeRO
-        2 row whose memory with the gradients whole (`mem1`) fits covers its ZeRO 1 twin."""
+        2 row without HSDP whose memory with the gradients whole (`mem1`) fits covers its ZeRO
+        1 twin. `ds`: each structure's replicas per shard group (HSDP), else as pinned."""
         col = lambda k: chosen[:, CHOICE.index(k)][None, :]  # noqa: E731
         part = lambda k: st[:, STRUCTURE.index(k)][:, None]  # noqa: E731
         row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
                               acc=B // (part("d") * part("mb")),
                               rec=col("rec"), sp=col("sp"), zero=col("zero"))
-        for name in switches.SEARCHED:
+        for name in switches.PER_ROW:
             on_ok = switches.BY_NAME[name].applies(part, col)
             if name in self.q.searched:
                 on_ok = on_ok & rules.hold(name, row, self.q)
@@ -285,9 +308,33 @@ class HybridSolver:
         for j, k in enumerate(CHOICE):
             out[k] = chosen[ci, j]
         out["B"], out["rl"] = B, 0 if rl is None else rl[si]
+        out["ds"] = (self.q.dp_shard or 0) if ds is None else ds[si]
         out["cover"] = 0 if mem1 is None else (
-            (chosen[ci, CHOICE.index("zero")] == 2) & (mem1[si, ci] <= cap))
+            (chosen[ci, CHOICE.index("zero")] == 2) & (mem1[si, ci] <= cap) & (out["ds"] == 0))
         return out, time_s[si, ci]
+
+    def _hsdp_rows(self, st) -> tuple | None:
+        """(structures, each one's replicas per shard group) of the hybrid-sharded rows the
+        search tries beside each plan with ZeRO: shard groups that stay inside one
+        scale-up domain (ranks run tp, cp, pp, then dp, so z consecutive replicas span z t cp
+        p ranks: z at most its replicas there), of every power of two up to that and that
+        count itself, dividing d, 1 < z < d (and, for MoE, with the expert grid folding over
+        it: `hsdp_fits_experts`). A structure appears once per such z. None where the request
+        pins or excludes HSDP."""
+        if "dp_shard" not in self.q.searched or self.q.zero == 0:
+            return None
+        t, p, d, cp, ep, etp = (st[:, STRUCTURE.index(k)] for k in ("t", "p", "d", "cp", "ep",
+                                                                     "etp"))
+        most = np.maximum(1, self.hw.scale_up // (t * cp * p))
+        tries = {int(k) for k in np.unique(most)} | {
+            2**j for j in range(1, int(most.max()).bit_length())}
+        picked = [(np.flatnonzero((k <= most) & (d % k == 0) & (k > 1) & (k < d)
+                                  & hsdp_fits_experts(t, cp, k, ep, etp)), k)
+                  for k in sorted(tries) if k > 1 and (k & (k - 1) == 0 or k in most)]
+        sel = np.concatenate([i for i, _ in picked] or [np.empty(0, dtype=np.int64)])
+        if not len(sel):
+            return None
+        return sel, np.concatenate([np.full(len(i), k, dtype=np.int64) for i, k in picked])
 
     def _zero1_partial_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, times) a partially recomputed structure needs at ZeRO 1 beyond the search's
@@ -311,21 +358,26 @@ class HybridSolver:
         self._zero1_rows = np.concatenate(rows), np.concatenate(times)
         return self._zero1_rows
 
-    def _price(self, st, B, chosen, rl=None, outputs=("time", "memory")) -> tuple:
+    def _price(self, st, B, chosen, rl=None, outputs=("time", "memory"), ds=None) -> tuple:
         """`outputs` of structures x choices `chosen` (`rl`: recomputed layers of each chunk
-        for PARTIAL choices, one per structure)."""
+        for PARTIAL choices, one per structure; `ds`: replicas per shard group, one per
+        structure, else as pinned or all d)."""
         t, p, v, d, mb, cp, ep, etp = (col[:, None] for col in st.T)
         cfg = {"t": t, "p": p, "v": v, "d": d, "mb": mb, "cp": cp, "ep": ep, "etp": etp,
                "acc": B // (d * mb), **switches.values(self.q),
                **{k: col[None, :] for k, col in zip(("recompute", "sp", "zero", "gpipe",
-                                                     *switches.SEARCHED), chosen.T,
+                                                     *switches.PER_ROW), chosen.T,
                                                     strict=True)}}
         if rl is not None:
             cfg["rl"] = rl
+        if self._hsdp_form:  # one group of all d replicas prices exactly as no HSDP
+            cfg["dp_shard"] = 1
+            cfg["ds"] = (ds[:, None] if ds is not None
+                         else self.q.dp_shard if self.q.dp_shard else d)
         r = iteration(self.m, self.hw, cfg, outputs)
         return tuple(np.broadcast_to(r[k], (len(st), len(chosen))) for k in outputs)
 
-    def _fewest_recomputed(self, st, B, one, whole, mem, cap, zero1=0):
+    def _fewest_recomputed(self, st, B, one, whole, mem, cap, zero1=0, ds=None):
         """(structures, layers of each chunk) for a PARTIAL choice: the pinned count on every
         structure, or, where no recomputation does not fit and full recomputation does (only
         there can partial win), the fewest layers that fit: memory falls and time grows with
@@ -334,7 +386,8 @@ class HybridSolver:
         largest chunk less one (a whole chunk is full recomputation) bounds it from above:
         where the chord's crossing fits and one layer fewer does not, that is the count
         (always, where memory is linear); bisection settles the rest. `zero1`: the memory
-        with the gradients whole (`mem` then the whole choices' `memory_zero1`)."""
+        with the gradients whole (`mem` then the whole choices' `memory_zero1`); `ds`: each
+        structure's replicas per shard group (HSDP)."""
         q = self.q
         if q.recompute_layers is not None:
             return np.arange(len(st)), np.full(len(st), q.recompute_layers, dtype=np.int64)
@@ -345,8 +398,8 @@ class HybridSolver:
 
         def memory(counts):  # memory of the sel structures at each column of counts
             k = counts.shape[1]
-            out = self._price(np.repeat(st[sel], k, axis=0), B, one,
-                              counts.reshape(-1, 1), MEMORIES)[zero1]
+            out = self._price(np.repeat(st[sel], k, axis=0), B, one, counts.reshape(-1, 1),
+                              MEMORIES, None if ds is None else np.repeat(ds[sel], k))[zero1]
             return out.reshape(len(sel), k)
 
         ends = memory(np.column_stack([np.ones_like(hi), hi]))
@@ -456,7 +509,8 @@ class HybridSolver:
                           schedule=SCHEDULES[r["gpipe"]],
                           recompute_layers=r["rl"] if rec == PARTIAL else None,
                           **{**switches.values(self.q),
-                             **{k: bool(r[k]) for k in switches.SEARCHED}})
+                             **{k: bool(r[k]) for k in switches.PER_ROW},
+                             "dp_shard": r["ds"] or None})
 
 
 class _Covered:

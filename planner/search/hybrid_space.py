@@ -164,7 +164,7 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     ok &= (mode != 1) | (t > 1)  # etp = 1 at t = 1 is the default row already
     if q.devices is not None:
         ok &= n == q.devices
-    if q.dp_shard is not None:  # HSDP's instances split the expert data-parallel group too
+    if q.dp_shard:  # HSDP's instances split the expert data-parallel group too
         ok &= hsdp_fits_experts(t, cp, q.dp_shard, ep, etp)
     # the rules of planner.rules that read the split (and sequence parallelism, one value
     # for every choice the search prices)
@@ -177,7 +177,7 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
 
 
 def choices(q: Search) -> list[tuple[int, ...]]:
-    """(recompute, sp, zero, gpipe, then each switch of `planner.switches.SEARCHED`)
+    """(recompute, sp, zero, gpipe, then each switch of `planner.switches.PER_ROW`)
     combinations the search prices (see the module docstring), those the rules of
     `planner.rules` reading only them allow; a one-line error where the pins leave none. A
     searched switch is tried on and off (rows it does nothing on keep it off:
@@ -189,7 +189,7 @@ def choices(q: Search) -> list[tuple[int, ...]]:
     zeros = [q.zero] if q.zero is not None else [2, 3]
     gp = [int(q.schedule == "gpipe")] if q.schedule else [0]
     own = [[0, 1] if name in q.searched else [int(getattr(q, name))]
-           for name in switches.SEARCHED]
+           for name in switches.PER_ROW]
     every = [(r, s, z, k, *o) for r in recs for s in sps for z in zeros for k in gp
              for o in itertools.product(*own)]
     ok = [c for c in every
