@@ -328,9 +328,9 @@ class HybridSolver:
         most = np.maximum(1, self.hw.scale_up // (t * cp * p))
         tries = {int(k) for k in np.unique(most)} | {
             2**j for j in range(1, int(most.max()).bit_length())}
-        picked = [(np.flatnonzero((k <= most) & (d % k == 0) & (k > 1) & (k < d)
+        picked = [(np.flatnonzero((k <= most) & (d % k == 0) & (k < d)
                                   & hsdp_fits_experts(t, cp, k, ep, etp)), k)
-                  for k in sorted(tries) if k > 1 and (k & (k - 1) == 0 or k in most)]
+                  for k in sorted(tries) if k > 1]
         sel = np.concatenate([i for i, _ in picked] or [np.empty(0, dtype=np.int64)])
         if not len(sel):
             return None
