@@ -190,7 +190,7 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
              interleave: int | None = None, recompute: str | None = None,
              recompute_layers: int | None = None, sequence_parallel: bool | None = None,
              zero: int | None = None, schedule: str | None = None,
-             memory_headroom: float = DEFAULT_MEMORY_HEADROOM, launch_format: str | None = None,
+             memory_headroom: float = DEFAULT_MEMORY_HEADROOM, framework: str | None = None,
              **switch_values) -> Evaluation:
     """Predict one plan of `model` on `hardware` (names or paths; `precision`, `seq_len` as
     `planner.inputs.Specs.load` takes them). CNNs: data parallel on nodes x
@@ -201,17 +201,17 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
     on for an MoE model with tp > 1, as Megatron-LM requires), ZeRO, schedule. Keywords
     named as the switches of `planner.switches` (overlap, optimizer, tp_overlap, dp_shard,
     ...; `planner list switches` lists them) set those; each left out takes its default, or
-    with `launch_format` (megatron, torchtitan, deepspeed) the value that framework always
+    with `framework` (megatron, torchtitan, deepspeed) the value that framework always
     runs (`switches.framework_pins`). The plan fits when it needs at most (1 -
     memory_headroom) x the device memory."""
     check_headroom(memory_headroom)
     given = {**{k: v for k, v in locals().items()
-                if k not in ("switch_values", "specs", "launch_format")},
+                if k not in ("switch_values", "specs", "framework")},
              "seq_len": specs.seq_len, **switch_values}
     chosen = switches.given(switch_values)
     if specs.family == "transformer":
         only_for("transformer", given, CNN_ONLY)
-        chosen.update(switches.framework_pins(chosen, launch_format, specs.precision.value))
+        chosen.update(switches.framework_pins(chosen, framework, specs.precision.value))
         return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
                                      nodes=nodes, tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
                                      dp=dp, micro_batch=micro_batch or 1,
@@ -303,7 +303,7 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
           deadline_s: float | None = None, budget_usd: float | None = None,
           optimizer: str | None = None, servers: int | None = None,
           collective: str | None = None, strategy: str | None = None, stages: int | None = None,
-          prefer_supported: float | None = None, launch_format: str | None = None, **problem):
+          prefer_supported: float | None = None, framework: str | None = None, **problem):
     """The best plan of `model` on `hardware` (names or paths; `precision`, `seq_len` as
     `planner.inputs.Specs.load` takes them): a `Solution`: plan, prediction, objective,
     runners-up with `top`, the fewest nodes within a tolerance with `fewest_nodes_within`, the
@@ -321,9 +321,9 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     run covers carries `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the
     fastest ZeRO 1 plan beside it, taken by default where it lies within the fastest plan's
     error band (the covered plan's high / low - 1), or with `prefer_supported` F within 1 + F
-    (0: keep the fastest). `launch_format` (megatron, torchtitan, deepspeed): the plan must be
-    one that launcher form writes, so the switches it cannot write are not tried
-    (`switches.left_to_search`)."""
+    (0: keep the fastest). `framework` (megatron, torchtitan, deepspeed): the plan is priced
+    as that framework runs it (`switches.framework_pins`) and must be one its launcher form
+    writes, so the switches it cannot write are not tried (`switches.left_to_search`)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     nodes = specs.pool_nodes
@@ -331,7 +331,7 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         problem["nodes_max"] = min(problem.get("nodes_max") or nodes, nodes)
     elif specs.is_cluster:
         return _solve_cluster(specs, objective=objective, optimizer=optimizer,
-                              launch_format=launch_format, **problem)
+                              framework=framework, **problem)
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
@@ -353,14 +353,14 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         from planner.search.hybrid import Search
 
         m, system, prec = specs.transformer()
-        # priced as the launcher form's framework runs what it has no flag for
-        problem.update(switches.framework_pins(problem, launch_format, prec.value))
+        # priced as the framework runs what it has no flag for
+        problem.update(switches.framework_pins(problem, framework, prec.value))
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                     objective=objective_for(objective, "transformer"), training=training,
-                    searched=switches.left_to_search(problem, launch_format))
+                    searched=switches.left_to_search(problem, framework))
         if prefer_supported is not None and not 0 <= prefer_supported <= 1:
             raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
                             f"{prefer_supported!r}")
@@ -453,13 +453,13 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
                   seq_len: int | None = None, **problem):
     """The best plan over a cluster of several pools (`planner.search.pools`): a
     `ClusterSolution` with the best plan of every subset of the pools. Keys of `problem`:
-    objective, optimizer, launch_format (as in `solve`) and the transformer search's
+    objective, optimizer, framework (as in `solve`) and the transformer search's
     (`planner.search.hybrid.Search`)."""
     return _solve_cluster(Specs.load(model, hardware, precision, seq_len), **problem)
 
 
 def _solve_cluster(specs: Specs, *, objective: str = "throughput",
-                   optimizer: str | None = None, launch_format: str | None = None, **problem):
+                   optimizer: str | None = None, framework: str | None = None, **problem):
     from planner.search.hybrid import Search
     from planner.search.pools import ClusterSolver
 
@@ -468,10 +468,10 @@ def _solve_cluster(specs: Specs, *, objective: str = "throughput",
                         f"'{specs.model_ref}' is a {specs.family} model (give one pool's "
                         f"system)")
     m, cluster, prec = specs.model, specs.target, specs.precision
-    problem.update(switches.framework_pins(problem, launch_format, prec.value))
+    problem.update(switches.framework_pins(problem, framework, prec.value))
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
-                searched=switches.left_to_search(problem, launch_format))
+                searched=switches.left_to_search(problem, framework))
     return ClusterSolver(m, cluster, prec, q).solve()
 
 

@@ -134,6 +134,7 @@ KNEE = obj({"devices": INT, "time_s": NUM, "tolerance": NUM, "measure": STR,
 # default_precision, or fp32 assumed for a device spec naming none)
 PRECISION = obj({"name": STR, "source": STR})
 PRICE = obj({"usd": NUM, "source": STR})
+FRAMEWORK = {"enum": list(switches.FRAMEWORK_FORMS)}  # the framework a plan is priced for
 # solve --tokens: time and cost of training on a token budget (no critical batch)
 TOKEN_BUDGET = obj({"tokens": NUM, "steps": NUM, "time_to_train_s": NUM,
                     "time_to_train_days": NUM, "device_hours": NUM,
@@ -143,7 +144,8 @@ TOKEN_BUDGET = obj({"tokens": NUM, "steps": NUM, "time_to_train_s": NUM,
 
 
 def _evaluate() -> dict:
-    spec = {"model": STR, "hardware": STR, "line": INT, "precision": PRECISION}
+    spec = {"model": STR, "hardware": STR, "line": INT, "precision": PRECISION,
+            "framework": FRAMEWORK}
     plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
                      ["config", "prediction"])
     error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
@@ -153,7 +155,7 @@ def _evaluate() -> dict:
 def _solve() -> dict:
     spec = {"model": STR, "hardware": STR, "status": {"enum": ["optimal", "feasible"]},
             "objective": OBJECTIVE, "precision": PRECISION, "token_budget": TOKEN_BUDGET,
-            "price_per_device_hour": PRICE}
+            "price_per_device_hour": PRICE, "framework": FRAMEWORK}
     plan = _envelope("solve", {
         **spec, "strategy": {"const": "data"}, "config": CONFIG, "prediction": PREDICTION,
         "pareto": pareto(CONFIG), "knee": KNEE, "solve_time_s": NUM, "build_time_s": NUM,
@@ -243,7 +245,7 @@ def _cluster(spec: dict) -> dict:
     plan, entry, limits = _cluster_parts()
     return _envelope("solve", {
         "model": STR, "hardware": STR, "precision": obj({"name": STR}), "cluster": STR,
-        "status": spec["status"], "plan": plan, "prediction": entry,
+        "framework": FRAMEWORK, "status": spec["status"], "plan": plan, "prediction": entry,
         "subsets": {"type": "array", "items": entry},
         "best_single_pool": STR, "gain_over_best_single_pool": NUM,
         "gain_band": obj({"low": NUM, "high": NUM}),

@@ -165,7 +165,7 @@ def _form(fmt: str, changes: dict) -> str:
 
     args = {**BASES[fmt], **changes}
     model, hardware = args.pop("model"), args.pop("hardware")
-    ev = api.evaluate(model, hardware, launch_format=fmt, **args)
+    ev = api.evaluate(model, hardware, framework=fmt, **args)
     doc = json.loads(json.dumps({"model": model, "hardware": hardware,
                                  **evaluation_doc(ev.plan, ev.prediction)}, default=str))
     m = load_model(model)
@@ -231,7 +231,7 @@ def test_a_form_prices_what_its_framework_always_runs_and_refuses_the_other(fmt,
     assert fixed is (not s.default)
     args = {**BASES[fmt], "precision": precision}
     model, hardware = args.pop("model"), args.pop("hardware")
-    framework = api.evaluate(model, hardware, launch_format=fmt, **args)
+    framework = api.evaluate(model, hardware, framework=fmt, **args)
     assert getattr(framework.plan, name) is fixed
     assert framework.prediction == api.evaluate(model, hardware, **args, **{name: fixed}).prediction
     other = api.evaluate(model, hardware, **args, **{name: not fixed})
@@ -252,6 +252,24 @@ def test_solve_for_a_form_searches_what_its_framework_runs(run):
     assert code == 0, err
     assert f"predicted iteration time {pinned.prediction.iteration_time_s:.6g} s" in out
     assert "gradient accumulation unfused" in out
+
+
+def test_framework_prices_a_plan_as_its_form_does_in_every_format(run_json, run):
+    """--framework F prices and searches as --format F does, and the JSON names it; a CNN, or a
+    framework form other than F, is refused."""
+    args = ["-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch", "64"]
+    doc = run_json("solve", *args, "--framework", "torchtitan")
+    assert doc["framework"] == "torchtitan"
+    assert doc["config"]["grad_accumulation_fusion"] is False
+    code, out, err = run("solve", *args, "--format", "torchtitan")
+    assert code == 0, err
+    assert f"predicted iteration time {doc['prediction']['iteration_time_s']:.6g} s" in out
+    assert "framework" not in run_json("solve", *args)
+    code, _, err = run("solve", *args, "--framework", "torchtitan", "--format", "megatron")
+    assert code == 2 and "give one of the two" in err
+    code, _, err = run("evaluate", "-m", "alexnet", "-H", "k80-fdr", "--nodes", "2",
+                       "--global-batch", "256", "--framework", "deepspeed")
+    assert code == 2 and "framework:" in err
 
 
 def test_unfused_gradient_accumulation_moves_two_gradient_widths_per_weight_per_micro_batch():

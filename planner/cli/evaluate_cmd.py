@@ -11,6 +11,8 @@ from planner import switches
 from planner.cli.options import (
     TRANSFORMER_KEYS,
     cnn_options,
+    framework_of,
+    framework_option,
     headroom_option,
     reject_transformer_flags,
     require,
@@ -18,7 +20,7 @@ from planner.cli.options import (
     transformer_options,
 )
 from planner.cli.output import emit, launch_target, precision_used
-from planner.cli.params import COLLECTIVES, LAUNCH_FORMATS, PLAN_FORMATS, DecimalInt
+from planner.cli.params import COLLECTIVES, PLAN_FORMATS, DecimalInt
 from planner.errors import PlannerError, SpecError
 from planner.report import render
 from planner.spec.numbers import loads_json
@@ -42,9 +44,11 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
               help="Evaluate every JSON line of this file ('-': stdin); prints JSON lines.")
 @cnn_options
 @transformer_options
+@framework_option
 @headroom_option
 def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt, nodes, devices,
-             devices_per_node, global_batch, local_batch, collective, batch_file, **hybrid):
+             devices_per_node, global_batch, local_batch, collective, batch_file, framework,
+             **hybrid):
     """Predict one data-parallel configuration, or many with --batch.
 
     With --batch, each input line is a JSON object whose keys are this command's flags,
@@ -67,19 +71,23 @@ def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt
         return
     require(model, hardware)
     transformer = specs.family == "transformer"
+    framework = framework_of(framework, fmt)
     if not transformer:
         reject_transformer_flags(hybrid)
+        if framework:
+            raise SpecError("framework: --framework prices a transformer plan as that "
+                            "framework runs it")
     hybrid.pop("seq_len", None)  # applied to the model's spec (`specs`)
-    family = ({"optimizer": optimizer,
-               "launch_format": fmt if fmt in LAUNCH_FORMATS else None} if transformer else
+    family = ({"optimizer": optimizer, "framework": framework} if transformer else
               {"collective": collective, "optimizer": optimizer, "servers": servers})
     ev = api.evaluate(specs, nodes=nodes, devices=devices, devices_per_node=devices_per_node,
                       global_batch=global_batch, local_batch=local_batch, overlap=overlap,
                       **family, **hybrid)
     used = precision_used(specs)
     doc = render.document("evaluate", {"model": model, "hardware": hardware, "precision": used,
+                                       **({"framework": framework} if framework else {}),
                                        **evaluation_doc(ev.plan, ev.prediction)})
-    emit(doc, fmt, lambda: evaluation_text(ev.plan, ev.prediction, used),
+    emit(doc, fmt, lambda: evaluation_text(ev.plan, ev.prediction, used, framework),
          launch_target(specs, fmt))
 
 

@@ -146,6 +146,27 @@ def transformer_options(f):
     return with_options(f, opts)
 
 
+def framework_option(f):
+    """--framework: the framework a transformer plan is priced for (solve, evaluate)."""
+    return click.option(
+        "--framework", type=click.Choice(switches.FRAMEWORK_FORMS), default=None,
+        help="Transformers: price the plan as this framework runs it: a switch it has no "
+             "flag for takes the framework's value (torchtitan and DeepSpeed accumulate "
+             "gradients unfused, Megatron-LM's fp8 saves GEMM inputs in fp8) and solve tries "
+             "only the switches it writes [default: the --format's framework, else each "
+             "switch as given or its default].")(f)
+
+
+def framework_of(framework: str | None, fmt: str) -> str | None:
+    """The framework a plan is priced for: --framework, or that of a framework --format
+    (both given, they must agree)."""
+    form = fmt if fmt in switches.FRAMEWORK_FORMS else None
+    if framework and form and framework != form:
+        raise SpecError(f"framework: --framework {framework} with --format {fmt}, which writes "
+                        f"the plan for {fmt}; give one of the two")
+    return framework or form
+
+
 def headroom_option(f):
     """--memory-headroom: how full a device may be (evaluate, solve, sweep)."""
     from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM

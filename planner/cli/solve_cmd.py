@@ -7,6 +7,8 @@ import click
 from planner.cli.options import (
     TRANSFORMER_KEYS,
     cnn_options,
+    framework_of,
+    framework_option,
     headroom_option,
     reject_transformer_flags,
     require,
@@ -92,6 +94,7 @@ from planner.search.objective import Objective
                                       "guard stops says so).")
 @cnn_options
 @transformer_options
+@framework_option
 @headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
               help="Token budget (transformers): print the time to train on this many tokens "
@@ -101,8 +104,8 @@ from planner.search.objective import Objective
 def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, collective,
           objective,
           global_batch_max, global_batch_range, token_budget, critical_batch, target_steps,
-          target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto, plot_path,
-          strategy, stages, prefer_supported, **problem):
+          target_samples, target_tokens, price_per_device_hour, deadline_s, budget_usd, pareto,
+          plot_path, strategy, stages, prefer_supported, framework, **problem):
     """The proven-optimal plan: nodes, devices per node, batch and collective for CNNs
     (per-layer splits with --strategy); tp x pp x dp, micro-batch, recompute and ZeRO for
     transformers.
@@ -145,12 +148,16 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
+    framework = framework_of(framework, fmt)
+    if framework and specs.family != "transformer":
+        raise SpecError("framework: --framework prices a transformer plan as that framework "
+                        "runs it")
     if specs.family == "recommendation":
         _solve_recommendation(specs, fmt, problem)
         return
     if specs.is_cluster:
         _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
-                       token_budget, pareto, plot_path)
+                       token_budget, pareto, plot_path, framework)
         return
     transformer = specs.family == "transformer"
     if transformer:
@@ -173,9 +180,8 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
                             "(CNNs: --target-samples)")
         family = {"optimizer": optimizer, "servers": servers, "collective": collective,
                   "strategy": strategy or "data", "stages": stages}
-    if transformer:  # a launcher form's plan: only the switches it writes are tried
-        family.update(prefer_supported=prefer_supported,
-                      launch_format=fmt if fmt in LAUNCH_FORMATS else None)
+    if transformer:  # a framework's plan: priced as it runs, only what it writes tried
+        family.update(prefer_supported=prefer_supported, framework=framework)
     sol = api.solve(specs, objective=objective, overlap=overlap, pareto=pareto, **training,
                     global_batch_range=rng, **problem, **family)
     used = precision_used(specs)
@@ -185,14 +191,16 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         tokens = budget_of(token_budget, sol.plan.devices, sol.prediction.tokens_per_s,
                            sol.prediction.iteration_time_s, price)
     body = solution_doc(sol)
-    body = {"model": model, "hardware": hardware, "precision": used, **body,
+    body = {"model": model, "hardware": hardware, "precision": used,
+            **({"framework": framework} if framework else {}), **body,
             **({"token_budget": tokens} if tokens is not None else {}),
             **({"price_per_device_hour": price} if price is not None and (
                 tokens is not None or sol.training) else {})}
     doc = render.document("solve", body)
     if plot_path:
         _plan_plot(sol, doc.get("config") or {}, plot_path, model, hardware)
-    emit(doc, fmt, lambda: solution_text(sol, used, tokens, price if sol.training else None),
+    emit(doc, fmt, lambda: solution_text(sol, used, tokens, price if sol.training else None,
+                                         framework),
          launch_target(specs, fmt))
     _search_note(sol, problem.get("time_limit_s"))
     _efficiency_warning(sol)
@@ -235,7 +243,7 @@ def _solve_recommendation(specs, fmt, problem) -> None:
 
 
 def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
-                   token_budget, pareto, plot_path) -> None:
+                   token_budget, pareto, plot_path, framework) -> None:
     """`solve` over a cluster of several pools: the best plan of every subset of pools."""
     from planner import api
     from planner.report.cluster import cluster_doc, cluster_text
@@ -249,12 +257,12 @@ def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, train
                         f"pools yet (solve ranks its plans by throughput)")
     hybrid.pop("seq_len", None)  # in the specs
     sol = api._solve_cluster(specs, objective=objective, optimizer=optimizer,
-                             global_batch_range=rng,
-                             launch_format=fmt if fmt in LAUNCH_FORMATS else None,
+                             global_batch_range=rng, framework=framework,
                              **problem, **hybrid)
     cluster, used = specs.target, specs.precision.value
     body = {"model": specs.model_ref, "hardware": specs.hardware_ref,
-            "precision": {"name": used}, **cluster_doc(sol, cluster)}
+            "precision": {"name": used}, **({"framework": framework} if framework else {}),
+            **cluster_doc(sol, cluster)}
     if fmt in LAUNCH_FORMATS:
         from planner.launch import Target
         from planner.launch.pools import cluster_launch

@@ -48,7 +48,8 @@ def precision_pair(precision: dict) -> tuple[str, str]:
     return ("precision", f"{precision['name']} ({precision['source']})")
 
 
-def evaluation_text(plan, pred, precision: dict | None = None) -> str:
+def evaluation_text(plan, pred, precision: dict | None = None,
+                    framework: str | None = None) -> str:
     mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred.memory_breakdown.items())
     # the parts only some plans have (cp, ep, offload) are left out of the text where 0
     times = ", ".join(f"{k} {span(v)}" for k, v in pred.time_breakdown.items()
@@ -63,6 +64,8 @@ def evaluation_text(plan, pred, precision: dict | None = None) -> str:
             plan.schedule.value, *switches.describe(plan)])))
     if precision is not None:
         pairs.append(precision_pair(precision))
+    if framework is not None:  # what it runs without a flag is priced so (`switches.runs`)
+        pairs.append(("framework", f"priced as {framework} runs it (--framework)"))
     pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))
     if pred.asynchrony is not None:
         pairs.append(asynchrony_pair(pred.asynchrony))
@@ -213,13 +216,15 @@ def _use(pred) -> str:
 
 
 def solution_text(sol, precision: dict | None = None, token_budget: dict | None = None,
-                  price: dict | None = None) -> str:
-    """`solve`'s text; `precision` ({"name", "source"}), `token_budget` (`token_budget_doc`)
-    and `price` ({"usd", "source"}) add what the command knows beyond the solution."""
+                  price: dict | None = None, framework: str | None = None) -> str:
+    """`solve`'s text; `precision` ({"name", "source"}), `token_budget` (`token_budget_doc`),
+    `price` ({"usd", "source"}) and the `framework` it is priced for add what the command
+    knows beyond the solution."""
     if _is_split(sol):
         return split_text(sol, precision, price)
     out = [f"status: {sol.status} (CP-SAT: the minimum of {sol.rows:,} priced plans, "
-           f"{span(sol.solve_time_s)})", evaluation_text(sol.plan, sol.prediction, precision)]
+           f"{span(sol.solve_time_s)})",
+           evaluation_text(sol.plan, sol.prediction, precision, framework)]
     if token_budget is not None:
         out.append(key_values(token_budget_pairs(token_budget)))
     if sol.knee is not None:
