@@ -11,7 +11,10 @@ Two choices are pruned by dominance, exactly: with t > 1 sequence parallelism mo
 bytes as plain tensor parallelism and stores less, and 1F1B runs as fast as GPipe with fewer
 micro-batches in flight, so the unpinned search only considers sp on and 1F1B. ZeRO stages 0-2
 move the same gradient volume, so stage 2 (least memory, the sharded optimizer step) dominates
-0 and 1 unless a stage is pinned; stage 3 (1.5x the traffic) stays a choice.
+0 and 1 unless a stage is pinned; stage 3 (1.5x the traffic) stays a choice. Hybrid sharding
+is tried with stage 3 only: at stages 1 and 2 it moves at least the flat ring's bytes over
+the NICs (an allreduce of each rank's gradient shard across the groups against half a ring of
+gradients and weights), adds its in-group phase and holds more.
 """
 
 from __future__ import annotations
@@ -245,10 +248,10 @@ class HybridSolver:
 
         def price(st, B, ds=None):
             """Keep the rows of structures `st` that fit (with `ds` replicas per shard group
-            each: hybrid sharding, tried with ZeRO only); the rows priced."""
+            each: hybrid sharding, tried with ZeRO 3); the rows priced."""
             nonlocal smallest
-            w, pt = (whole, part) if ds is None else (whole[whole[:, zero] >= 1],
-                                                      part[part[:, zero] >= 1])
+            w, pt = (whole, part) if ds is None else (whole[whole[:, zero] == 3],
+                                                      part[part[:, zero] == 3])
             mem = mem1 = None
             if len(w):
                 time_s, mem, mem1 = self._price(st, B, w, outputs=PRICED, ds=ds)
@@ -315,13 +318,13 @@ class HybridSolver:
 
     def _hsdp_rows(self, st) -> tuple | None:
         """(structures, each one's replicas per shard group) of the hybrid-sharded rows the
-        search tries beside each plan with ZeRO: shard groups that stay inside one
+        search tries beside each plan with ZeRO 3: shard groups that stay inside one
         scale-up domain (ranks run tp, cp, pp, then dp, so z consecutive replicas span z t cp
         p ranks: z at most its replicas there), of every power of two up to that and that
         count itself, dividing d, 1 < z < d (and, for MoE, with the expert grid folding over
         it: `hsdp_fits_experts`). A structure appears once per such z. None where the request
         pins or excludes HSDP."""
-        if "dp_shard" not in self.q.searched or self.q.zero == 0:
+        if "dp_shard" not in self.q.searched or self.q.zero not in (None, 3):
             return None
         t, p, d, cp, ep, etp = (st[:, STRUCTURE.index(k)] for k in ("t", "p", "d", "cp", "ep",
                                                                      "etp"))
