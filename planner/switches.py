@@ -228,8 +228,8 @@ SWITCHES: tuple[Switch, ...] = (
            "and groups inside one scale-up domain]",
            "--num-distributed-optimizer-instances, torchtitan data_parallel_shard_degree",
            kind=int, low=0, high=2**23, with_zero=True, argument=True,
-           solve="searched with ZeRO: all dp, or groups inside one scale-up domain (pin N, "
-                 "or 0 for all dp)", searched=True, applies=lambda st, ch: ch("zero") >= 1,
+           solve="searched with ZeRO 3: all dp, or groups inside one scale-up domain (pin "
+                 "N, or 0 for all dp)", searched=True, applies=lambda st, ch: ch("zero") >= 1,
            label=lambda value, plan: (f"ZeRO over groups of {value} replicas (HSDP)"
                                       if value and value < plan.dp else None),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
