@@ -20,7 +20,9 @@ def whole_nodes(hw, size):
 def _whole_nodes_expr(g: int, size):
     import sympy as sp
 
-    return sp.Eq(sp.floor(size / sp.Integer(g)) * g, size)
+    # written in the order SymPy's Piecewise puts it in (`planner.expr.layer._if` builds
+    # Piecewise unevaluated)
+    return sp.Eq(size, sp.floor(size / sp.Integer(g)) * g)
 
 
 def within_domain(hw, size):

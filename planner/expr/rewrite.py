@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sympy as sp
 
+from planner.expr.unordered import _unordered
+
 
 def substitute(expr: sp.Basic, mapping: dict) -> sp.Basic:
     """`expr` with every key of `mapping` (symbols or sub-expressions) replaced by its value."""
@@ -27,7 +29,7 @@ def substitute(expr: sp.Basic, mapping: dict) -> sp.Basic:
         if args == e.args:
             out = e
         elif isinstance(e, sp.Max | sp.Min):
-            out = e.func(*args, evaluate=False)
+            out = _unordered(e.func, args)
         else:
             out = e.func(*args)
         memo[e] = out
