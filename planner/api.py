@@ -211,7 +211,8 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
     chosen = switches.given(switch_values)
     if specs.family == "transformer":
         only_for("transformer", given, CNN_ONLY)
-        chosen.update(switches.framework_pins(chosen, framework, specs.precision.value))
+        chosen.update(switches.framework_pins(chosen, framework, specs.precision.value,
+                                              zero or 0))
         return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
                                      nodes=nodes, tp=tp or 1, cp=cp or 1, ep=ep or 1, etp=etp, pp=pp or 1,
                                      dp=dp, micro_batch=micro_batch or 1,
@@ -354,7 +355,8 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
 
         m, system, prec = specs.transformer()
         # priced as the framework runs what it has no flag for
-        problem.update(switches.framework_pins(problem, framework, prec.value))
+        problem.update(switches.framework_pins(problem, framework, prec.value,
+                                               problem.get("zero")))
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
@@ -468,7 +470,7 @@ def _solve_cluster(specs: Specs, *, objective: str = "throughput",
                         f"'{specs.model_ref}' is a {specs.family} model (give one pool's "
                         f"system)")
     m, cluster, prec = specs.model, specs.target, specs.precision
-    problem.update(switches.framework_pins(problem, framework, prec.value))
+    problem.update(switches.framework_pins(problem, framework, prec.value, problem.get("zero")))
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
                 searched=switches.left_to_search(problem, framework))

@@ -85,6 +85,11 @@ class Switch:
     # a count the cost model takes as a plan argument (its expressions are the same for every
     # value, so one program prices them all): a choice holds only whether it is set
     argument: bool = False
+    # per framework form: (where, a predicate on the plan's ZeRO stage and precision) the form
+    # runs a bool switch away from its default with no flag to change it, as `AS_DEFAULT`
+    # does everywhere (`runs`)
+    runs_where: dict[str, tuple[str, Callable[[int, str], bool]]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def flag(self) -> str:
@@ -298,6 +303,11 @@ SWITCHES: tuple[Switch, ...] = (
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan reduces gradients in float32 only; use --format "
                                  "megatron for --grad-reduce-bf16"},
+           # DeepSpeed's bf16 data parallelism without ZeRO keeps and reduces its gradients in
+           # bf16 (engine.py: fp32 accumulation there is an "unsupported mix")
+           runs_where={"deepspeed": ("at ZeRO 0 in bf16",
+                                     lambda zero, precision: zero == 0
+                                     and precision == "bf16")},
            megatron_flags=("--grad-reduce-in-bf16",)),
     Switch("lora_rank", None, "fine-tuning: base weights frozen, LoRA adapters of rank R on "
            "the QKV and output projections train", "NeMo PEFT", kind=int, low=1,
@@ -386,22 +396,29 @@ def left_to_search(given: dict, form: str | None = None) -> tuple[str, ...]:
                  and runs(BY_NAME[name], form) is None)
 
 
-def runs(s: Switch, form: str | None):
+def runs(s: Switch, form: str | None, zero: int | None = None,
+         precision: str | None = None):
     """The value framework form `form` always runs `s` at (`AS_DEFAULT`: away from planner's
-    default, no flag changing it), else None (the form writes the plan's value, or refuses)."""
-    if form in FRAMEWORK_FORMS and s.launch.get(form) == AS_DEFAULT:
+    default, no flag changing it; `Switch.runs_where`: so at this ZeRO stage and precision),
+    else None (the form writes the plan's value, or refuses)."""
+    if form not in FRAMEWORK_FORMS:
+        return None
+    where = s.runs_where.get(form)
+    if s.launch.get(form) == AS_DEFAULT or (where is not None and zero is not None
+                                             and where[1](zero, precision)):
         return not s.default
     return None
 
 
-def framework_pins(given: dict, form: str | None, precision: str) -> dict[str, Any]:
+def framework_pins(given: dict, form: str | None, precision: str,
+                   zero: int | None = None) -> dict[str, Any]:
     """The switches a request leaves unset that framework form `form` always runs away from
-    planner's default (`runs`), at that value, where the precision runs them at all
-    (`Switch.precisions`): a plan for that form is priced as the framework runs it
-    (torchtitan's and DeepSpeed's unfused gradient accumulation; Transformer Engine's fp8
-    saved inputs under Megatron-LM)."""
+    planner's default (`runs`, at the `zero` stage pinned), at that value, where the precision
+    runs them at all (`Switch.precisions`): a plan for that form is priced as the framework
+    runs it (torchtitan's and DeepSpeed's unfused gradient accumulation; Transformer Engine's
+    fp8 saved inputs under Megatron-LM; DeepSpeed's bf16 gradients without ZeRO)."""
     return {s.name: value for s in SWITCHES
-            if given.get(s.name) is None and (value := runs(s, form)) is not None
+            if given.get(s.name) is None and (value := runs(s, form, zero, precision)) is not None
             and (s.precisions is None or precision in s.precisions)}
 
 
@@ -470,14 +487,15 @@ def refuse_unwritten(fmt: str, plan: dict, precision: str | None = None,
     if fmt not in FRAMEWORK_FORMS:
         return  # env, torchrun, slurm: the variables and the script are the user's
     for s in SWITCHES:
-        fixed = runs(s, fmt)
+        fixed = runs(s, fmt, plan.get("zero", 0), precision)
         if (fixed is not None and family in s.families
                 and plan.get(s.name, s.default) != fixed
                 and (s.precisions is None or precision in s.precisions)):
-            raise SpecError(f"format: {fmt} always runs {s.spelled(fixed)}, and the plan is "
-                            f"priced with {s.spelled(not fixed)}; leave it unset with --format "
-                            f"{fmt} (priced as {fmt} runs it), or use --format env, slurm or "
-                            f"torchrun to start your own script")
+            where = s.runs_where[fmt][0] + " " if fmt in s.runs_where else ""
+            raise SpecError(f"format: {fmt} always runs {s.spelled(fixed)} {where}and the plan "
+                            f"is priced with {s.spelled(not fixed)}; leave it unset with "
+                            f"--format {fmt} (priced as {fmt} runs it), or use --format env, "
+                            f"slurm or torchrun to start your own script")
         value = plan.get(s.name)
         if value is None or value == s.json(s.default) or value in s.launch_default:
             continue

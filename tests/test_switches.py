@@ -211,30 +211,38 @@ def test_each_form_writes_runs_or_refuses_each_switch(fmt, name):
     assert (written(out) != written(base)) == (how == switches.WRITES), (name, fmt)
 
 
-@pytest.mark.parametrize("fmt, name, precision", [
-    ("torchtitan", "grad_accumulation_fusion", "bf16"),
-    ("deepspeed", "grad_accumulation_fusion", "bf16"),
-    ("megatron", "fp8_activations", "fp8"),
+@pytest.mark.parametrize("fmt, name, precision, zero", [
+    ("torchtitan", "grad_accumulation_fusion", "bf16", 1),
+    ("deepspeed", "grad_accumulation_fusion", "bf16", 2),
+    ("megatron", "fp8_activations", "fp8", 1),
+    ("deepspeed", "grad_reduce_bf16", "bf16", 0),  # only without ZeRO (`runs_where`)
 ])
 def test_a_form_prices_what_its_framework_always_runs_and_refuses_the_other(fmt, name,
-                                                                             precision):
-    """A switch a framework always runs one way (no flag changes it: `switches.AS_DEFAULT`)
-    is priced that way for that form when left unset, and the other value is refused there
-    rather than written as if the framework ran it."""
+                                                                             precision, zero):
+    """A switch a framework always runs one way (no flag changes it: `switches.AS_DEFAULT`,
+    or `Switch.runs_where` at some stages) is priced that way for that form when left unset,
+    and the other value is refused there rather than written as if the framework ran it."""
     from planner.errors import SpecError
     from planner.launch import render_launch
     from planner.launch.common import Target
     from planner.report import evaluation_doc
 
     s = switches.BY_NAME[name]
-    fixed = switches.runs(s, fmt)
+    fixed = switches.runs(s, fmt, zero, precision)
     assert fixed is (not s.default)
-    args = {**BASES[fmt], "precision": precision}
+    assert switches.runs(s, fmt, 1, precision) is fixed or name == "grad_reduce_bf16"
+    args = {**BASES[fmt], "precision": precision, "zero": zero}
+    if zero == 0:  # whole weights, gradients and Adam state fit one H100 at 1.7B parameters
+        args |= {"model": "gpt-1.7b", "seq_len": 2048}
     model, hardware = args.pop("model"), args.pop("hardware")
     framework = api.evaluate(model, hardware, framework=fmt, **args)
     assert getattr(framework.plan, name) is fixed
-    assert framework.prediction == api.evaluate(model, hardware, **args, **{name: fixed}).prediction
-    other = api.evaluate(model, hardware, **args, **{name: not fixed})
+    # the same as pinning what the form runs (this switch, and any other it always runs)
+    ran = {k: getattr(framework.plan, k) for k in switches.NAMES
+           if switches.runs(switches.BY_NAME[k], fmt, zero, precision) is not None}
+    assert ran[name] is fixed
+    assert framework.prediction == api.evaluate(model, hardware, **args, **ran).prediction
+    other = api.evaluate(model, hardware, **args, **{**ran, name: not fixed})
     assert other.prediction != framework.prediction
     doc = json.loads(json.dumps({"model": model, "hardware": hardware,
                                  **evaluation_doc(other.plan, other.prediction)}, default=str))

@@ -94,7 +94,8 @@ def deepspeed(doc: dict, plan: dict, target: Target) -> str:
         cfg["zero_optimization"]["overlap_comm"] = bool(plan["overlap"])
         # the fp32 gradients the plan was priced with (DeepSpeed's default for bf16 is bf16
         # gradients and bf16 communication, engine.py: what --grad-reduce-bf16 prices); at
-        # ZeRO 0 its bf16 DDP has no fp32 accumulation ("unsupported mix"), so the defaults stay
+        # ZeRO 0 its bf16 DDP has no fp32 accumulation ("unsupported mix"), so the defaults
+        # stay, and a plan for this form is priced so there (`Switch.runs_where`)
         if "bf16" in cfg and not plan.get("grad_reduce_bf16"):
             cfg["communication_data_type"] = "fp32"
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
