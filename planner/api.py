@@ -442,15 +442,6 @@ def _place_tables(specs: Specs, *, devices: int | None = None, nodes: int | None
                                precision=prec)
 
 
-def is_cluster(hardware: str) -> bool:
-    """Whether `hardware` names a cluster of several pools (`planner.spec.cluster`)."""
-    from planner.catalog import load_target
-    from planner.spec.cluster import Cluster
-
-    target = load_target(hardware)
-    return isinstance(target, Cluster) and len(target.pools) > 1
-
-
 def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
                   seq_len: int | None = None, **problem):
     """The best plan over a cluster of several pools (`planner.search.pools`): a

@@ -388,13 +388,7 @@ def load_system(ref: str) -> System:
     data, where, path = _resolve(ref, HARDWARE_FOLDERS, "hardware")
     data = _without_envelope(data, where)
     if isinstance(data, dict) and data.get("kind") == "cluster":
-        cluster = _cluster(data, where, path)
-        if len(cluster.pools) > 1:
-            raise SpecError(f"hardware: '{cluster.name}' is a cluster of {len(cluster.pools)} "
-                            f"pools; only `planner solve` plans over several kinds of node "
-                            f"(give one pool's system here, e.g. -H "
-                            f"{cluster.pools[0].system.name})")
-        return cluster.pools[0].system
+        return one_system(_cluster(data, where, path))
     _expect_kind(data, where, ("system",))
     data, inline = _inline_parts(data, where)
     spec = validate(SystemSpec, data, where)
@@ -438,11 +432,33 @@ def list_hardware() -> dict[str, list[str]]:
 
 
 def pool_nodes(ref: str) -> int | None:
-    """The nodes of a one-pool cluster (None for a system): a search's node budget there."""
-    target = load_target(ref)
+    """The nodes of a one-pool cluster `ref` names (None for a system): a search's node
+    budget there."""
+    return one_pool_nodes(load_target(ref))
+
+
+def several_pools(target: System | Cluster) -> bool:
+    """Whether `target` is a cluster of several pools (only `solve` and `limits` plan over
+    it)."""
+    return isinstance(target, Cluster) and len(target.pools) > 1
+
+
+def one_pool_nodes(target: System | Cluster) -> int | None:
+    """The nodes of a one-pool cluster (None for a system or several pools)."""
     if isinstance(target, Cluster) and len(target.pools) == 1:
         return target.pools[0].nodes
     return None
+
+
+def one_system(target: System | Cluster) -> System:
+    """The system of `target`: itself, or a one-pool cluster's; several pools refused."""
+    if not isinstance(target, Cluster):
+        return target
+    if several_pools(target):
+        raise SpecError(f"hardware: '{target.name}' is a cluster of {len(target.pools)} pools; "
+                        f"only `planner solve` plans over several kinds of node (give one "
+                        f"pool's system here, e.g. -H {target.pools[0].system.name})")
+    return target.pools[0].system
 
 
 def load_hardware_any(ref: str) -> Device | Link | System:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner import switches
-from planner.catalog import load_model
+from planner.catalog import load_model, one_pool_nodes, one_system, several_pools
 from planner.errors import SpecError
 from planner.plan import choice
 from planner.search.training import Training
@@ -135,9 +135,7 @@ def _build(specs: Specs, optimizer, bucket_bytes, servers, softsync) -> DataPara
     from planner.expr.cnn import DEFAULT_BUCKET_BYTES, DataParallelModel, Options
     from planner.expr.memory import Optimizer
 
-    if specs.family == "recommendation":
-        raise SpecError(f"model: '{specs.model_ref}' is a recommendation model; only `planner "
-                        "solve` plans it (the placement of its tables: give --devices)")
+    specs.refuse_recommendation()
     if specs.family != "cnn":
         raise SpecError(f"model: '{specs.model_ref}' is a transformer; this command covers "
                         "CNNs (use evaluate or solve with --tp/--pp/--dp for transformers)")
@@ -195,29 +193,18 @@ class Specs:
     @property
     def is_cluster(self) -> bool:
         """Whether the target is a cluster of several pools (only `solve` plans over it)."""
-        from planner.spec.cluster import Cluster
-
-        return isinstance(self.target, Cluster) and len(self.target.pools) > 1
+        return several_pools(self.target)
 
     @property
     def pool_nodes(self) -> int | None:
         """The nodes of a one-pool cluster (None for a system): a search's node budget."""
-        from planner.spec.cluster import Cluster
-
-        if isinstance(self.target, Cluster) and len(self.target.pools) == 1:
-            return self.target.pools[0].nodes
-        return None
+        return one_pool_nodes(self.target)
 
     @property
     def system(self):
         """The one system (a one-pool cluster's pool); a cluster of several pools is refused
         (only `solve` and `limits` plan over several kinds of node)."""
-        if self.is_cluster:
-            c = self.target
-            raise SpecError(f"hardware: '{c.name}' is a cluster of {len(c.pools)} pools; only "
-                            f"`planner solve` plans over several kinds of node (give one "
-                            f"pool's system here, e.g. -H {c.pools[0].system.name})")
-        return self.target if self.pool_nodes is None else self.target.pools[0].system
+        return one_system(self.target)
 
     @property
     def precision(self) -> Precision:
@@ -230,12 +217,16 @@ class Specs:
         device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
         return prec
 
-    def transformer(self):
-        """(model, system, precision) of a transformer request; another family refused."""
+    def refuse_recommendation(self) -> None:
+        """A recommendation model outside `solve`: one line saying where it is planned."""
         if self.family == "recommendation":
             raise SpecError(f"model: '{self.model_ref}' is a recommendation model; only "
                             "`planner solve` plans it (the placement of its tables: give "
                             "--devices)")
+
+    def transformer(self):
+        """(model, system, precision) of a transformer request; another family refused."""
+        self.refuse_recommendation()
         if self.family != "transformer":
             raise SpecError(f"model: '{self.model_ref}' is not a transformer")
         return self.model, self.system, self.precision

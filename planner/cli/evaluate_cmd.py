@@ -73,10 +73,7 @@ def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt
     transformer = specs.family == "transformer"
     if not transformer:
         reject_transformer_flags(hybrid)
-        if framework:
-            raise SpecError("framework: --framework prices a transformer plan as that "
-                            "framework runs it")
-    framework = framework_of(framework, fmt)
+    framework = framework_of(framework, fmt, specs.family)
     hybrid.pop("seq_len", None)  # applied to the model's spec (`specs`)
     family = ({"optimizer": optimizer, "framework": framework} if transformer else
               {"collective": collective, "optimizer": optimizer, "servers": servers})

@@ -45,12 +45,12 @@ def spec_options(f=None, *, formats=FORMATS, loads=False):
         click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
                      show_default=True),
     ]
-    return with_options(_checks_optimizer(f, loads), opts)
+    return with_options(_with_specs(f, loads), opts)
 
 
-def _checks_optimizer(f, loads: bool):
-    """`f` refusing --optimizer adafactor / muon for a CNN (its memory model knows SGD,
-    momentum and Adam only); given the loaded `specs` when it `loads`."""
+def _with_specs(f, loads: bool):
+    """`f` given the loaded `specs` when it `loads`, and refusing --optimizer adafactor /
+    muon for a CNN (its memory model knows SGD, momentum and Adam only)."""
 
     @functools.wraps(f)
     def checked(*args, **kw):
@@ -157,9 +157,13 @@ def framework_option(f):
              "switch as given or its default].")(f)
 
 
-def framework_of(framework: str | None, fmt: str) -> str | None:
-    """The framework a plan is priced for: --framework, or that of a framework --format
-    (both given, they must agree)."""
+def framework_of(framework: str | None, fmt: str, family: str) -> str | None:
+    """The framework a plan of a `family` model is priced for: --framework (transformers
+    only), or that of a framework --format (both given, they must agree)."""
+    if framework and family != "transformer":
+        raise SpecError(f"framework: --framework prices a transformer plan as that framework "
+                        f"runs it; drop it for a {family} model (--format {framework} writes "
+                        f"the form where there is one)")
     form = fmt if fmt in switches.FRAMEWORK_FORMS else None
     if framework and form and framework != form:
         raise SpecError(f"framework: --framework {framework} with --format {fmt}, which writes "

@@ -148,10 +148,7 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         rng = (1, global_batch_max)
     if rng is not None and problem["global_batch"] is not None:
         raise SpecError("global_batch: give either --global-batch or a batch range")
-    if framework and specs.family != "transformer":
-        raise SpecError("framework: --framework prices a transformer plan as that framework "
-                        "runs it")
-    framework = framework_of(framework, fmt)
+    framework = framework_of(framework, fmt, specs.family)
     if specs.family == "recommendation":
         _solve_recommendation(specs, fmt, problem)
         return

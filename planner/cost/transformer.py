@@ -152,15 +152,14 @@ def iteration(m: Transformer, hw: Hardware, cfg: dict,
     cfg keys (arrays or scalars): t, p, d, mb, acc, v, cp, ep (default 1), etp (default t),
     rl (layers of each chunk recomputed by the PARTIAL rows; default 1), ds (the replicas of
     a ZeRO shard group where dp_shard is on per row; default the dp_shard given), recompute
-    (0/1/2 as
-    RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars named as the switches of
-    `planner.switches` (each its default when left out), shared by every row, except that
-    those of `planner.switches.PER_ROW` may be arrays too (0/1 per row: the search chooses
-    them)."""
+    (0/1/2 as RECOMPUTE, or PARTIAL), sp (0/1), zero, gpipe (0/1); and scalars named as the
+    switches of `planner.switches` (each its default when left out), shared by every row,
+    except that those of `planner.switches.PER_ROW` may be arrays too (0/1 per row: the search
+    chooses them)."""
     # cp, ep default to 1; etp to t (Megatron-LM's default expert tensor parallelism); ds to a
     # dp_shard given as one number
-    given = {"etp": cfg["t"], "ds": cfg.get("dp_shard") if np.ndim(cfg.get("dp_shard")) == 0
-             and cfg.get("dp_shard") else 1}
+    shard = cfg.get("dp_shard")
+    given = {"etp": cfg["t"], "ds": shard if np.ndim(shard) == 0 and shard else 1}
     nums = [np.asarray(cfg.get(k, given.get(k, 1)), dtype=float) for k in _NUMERIC]
     names = tuple(k for k in _PER_ROW if k in cfg and np.ndim(cfg[k]))
     cats = np.broadcast_arrays(*(np.asarray(cfg[k]) for k in (*_CATEGORICAL, *names)))
