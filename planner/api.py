@@ -43,7 +43,6 @@ from planner.inputs import (
     request,
     samples_of_tokens,
     training_of,
-    transformer_setup,
 )
 from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
@@ -105,7 +104,7 @@ def _accepted(verb: str) -> frozenset[str]:
         from planner.sweeping import sweep_in_parallel
 
         names = (_keywords(sweep.__wrapped__) | _keywords(_sweep) | _search_fields()
-                 | _keywords(sweep_in_parallel))
+                 | _keywords(sweep_in_parallel) | SPEC_KEYS)
     return frozenset(names)
 
 
@@ -589,13 +588,14 @@ def derive(specs: Specs, *, names: tuple[str, ...] = (),
     return [f.substituted(wanted) for f in formulas]
 
 
-@_cli_names("sweep")
-def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
+@_cli_names("sweep", loads=True)
+def sweep(specs: Specs, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
           jobs: int = 1, scheduler=None, **kwargs) -> Sweep:
-    """`planner.sweeping.sweep`, each point's memory fit checked against (1 - memory_headroom)
-    x the device memory (a transformer point's search keeps only plans that fit it). With
-    `jobs` other than 1 (0: every core) or a Dask `scheduler` (an address 'tcp://HOST:PORT' or
-    a `distributed.Client`) the combinations run in parallel
+    """`planner.sweeping.sweep` of `model` on `hardware` (names or paths; `precision`,
+    `seq_len` as `planner.inputs.Specs.load` takes them), each point's memory fit checked
+    against (1 - memory_headroom) x the device memory (a transformer point's search keeps only
+    plans that fit it). With `jobs` other than 1 (0: every core) or a Dask `scheduler` (an
+    address 'tcp://HOST:PORT' or a `distributed.Client`) the combinations run in parallel
     (`planner.sweeping.sweep_in_parallel`, which also takes `stall_timeout_s`,
     `connect_timeout_s` and `on_progress`), with the same result. Many solves:
     `planner.batch.batch` (docs/batch.md)."""
@@ -606,12 +606,12 @@ def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_
     if jobs != 1 or scheduler is not None:
         from planner.sweeping import sweep_in_parallel
 
-        return sweep_in_parallel(model, hardware, memory_headroom=memory_headroom, jobs=jobs,
+        return sweep_in_parallel(specs, memory_headroom=memory_headroom, jobs=jobs,
                                  scheduler=scheduler, **kwargs)
-    if is_transformer(model):
-        return _sweep(model, hardware, memory_headroom=memory_headroom, **kwargs)
-    sw = _sweep(model, hardware, **kwargs)
-    device_bytes = load_system(hardware).device.memory_bytes
+    if specs.family == "transformer":
+        return _sweep(specs, memory_headroom=memory_headroom, **kwargs)
+    sw = _sweep(specs, **kwargs)
+    device_bytes = specs.system.device.memory_bytes
     points = [dataclasses.replace(p, prediction=within(p.prediction, device_bytes,
                                                        memory_headroom)) for p in sw.points]
     return dataclasses.replace(sw, points=points)
@@ -619,5 +619,4 @@ def sweep(model: str, hardware: str, *, memory_headroom: float = DEFAULT_MEMORY_
 
 def sweep_transformer(model: str, hardware: str, **kwargs) -> Sweep:
     """`sweep` for a transformer (the former name)."""
-    transformer_setup(model, hardware, None)
-    return sweep(model, hardware, **kwargs)
+    return sweep(_former(model, hardware, kwargs), **kwargs)

@@ -240,12 +240,6 @@ def is_transformer(model: str) -> bool:
     return load_model(model).kind == "transformer"
 
 
-def transformer_setup(model: str, hardware: str, precision: str | None,
-                      seq_len: int | None = None):
-    """(model, system, precision) of a transformer named by reference."""
-    return Specs.load(model, hardware, precision, seq_len).transformer()
-
-
 def training_of(device_price: float | None, critical_batch: float | None,
                 target_steps: float | None, target_samples: float | None,
                 price_per_device_hour: float | None, deadline_s: float | None,

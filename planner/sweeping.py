@@ -11,14 +11,13 @@ from planner.errors import InfeasibleError, SpecError
 from planner.inputs import (
     CNN_ONLY,
     TRANSFORMER_ONLY,
+    Specs,
     build,
     enum_value,
-    is_transformer,
     only_for,
     request,
     samples_of_tokens,
     training_of,
-    transformer_setup,
 )
 from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
@@ -80,30 +79,33 @@ def with_inter_node_bandwidth(system, gbps: float):
     return dataclasses.replace(system, inter_node=link)
 
 
-def sweep(model: str, hardware: str, *, nodes: list[int],
+def sweep(specs: Specs, *, nodes: list[int],
           global_batch: int | list[int] | None = None, local_batch: int | None = None,
           bandwidths_GBps: list[float] | None = None, overlap: bool = True,
-          precision: str | None = None, critical_batch: float | None = None,
+          critical_batch: float | None = None,
           target_steps: float | None = None, target_samples: float | None = None,
           target_tokens: float | None = None, price_per_device_hour: float | None = None,
           collective: str | None = None, optimizer: str | None = None,
-          servers: int | None = None, seq_len: int | None = None, time_limit_s: float = 10.0,
+          servers: int | None = None, time_limit_s: float = 10.0,
           on_point=None, **pins) -> Sweep:
-    """Every (bandwidth, nodes, global batch) combination, all devices of the nodes used: a CNN
-    point is the data-parallel plan there (`local_batch` for weak scaling); a transformer point
-    is the best tp x pp x dp plan there (`pins` are fields of `planner.search.hybrid.Search`:
-    tp, pp, recompute, ...). A point with no plan is in `skipped` with the reason. With
-    `critical_batch` and a target each point carries its steps, time and cost to train (the
-    price defaults to the device spec's). `on_point` is called once per combination tried."""
+    """Every (bandwidth, nodes, global batch) combination of the request's loaded `specs`
+    (`planner.inputs.Specs`: model, system, precision, sequence length), all devices of the
+    nodes used: a CNN point is the data-parallel plan there (`local_batch` for weak
+    scaling); a transformer point is the best tp x pp x dp plan there (`pins` are fields of
+    `planner.search.hybrid.Search`: tp, pp, recompute, ...). A point with no plan is in
+    `skipped` with the reason. With `critical_batch` and a target each point carries its
+    steps, time and cost to train (the price defaults to the device spec's). `on_point` is
+    called once per combination tried."""
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=None, budget_usd=None)
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
-    if is_transformer(model):
+    specs.refuse_recommendation()
+    if specs.family == "transformer":
         only_for("transformer", {"local_batch": local_batch, "collective": collective,
                                  "optimizer": optimizer, "servers": servers, **pins}, CNN_ONLY)
         if global_batch is None:
             raise SpecError("global_batch: give --global-batch for a transformer sweep")
-        m, base, prec = transformer_setup(model, hardware, precision, seq_len)
+        m, base, prec = specs.transformer()
         training = training_of(base.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
@@ -122,14 +124,16 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
             sol = supported_solve(m, system, prec, q)[1]  # solve's pick at this point
             return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
     else:
-        only_for("cnn", {"target_tokens": target_tokens, "seq_len": seq_len, **pins},
+        only_for("cnn", {"target_tokens": target_tokens, "seq_len": specs.seq_len, **pins},
                  TRANSFORMER_ONLY)
         if (global_batch is None) == (local_batch is None):
             raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                             "--local-batch (weak scaling)")
         softsync = pins.get("softsync")
-        cnn = build(model, hardware, precision, optimizer or "momentum", servers=servers or 1,
-                    softsync=softsync)
+        prec = specs.given_precision
+        cnn = build(specs.model_ref, specs.hardware_ref, prec.value if prec else None,
+                    optimizer or "momentum", servers=servers or 1, softsync=softsync,
+                    specs=specs)
         training = training_of(cnn.system.device.price_per_hour_usd,
                                target_samples=target_samples, **train)
         col = enum_value(Collective, collective or ("parameter-server" if softsync else "ring"),
@@ -171,7 +175,7 @@ def sweep(model: str, hardware: str, *, nodes: list[int],
 # --- in parallel --------------------------------------------------------------------------------
 
 
-def sweep_in_parallel(model: str, hardware: str, *, nodes: list[int],
+def sweep_in_parallel(specs: Specs, *, nodes: list[int],
                       global_batch: int | list[int] | None = None,
                       bandwidths_GBps: list[float] | None = None, jobs: int = 1,
                       scheduler=None, on_point=None, stall_timeout_s: float | None = None,
@@ -184,11 +188,13 @@ def sweep_in_parallel(model: str, hardware: str, *, nodes: list[int],
     depends on its combination alone). `on_point` is called as each combination finishes,
     `on_progress` with a `planner.parallel.Progress`. A lost cluster, or no workers for
     `stall_timeout_s`, is a `planner.parallel.ClusterError` (exit code 4); the workers keep
-    their compiled programs between points."""
+    their compiled programs between points. Each task carries the loaded `specs`, so a
+    worker reads no file: a model or system given as a local YAML path plans on a cluster
+    whose workers cannot see it."""
     from planner.parallel import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S, parallel_map
 
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
-    tasks = [dict(model=model, hardware=hardware, nodes=[n_val], global_batch=batch,
+    tasks = [dict(specs=specs, nodes=[n_val], global_batch=batch,
                   bandwidths_GBps=None if bw is None else [bw], **kwargs)
              for bw in bandwidths_GBps or [None] for n_val in nodes for batch in batches]
     parts = parallel_map(_sweep_task, tasks, jobs=jobs, scheduler=scheduler, on_done=on_point,
@@ -203,4 +209,4 @@ def _sweep_task(kwargs: dict) -> Sweep:
     """One combination of a parallel sweep (a module-level function: it pickles)."""
     from planner import api
 
-    return api.sweep(**kwargs)
+    return api.sweep(kwargs.pop("specs"), **kwargs)

@@ -103,15 +103,15 @@ def test_sweep_takes_bandwidth_and_the_cluster_timeouts(monkeypatch):
                          **common) == planner.sweep("alexnet", "k80-fdr", **common)
     seen = {}
 
-    def in_parallel(model, hardware, **kwargs):
-        seen.update(kwargs)
+    def in_parallel(specs, **kwargs):
+        seen.update(kwargs, model=specs.model_ref)
         return "swept"
 
     monkeypatch.setattr("planner.sweeping.sweep_in_parallel", in_parallel)
     assert planner.sweep("alexnet", "k80-fdr", jobs=2, stall_timeout=5, connect_timeout=3,
                          **common) == "swept"
     assert seen["stall_timeout_s"] == 5 and seen["connect_timeout_s"] == 3
-    assert "stall_timeout" not in seen
+    assert "stall_timeout" not in seen and seen["model"] == "alexnet"
 
 
 def test_derive_takes_formula_and_substitute():

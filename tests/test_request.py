@@ -48,6 +48,10 @@ def loads(monkeypatch):
     ["limits", "-m", "gpt2", "-H", "dgx-a100-80gb", "--global-batch", "64", "--seq-len", "512",
      "--format", "json"],
     ["derive", "-m", "gpt2", "-H", "dgx-a100-80gb", "--global-batch", "64", "--format", "json"],
+    ["sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024", "--nodes", "1,2",
+     "--format", "json"],
+    ["sweep", "-m", "gpt2", "-H", "dgx-a100-80gb", "--global-batch", "64", "--nodes", "1,2",
+     "--seq-len", "512", "--format", "json"],
 ])
 def test_the_command_line_loads_each_spec_once(run, loads, args):
     code, out, err = run(*args)
@@ -119,3 +123,23 @@ def test_the_cluster_json_names_the_request(run):
     first = catalog.load_target("lab-a100-h100").pools[0].system.device.default_precision
     assert (doc["model"], doc["hardware"], doc["precision"]["name"]) == (
         "gpt2", "lab-a100-h100", first.value)
+
+
+@pytest.mark.parametrize("model, hardware, case", [
+    ("gpt2", "dgx-a100-80gb", dict(nodes=[1, 2], global_batch=64)),
+    ("alexnet", "k80-fdr", dict(nodes=[1, 2, 4], global_batch=256)),
+])
+def test_a_parallel_sweep_sends_its_loaded_specs_to_the_workers(tmp_path, model, hardware,
+                                                                  case):
+    """The worker processes read no file: the model, given as a YAML path, is gone before the
+    sweep runs, and every point still matches the serial sweep of the same specs."""
+    path = tmp_path / "model.yaml"
+    path.write_text((catalog.MODELS / f"{model}.yaml").read_text())
+    specs = Specs.load(str(path), hardware)
+    path.unlink()
+    serial = planner.sweep(specs, **case)
+    parallel = planner.sweep(specs, jobs=2, **case)
+    assert [p.prediction.iteration_time_s for p in parallel.points] == [
+        p.prediction.iteration_time_s for p in serial.points]
+    assert [p.plan for p in parallel.points] == [p.plan for p in serial.points]
+    assert len(serial.points) == len(case["nodes"])

@@ -23,7 +23,7 @@ from planner.report import render
 
 
 @click.command()
-@spec_options
+@spec_options(loads=True)
 @click.option("--nodes", "nodes_spec", default=None,
               help="Node counts: '1,2,4', 'A:B' or 'A:B:x2' [default: 1:N:x2 up to one sample "
                    "per device, at most 4096].")
@@ -46,7 +46,7 @@ from planner.report import render
 @headroom_option
 @parallel_options
 @cluster_options
-def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
+def sweep(specs, model, hardware, precision, optimizer, servers, overlap, fmt, nodes_spec,
           batch_spec, local_batch, bandwidth_spec, collective, critical_batch, target_steps,
           target_samples, target_tokens, price_per_device_hour, plot_path, jobs, scheduler,
           stall_timeout, connect_timeout, progress_every, **hybrid):
@@ -82,13 +82,15 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
     if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
         raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
                         "one bandwidth")
-    transformer = api.is_transformer(model)
+    specs.refuse_recommendation()
+    transformer = specs.family == "transformer"
     if transformer:
         if local_batch is not None:
             raise SpecError("local_batch: transformer sweeps take --global-batch (the solver "
                             "splits it into dp x micro-batch x accumulation)")
         if batches is None:
             raise SpecError("global_batch: give --global-batch for a transformer sweep")
+        hybrid.pop("seq_len")  # applied to the model's spec (`specs`)
         family = {"target_tokens": target_tokens, "optimizer": optimizer,
                   **{k: v for k, v in hybrid.items() if v is not None}}
     else:
@@ -99,19 +101,19 @@ def sweep(model, hardware, precision, optimizer, servers, overlap, fmt, nodes_sp
         family = {"local_batch": local_batch, "collective": collective, "optimizer": optimizer,
                   "servers": servers, "softsync": hybrid.get("softsync")}
     common = dict(nodes=nodes, global_batch=global_batch, bandwidths_GBps=bandwidths,
-                  overlap=overlap, precision=precision, critical_batch=critical_batch,
+                  overlap=overlap, critical_batch=critical_batch,
                   target_steps=target_steps, target_samples=target_samples,
                   price_per_device_hour=price_per_device_hour, memory_headroom=headroom,
                   **family)
     if jobs == 1 and scheduler is None:
         with progress(total, "sweep") as bar:
-            sw = api.sweep(model, hardware, on_point=bar and (lambda: bar.update(1)), **common)
+            sw = api.sweep(specs, on_point=bar and (lambda: bar.update(1)), **common)
     else:
         from planner.parallel import ClusterError
 
         reporter = Reporter("sweep", total, progress_every)
         try:
-            sw = api.sweep(model, hardware, jobs=jobs, scheduler=scheduler,
+            sw = api.sweep(specs, jobs=jobs, scheduler=scheduler,
                            stall_timeout_s=stall_timeout, connect_timeout_s=connect_timeout,
                            on_progress=reporter, **common)
         except ClusterError as exc:
