@@ -5,6 +5,7 @@ exist at the commits named."""
 import argparse
 import ast
 import json
+import math
 import os
 import re
 import shlex
@@ -599,3 +600,20 @@ def test_eager_kernels_turn_megatron_fusions_off_and_torchtitan_compile_off(run)
                                       "torchtitan")).compile.enable
     code, _, err = run(*args, "--kernels", "eager", "--tp-overlap", "--format", "torchtitan")
     assert code == 2 and "torch.compile" in err
+
+
+def test_a_token_budget_sets_the_launchers_steps_and_time(run, run_json):
+    """`--tokens` prices the run for a token budget (the document's `token_budget`): the
+    launchers write its steps and its time to train, as for a critical batch's target."""
+    args = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "16",
+            "--global-batch", "64", "--tokens", "1e9")
+    budget = run_json(*args)["token_budget"]
+    text = _out(run, *args, "--format", "slurm")
+    got = re.search(r"^#SBATCH --time=(\d+)-(\d\d):(\d\d):(\d\d)$", text, re.M).groups()
+    d, h, m, s = map(int, got)
+    seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    ttt = budget["time_to_train_s"]
+    assert ttt * 1.25 + 15 * 60 <= seconds < ttt * 1.25 + 16 * 60
+    assert "no training target" not in text
+    mega = _out(run, *args, "--format", "megatron")
+    assert f'TRAIN_ITERS="${{TRAIN_ITERS:-{math.ceil(budget["steps"])}}}"' in mega

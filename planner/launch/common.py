@@ -94,14 +94,24 @@ def summary(doc: dict, plan: dict) -> list[str]:
         options = switches.describe(view)
         if options:
             lines.append(f"priced with: {', '.join(options)}")
-    if pred.get("time_to_train_s") is not None:
-        ttt = pred["time_to_train_s"]
+    ttt = trained(doc).get("time_to_train_s")
+    if ttt is not None:
         lines.append(f"predicted time to train {ttt / 86400:.3g} days ({ttt / 3600:.4g} h)")
     return lines
+
+
+def trained(doc: dict) -> dict:
+    """The training target the plan was priced for: `steps` and `time_to_train_s` of a
+    critical batch's target (in the prediction) or of a token budget (`--tokens`: the
+    document's `token_budget`); empty when no target was given."""
+    pred = doc.get("prediction", {})
+    if pred.get("steps") is not None:
+        return pred
+    return doc.get("token_budget") or {}
 
 
 def priced_steps(doc: dict) -> int | None:
     """The optimizer steps the plan was priced for (a training target's, rounded up), or None
     when no target was given: what a launcher writes as its iteration count."""
-    steps = doc.get("prediction", {}).get("steps")
+    steps = trained(doc).get("steps")
     return math.ceil(steps) if steps else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from planner.launch.common import Target, max_connections, summary
+from planner.launch.common import Target, max_connections, summary, trained
 
 # sbatch --time: the predicted time to train times this margin plus a fixed allowance for
 # start-up and checkpoint loading; without a training target, a documented default.
@@ -74,7 +74,7 @@ def slurm(doc: dict, plan: dict, target: Target) -> str:
     c10d rendezvous host. --time is the predicted run, capped at SLURM_MAX_TIME_S per job; a
     longer run says how many chained jobs it needs and how to chain them."""
     n, g = plan["nodes"], plan["devices_per_node"]
-    ttt = doc.get("prediction", {}).get("time_to_train_s")
+    ttt = trained(doc).get("time_to_train_s")
     whole = job_seconds(ttt)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(doc.get("model")))[:64]
     if whole is None:
