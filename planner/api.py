@@ -80,7 +80,7 @@ def _fields(cls, *fixed: str) -> set[str]:
 def _search_fields() -> set[str]:
     from planner.search.hybrid_space import Search
 
-    return _fields(Search, "objective", "training")
+    return _fields(Search, "objective", "training", "framework")
 
 
 SPEC_KEYS = frozenset({"precision", "seq_len"})  # what `Specs.load` takes beside the names
@@ -356,12 +356,13 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         # priced as the framework runs what it has no flag for
         problem.update(switches.framework_pins(problem, framework, prec.value,
                                                problem.get("zero")))
+        _pin_for_form(problem, framework)
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
                                                                 target_tokens), **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                     objective=objective_for(objective, "transformer"), training=training,
-                    searched=switches.left_to_search(problem, framework))
+                    searched=switches.left_to_search(problem, framework), framework=framework)
         if prefer_supported is not None and not 0 <= prefer_supported <= 1:
             raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got "
                             f"{prefer_supported!r}")
@@ -392,6 +393,16 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     if strat is Strategy.data and stages is None:
         return DataParallelSolver(cnn, prob).solve()
     return SplitSearch(cnn, prob, stages).solve(strat)
+
+
+def _pin_for_form(problem: dict, framework: str | None) -> None:
+    """What the framework's search pins where the request leaves it unset
+    (`planner.rules.FORM_PINS`)."""
+    from planner import rules
+
+    for key, value in rules.FORM_PINS.get(framework, {}).items():
+        if problem.get(key) is None:
+            problem[key] = value
 
 
 PLACE_KEYS = frozenset({"devices", "nodes", "global_batch", "time_limit_s", "memory_headroom",

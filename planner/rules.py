@@ -6,6 +6,11 @@ structures, one reading only the per-row choices filters those).
 
 A row's fields: t, p, v (virtual stages), d, mb, acc (micro-batches per replica), cp, ep, etp;
 rec (0 none, 1 selective, 2 full, 3 full on the first layers of each chunk), sp, zero.
+
+`FORM_RULES` are the same for a framework's launcher form: what its form cannot write. A
+search for that framework (`Search.framework`: `solve --format` / `--framework`) masks its
+rows with them, so it picks the fastest plan the form writes, and the form refuses a plan
+that breaks one (`check_form`), with the rule's message.
 """
 
 from __future__ import annotations
@@ -68,10 +73,97 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _form(name: str) -> Callable[[Any, Any], bool]:
+    return lambda m, x: getattr(x, "framework", None) == name
+
+
+_DS = "DeepSpeed"
+FORM_RULES: tuple[Rule, ...] = (
+    # DeepSpeed at the commit planner.launch.deepspeed_config names: no ring attention, MoE
+    # experts placed by the model code, a pipeline engine without interleaving that runs ZeRO
+    # 0 / 1 only, and AutoTP without a pipeline or sequence parallelism
+    Rule("cp", frozenset({"cp"}), _form("deepspeed"), lambda r, x: r.cp == 1,
+         lambda r, x: f"{_DS} has no ring-attention context parallelism (its Ulysses sequence "
+                   f"parallelism is all-to-all); this plan has cp {r.cp}: use --format "
+                   "megatron or torchtitan"),
+    Rule("ep", frozenset({"ep"}), _form("deepspeed"), lambda r, x: r.ep == 1,
+         lambda r, x: f"this ds_config has no MoE expert-parallel block ({_DS} sets ep in the "
+                   f"model code); this plan has ep {r.ep}: use --format megatron or "
+                   "torchtitan"),
+    Rule("zero", frozenset({"p", "zero"}), _form("deepspeed"),
+         lambda r, x: (r.p == 1) | (r.zero <= 1),
+         lambda r, x: f"{_DS}'s pipeline engine runs ZeRO stage 0 or 1 only (this plan: pp "
+                   f"{r.p}, ZeRO {r.zero})"),
+    Rule("interleave", frozenset({"p", "v"}), _form("deepspeed"),
+         lambda r, x: (r.p == 1) | (r.v == 1),
+         lambda r, x: f"{_DS}'s pipeline engine has no interleaved schedule (this plan: {r.v} "
+                   "chunks per stage); use --format megatron or torchtitan"),
+    Rule("tp", frozenset({"t", "p"}), _form("deepspeed"), lambda r, x: (r.t == 1) | (r.p == 1),
+         lambda r, x: f"{_DS}'s AutoTP (tensor_parallel.autotp_size) does not run under its "
+                   f"pipeline engine (this plan: tp {r.t} x pp {r.p}); use --format megatron "
+                   "or torchtitan"),
+    Rule("sequence_parallel", frozenset({"t", "sp"}), _form("deepspeed"),
+         lambda r, x: (r.t == 1) | (r.sp == 0),
+         lambda r, x: f"{_DS}'s AutoTP has no sequence parallelism as the plan prices it; use "
+                   "--format megatron or torchtitan"),
+    # torchtitan at the commit planner.launch.torchtitan_config names: activation
+    # checkpointing per layer (FullAC) or per op, FSDP over dp_shard x cp
+    # (torchtitan/distributed/fsdp.py resolve_fsdp_mesh), experts at etp 1 with expert
+    # parallelism and at etp = tp without (moe_sharding.py: with ep the routed experts are
+    # Shard(0) over ep, borrowing the tp ranks)
+    Rule("recompute_layers", frozenset({"rec"}), _form("torchtitan"), lambda r, x: r.rec < 3,
+         lambda r, x: "torchtitan checkpoints every layer (FullAC) or per op (SelectiveAC); "
+                   "recomputing some layers of each chunk needs --format megatron"),
+    Rule("zero", frozenset({"cp", "zero"}), _form("torchtitan"),
+         lambda r, x: (r.cp == 1) | (r.zero >= 1),
+         lambda r, x: f"torchtitan shards the weights, gradients and optimizer state over the "
+                   f"context-parallel ranks (FSDP over dp_shard x cp); this plan has cp "
+                   f"{r.cp} with ZeRO 0, priced without that traffic: plan with --zero 1 or "
+                   "more, or use --format megatron"),
+    Rule("etp", frozenset({"t", "ep", "etp"}), _form("torchtitan"),
+         lambda r, x: ((r.ep > 1) & (r.etp == 1)) | ((r.ep == 1) & (r.etp == r.t)),
+         lambda r, x: f"torchtitan runs the experts at etp 1 with expert parallelism and at "
+                   f"etp = tp without; this plan has etp {r.etp} with tp {r.t}, ep {r.ep}: "
+                   "use --format megatron"),
+    # parallel_dims.py: the expert-parallel ranks come from dp_shard x cp x tp (cp x tp at
+    # ZeRO 0); an HSDP plan's shard group, which no row field holds, the form checks itself
+    Rule("ep", frozenset({"t", "cp", "d", "ep", "zero"}), _form("torchtitan"),
+         lambda r, x: (r.t * r.cp * ((r.zero == 0) + (r.zero != 0) * r.d)) % r.ep == 0,
+         lambda r, x: f"torchtitan takes the expert-parallel ranks from dp_shard x cp x tp, "
+                   f"which ep {r.ep} does not divide; use --format megatron"),
+)
+
+
 def active(model, x, reads: frozenset[str] | None = None) -> list[Rule]:
-    """The rules that apply to `x` (a Plan or a Search) for `model`, those reading only the
-    fields in `reads` when given."""
-    return [r for r in RULES if r.active(model, x) and (reads is None or r.reads <= reads)]
+    """The rules that apply to `x` (a Plan or a Search) for `model`, a framework's form rules
+    among them (`FORM_RULES`), those reading only the fields in `reads` when given."""
+    return [r for r in (*RULES, *FORM_RULES)
+            if r.active(model, x) and (reads is None or r.reads <= reads)]
+
+
+# what a framework's search pins where the request leaves it unset: DeepSpeed's AutoTP runs
+# tensor parallelism without sequence parallelism (the search's default is with it)
+FORM_PINS: dict[str, dict[str, Any]] = {"deepspeed": {"sequence_parallel": False}}
+
+
+def check_form(form: str, plan, skip: tuple[str, ...] = ()) -> None:
+    """Refuse a plan (a `Plan`, or its JSON config) the launcher form `form` cannot write:
+    the first of its `FORM_RULES` (less those keyed in `skip`, which the form decides with
+    more than a row holds) the plan breaks, as `format: <why>`."""
+    row = row_of(plan) if not isinstance(plan, dict) else _row_of_config(plan)
+    x = SimpleNamespace(framework=form)
+    for rule in FORM_RULES:
+        if rule.key not in skip and rule.active(None, x) and not rule.holds(row, x):
+            raise SpecError(f"format: {rule.message(row, x)}")
+
+
+def _row_of_config(c: dict) -> SimpleNamespace:
+    """A plan's JSON config as a row of scalars."""
+    rec = 3 if c.get("recompute_layers") else ("none", "selective", "full").index(c["recompute"])
+    return SimpleNamespace(t=c["tp"], p=c["pp"], v=c.get("interleave", 1), d=c["dp"],
+                           mb=c["micro_batch"], acc=c["gradient_accumulation"],
+                           cp=c.get("cp", 1), ep=c.get("ep", 1), etp=c.get("etp", c["tp"]),
+                           rec=rec, sp=int(bool(c.get("sequence_parallel"))), zero=c["zero"])
 
 
 def row_of(plan) -> SimpleNamespace:
@@ -108,6 +200,28 @@ def hold(key: str, row: SimpleNamespace, x):
         if rule.key == key:
             ok = ok & rule.holds(row, x)
     return ok
+
+
+# a row field -> the search request's field that pins it (acc has none: it follows the batch)
+_PINNED = {"t": "tp", "p": "pp", "v": "interleave", "d": "dp", "mb": "micro_batch", "cp": "cp",
+           "ep": "ep", "etp": "etp", "sp": "sequence_parallel", "zero": "zero"}
+
+
+def refuse_pins(model, q) -> None:
+    """Refuse a search request whose pins alone break a rule (every field it reads pinned):
+    no plan the search could choose keeps it, so the answer is the rule's one line, not an
+    empty search."""
+    pinned = {f: getattr(q, k) for f, k in _PINNED.items() if getattr(q, k) is not None}
+    if q.recompute is not None:
+        pinned["rec"] = 3 if q.recompute_layers else ("none", "selective", "full").index(
+            q.recompute)
+    if "sp" in pinned:
+        pinned["sp"] = int(pinned["sp"])
+    row = SimpleNamespace(**pinned)
+    for rule in active(model, q, frozenset(pinned)):
+        if not rule.holds(row, q):
+            raise SpecError(f"{'format' if rule in FORM_RULES else rule.key}: "
+                            f"{rule.message(row, q)}")
 
 
 def refuse(x, row: SimpleNamespace, reads: frozenset[str]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from planner import rules
 from planner.errors import SpecError
 from planner.launch import slurm_time, uneven_stages
 from tests.test_launch_deepspeed import DATA as DEEPSPEED_DATA
@@ -617,3 +618,52 @@ def test_a_token_budget_sets_the_launchers_steps_and_time(run, run_json):
     assert "no training target" not in text
     mega = _out(run, *args, "--format", "megatron")
     assert f'TRAIN_ITERS="${{TRAIN_ITERS:-{math.ceil(budget["steps"])}}}"' in mega
+
+
+@pytest.mark.parametrize("form, args", [
+    ("deepspeed", ("-m", "llama3-8b", "-H", "dgx-h100", "--devices-max", "16",
+                   "--global-batch", "128")),
+    ("torchtitan", ("-m", "qwen3-30b-a3b", "-H", "dgx-h100", "--devices-max", "64",
+                    "--global-batch", "256")),
+    ("deepspeed", ("-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max", "512",
+                   "--global-batch", "1536")),
+])
+def test_solve_for_a_form_picks_a_plan_the_form_writes(run, run_json, form, args):
+    """`solve --format F` searches only the plans F writes (`planner.rules.FORM_RULES`): its
+    pick is written (exit 0; these picks had been refused: tp with sequence parallelism for
+    DeepSpeed, partial recompute for torchtitan), `--framework F` picks the same plan, and it
+    is no faster than the pick of a search free of the form."""
+    code, _, err = run("solve", *args, "--format", form)
+    assert code == 0, err
+    framed = run_json("solve", *args, "--framework", form)
+    free = run_json("solve", *args, "--prefer-supported", "0")
+    assert framed["framework"] == form
+    assert framed["prediction"]["iteration_time_s"] >= free["prediction"]["iteration_time_s"]
+    plan = framed["config"]
+    rules.check_form(form, plan)  # what the writer checks too
+    if form == "deepspeed":
+        assert plan["cp"] == 1 and plan["ep"] == 1 and not (plan["tp"] > 1 and plan["pp"] > 1)
+        assert not (plan["tp"] > 1 and plan["sequence_parallel"])
+    else:
+        assert not plan.get("recompute_layers")
+
+
+@pytest.mark.parametrize("pins, says", [
+    (("--zero", "2", "--pp", "4"), "ZeRO stage 0 or 1 only"),
+    (("--cp", "2"), "no ring-attention context parallelism"),
+    (("--tp", "2", "--pp", "2"), "does not run under its pipeline engine"),
+])
+def test_solve_for_a_form_refuses_pins_it_cannot_write(run, pins, says):
+    """Pins that break one of the form's rules whatever else the search chooses: the rule's
+    one line, exit 2 (not an empty search's infeasibility)."""
+    code, _, err = run("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max",
+                       "4096", "--global-batch", "1536", *pins, "--format", "deepspeed")
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("given", [("--devices", "64", "--devices-max", "32"),
+                                   ("--nodes", "8", "--nodes-max", "2")])
+def test_a_transformer_solve_refuses_a_budget_below_its_pinned_size(run, given):
+    code, _, err = run("solve", "-m", "llama3-8b", "-H", "dgx-h100", "--global-batch", "512",
+                       *given)
+    assert code == 2 and " is over " in err and len(err.strip().splitlines()) == 1, err

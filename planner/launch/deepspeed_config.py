@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from planner import rules
 from planner.errors import SpecError
 from planner.launch.common import Target
 
@@ -30,37 +31,15 @@ DEEPSPEED_COMMIT = "edaa7221267243c7be7fb49c5d5f5c4fb97b4641"  # deepspeedai/Dee
 def deepspeed(doc: dict, plan: dict, target: Target) -> str:
     """ds_config JSON. train_batch_size = micro x accumulation x data-parallel world size
     (DeepSpeed divides by dp, not by all ranks, when a model-parallel unit is given)."""
-    if plan.get("ep", 1) > 1:
-        raise SpecError(f"format: this ds_config has no MoE expert-parallel block (DeepSpeed "
-                        f"sets ep in the model code); this plan has ep {plan['ep']}: use --format "
-                        f"megatron or torchtitan")
-    if plan.get("cp", 1) > 1:
-        raise SpecError(f"format: DeepSpeed has no ring-attention context parallelism (its "
-                        f"Ulysses sequence parallelism is all-to-all); this plan has cp "
-                        f"{plan['cp']}: use --format megatron or torchtitan")
-    if plan["pp"] > 1 and plan["zero"] >= 2:
-        raise SpecError(f"format: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only "
-                        f"(this plan: pp {plan['pp']}, ZeRO {plan['zero']})")
+    rules.check_form("deepspeed", plan)  # what no ds_config writes (planner.rules)
     p = target.precision
     if p in ("fp8", "mxfp8", "nvfp4", "fp4"):
         raise SpecError(f"format: a ds_config has no {p} training (DeepSpeed leaves low-precision "
                         "GEMMs to the model code); use --format megatron"
                         + (" or torchtitan" if p in ("fp8", "mxfp8") else ""))
-    if plan["pp"] > 1 and plan["interleave"] > 1:
-        raise SpecError(f"format: DeepSpeed's pipeline engine has no interleaved schedule (this "
-                        f"plan: {plan['interleave']} chunks per stage); use --format megatron or "
-                        "torchtitan")
     if plan["pp"] > 1 and plan.get("schedule") == "gpipe":
         raise SpecError("format: DeepSpeed's pipeline engine runs 1F1B, not the plan's GPipe "
                         "schedule; use --format torchtitan")
-    if plan["tp"] > 1 and plan["pp"] > 1:
-        raise SpecError(f"format: DeepSpeed's AutoTP (tensor_parallel.autotp_size) does not run "
-                        f"under its pipeline engine (this plan: tp {plan['tp']} x pp "
-                        f"{plan['pp']}); use --format megatron or torchtitan")
-    if plan["tp"] > 1 and (plan["sequence_parallel"] or plan.get("tp_overlap")):
-        raise SpecError("format: DeepSpeed's AutoTP has no sequence parallelism or tp "
-                        "communication overlap as the plan prices them; use --format megatron "
-                        "or torchtitan")
     cfg = {"train_batch_size": plan["micro_batch"] * plan["gradient_accumulation"] * plan["dp"],
            "train_micro_batch_size_per_gpu": plan["micro_batch"],
            "gradient_accumulation_steps": plan["gradient_accumulation"]}

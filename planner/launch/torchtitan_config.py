@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from planner import rules
 from planner.errors import SpecError
 from planner.launch.common import Target, priced_steps, summary
 from planner.plan import stage_layers
@@ -227,27 +228,18 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     dp, zero, tp, pp = plan["dp"], plan["zero"], plan["tp"], plan["pp"]
     cp, ep = plan.get("cp", 1), plan.get("ep", 1)
     eager = plan.get("kernels") == "eager"
-    if zero == 0 and cp > 1:  # torchtitan/distributed/fsdp.py resolve_fsdp_mesh: dp_shard x cp
-        raise SpecError(f"format: torchtitan ({tt}) shards the weights, gradients and optimizer "
-                        f"state over the context-parallel ranks (FSDP over dp_shard x cp); this "
-                        f"plan has cp {cp} with ZeRO 0, priced without that traffic: plan with "
-                        "--zero 1, 2 or 3, or use --format megatron")
+    # what no torchtitan config writes (planner.rules; partial recompute below, by stage)
+    rules.check_form("torchtitan", plan, skip=("recompute_layers",))
     shard = plan.get("dp_shard") or dp  # HSDP: FSDP inside groups of dp_shard, replicated
     replicate, shard = (dp, 1) if zero == 0 else (dp // shard, shard)
-    if m.experts > 1:
-        # moe_sharding.py: with ep the routed experts are Shard(0) over ep and not tensor-
-        # parallel (ep borrows the tp ranks); without ep they are sharded over tp
-        etp = plan.get("etp", tp)
-        if etp != (1 if ep > 1 else tp):
-            raise SpecError(f"format: torchtitan ({tt}) runs the experts at etp 1 with expert "
-                            f"parallelism and at etp = tp without; this plan has etp {etp} "
-                            f"with tp {tp}, ep {ep}: use --format megatron")
-        if (shard * cp * tp) % ep:  # parallel_dims.py: ep divides dp_shard x cp x tp
-            raise SpecError(f"format: torchtitan ({tt}) takes the expert-parallel ranks from "
-                            f"dp_shard x cp x tp = {shard * cp * tp} (ZeRO {zero}), which ep "
-                            f"{ep} does not divide"
-                            + ("; plan with --zero 1, 2 or 3" if zero == 0 else "")
-                            + ", or use --format megatron")
+    # parallel_dims.py: ep divides dp_shard x cp x tp (the search keeps to it without HSDP:
+    # `planner.rules.FORM_RULES`; here the shard group of an HSDP plan too)
+    if m.experts > 1 and (shard * cp * tp) % ep:
+        raise SpecError(f"format: torchtitan ({tt}) takes the expert-parallel ranks from "
+                        f"dp_shard x cp x tp = {shard * cp * tp} (ZeRO {zero}), which ep "
+                        f"{ep} does not divide"
+                        + ("; plan with --zero 1, 2 or 3" if zero == 0 else "")
+                        + ", or use --format megatron")
     if plan.get("tp_overlap") and tp > 1 and eager:
         raise SpecError("format: torchtitan's AsyncTP (tp overlap) runs under torch.compile "
                         "only, not with eager kernels")

@@ -205,10 +205,18 @@ class HybridSolver:
         check_fp8_weight_gather(q.fp8_weight_gather, q.zero)
         switches.check_exclusions(q)
         choices(q)  # pins the rules leave no choice of are refused here
+        rules.refuse_pins(m, q)  # and pins that break a rule whatever the search chooses
         # nodes are whole nodes of g devices: pins and budgets in nodes are device counts
         devices, devices_max = devices_of(q.devices, q.nodes, g), q.devices_max
         if q.nodes_max is not None:
             devices_max = min(devices_max or q.nodes_max * g, q.nodes_max * g)
+        if devices is not None and devices_max is not None and devices > devices_max:
+            given = (f"nodes {q.nodes} ({devices} devices)" if q.nodes is not None
+                     else f"devices {devices}")
+            cap = (f"nodes_max {q.nodes_max}" if q.nodes_max is not None
+                   and q.nodes_max * g == devices_max else f"devices_max {devices_max}")
+            raise SpecError(f"{'nodes' if q.nodes is not None else 'devices'}: {given} is "
+                            f"over {cap}; give one of them")
         # a searched switch the precision cannot run stays off (`Switch.precisions`), and
         # so does one for another kind of model (`Switch.for_model`) or one a pinned switch
         # excludes (`Switch.excluded_by`)
@@ -299,6 +307,8 @@ class HybridSolver:
         row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
                               acc=B // (part("d") * part("mb")),
                               rec=col("rec"), sp=col("sp"), zero=col("zero"))
+        # the rules reading both the split and the choices (a framework's form rules)
+        fits = fits & rules.mask(self.m, self.q, row, rules.SPLIT | rules.CHOICE)
         for name in switches.PER_ROW:
             on_ok = switches.BY_NAME[name].applies(part, col)
             if name in self.q.searched:

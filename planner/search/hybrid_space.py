@@ -61,6 +61,9 @@ class Search:
     # the switches of `planner.switches.SEARCHED` the request left unset: the search tries
     # each on and off per plan (a switch named here prices both, whatever its field says)
     searched: tuple[str, ...] = ()
+    # the framework whose launcher form must write the plan (megatron, torchtitan,
+    # deepspeed): the search keeps to the plans its `planner.rules.FORM_RULES` allow
+    framework: str | None = None
 
     def __post_init__(self):
         switches.checked(self)
