@@ -148,7 +148,7 @@ def _evaluate() -> dict:
             "framework": FRAMEWORK}
     plan = _envelope("evaluate", {**spec, "config": CONFIG, "prediction": PREDICTION},
                      ["config", "prediction"])
-    error = _envelope("evaluate", {"line": INT, "error": STR}, ["line", "error"])
+    error = _envelope("evaluate", {"line": INT, "error": ERROR}, ["line", "error"])
     return {"oneOf": [plan, error]}
 
 

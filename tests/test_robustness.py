@@ -160,10 +160,14 @@ def test_batch_huge_integer_line_is_an_error_line_and_the_good_lines_still_print
                  + "\n" + '{"model": "alexnet", "hardware": "k80-fdr", "nodes": Infinity}\n'
                  + json.dumps(good) + "\n")
     code, out, err = run("evaluate", "--batch", str(f))
-    assert code == 2 and err == ""
+    # one line on stderr says how many failed; each failed line carries the error object
+    assert code == 2 and err.strip().endswith("2 of 4 lines failed (their JSON lines carry "
+                                              "the error)") and len(err.splitlines()) == 1
     docs = [json.loads(line) for line in out.splitlines()]
     assert [d["line"] for d in docs] == [1, 2, 3, 4]
-    assert "5000 digits" in docs[0]["error"] and "Infinity" in docs[2]["error"]
+    assert "5000 digits" in docs[0]["error"]["message"]
+    assert "Infinity" in docs[2]["error"]["message"]
+    assert docs[0]["error"]["kind"] == "bad_input"
     assert docs[1]["prediction"] == docs[3]["prediction"]
 
 

@@ -322,5 +322,6 @@ def test_batch_lines_take_the_switch_names_and_suggest_a_misspelt_one(run, tmp_p
     first, second = (json.loads(x) for x in out.splitlines())
     assert first["config"]["grad_accumulation_fusion"] is False
     assert first["config"]["cuda_graphs"] is True
-    assert second["error"].endswith("unknown key 'tp_overlapp' (did you mean 'tp_overlap'?)")
+    assert second["error"]["message"].endswith(
+        "unknown key 'tp_overlapp' (did you mean 'tp_overlap'?)")
     assert code == 2

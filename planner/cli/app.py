@@ -55,7 +55,7 @@ _NAMED = re.compile(r"(?:unknown (\w{1,40})|Invalid value for '--([\w-]{1,60})':
 _LEAD = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]{0,99}): ")
 
 
-def _error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict:
+def error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict:
     """The JSON error document: kind, the one-line message, the conflicting constraints (exit
     1), and the file, key and value it names where it names them (else null)."""
     file = key = value = None
@@ -88,7 +88,7 @@ def _fail(argv: list[str], code: int, kind: str, message: str, exc: BaseExceptio
     if command is not None and not isinstance(exc, CheckFailed):
         # (calibrate --check has printed its document already; its exit 1 adds none)
         with contextlib.suppress(Exception):
-            click.echo(render.to_json(_error_doc(command, kind, message, exc)))
+            click.echo(render.to_json(error_doc(command, kind, message, exc)))
     sys.exit(code)
 
 

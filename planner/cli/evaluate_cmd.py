@@ -53,7 +53,9 @@ def evaluate(specs, model, hardware, precision, optimizer, servers, overlap, fmt
 
     With --batch, each input line is a JSON object whose keys are this command's flags,
     underscored ({"model": "alexnet", "hardware": "k80-fdr", "nodes": 4, "global_batch": 1024});
-    each output line is the JSON document for it, or {"line": k, "error": ...} (exit code 2).
+    each output line is the JSON document for it, or {"line": k, "error": {kind, message,
+    ...}} as every JSON error is; with any such line, one line on stderr counts them and the
+    exit code is 2.
 
     \b
     Examples:
@@ -131,7 +133,7 @@ def _evaluate_jsonl(path: str) -> None:
 
     lines = _read_lines(path)
     path = shown(path)
-    failed = False
+    failed = 0
     for k, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -170,8 +172,13 @@ def _evaluate_jsonl(path: str) -> None:
             out = render.document("evaluate", {"line": k,
                                                **evaluation_doc(ev.plan, ev.prediction)})
         except PlannerError as exc:
-            failed = True
-            out = render.document("evaluate", {"line": k, "error": str(exc)})
+            from planner.cli.app import error_doc
+
+            failed += 1
+            kind = "infeasible" if exc.exit_code == 1 else "bad_input"
+            out = {**error_doc("evaluate", kind, str(exc), exc), "line": k}
         click.echo(render.to_jsonl(out))
-    if failed:
+    if failed:  # every line answered on stdout; stderr says how many failed, as other errors do
+        click.echo(f"planner: {path}: {failed} of {sum(1 for x in lines if x.strip())} lines "
+                   "failed (their JSON lines carry the error)", err=True)
         sys.exit(2)
