@@ -292,16 +292,19 @@ def check_pins(m, tp: int | None = None, pp: int | None = None,
         _check_uneven(m, pp, interleave, first, last)
     # each expert-parallel rank holds a whole number of experts
     if ep is not None and ep > 1 and m.experts % ep:
-        what = f"the {m.experts} experts" if m.experts > 1 else "no experts (a dense model)"
-        raise SpecError(f"ep: {ep} does not divide {what} of '{m.name}'")
+        if m.experts <= 1:
+            raise SpecError(f"ep: '{m.name}' is a dense model (no experts): ep must be 1, "
+                            f"got {ep}")
+        raise SpecError(f"ep: {ep} does not divide the {m.experts} experts of '{m.name}'")
     # Megatron-LM's load-balanced context parallelism cuts the sequence into 2 cp chunks
     if cp is not None and cp > 1 and m.seq_len % (2 * cp):
         raise SpecError(f"cp: {cp} needs the sequence ({m.seq_len}) divisible by 2 x cp = "
                         f"{2 * cp} (load-balanced causal chunks)")
     # Megatron-LM splits attention heads (and key/value groups) over the tensor-parallel ranks
     if tp is not None and (m.heads % tp or m.kv_heads % tp):
-        raise SpecError(f"tp: {tp} does not divide heads {m.heads} and kv_heads {m.kv_heads} of "
-                        f"'{m.name}'")
+        what = " and ".join(f"{k} {n}" for k, n in (("heads", m.heads), ("kv_heads", m.kv_heads))
+                            if n % tp)
+        raise SpecError(f"tp: {tp} does not divide {what} of '{m.name}' (tp must divide both)")
     # a pipeline stage holds at least one layer
     if pp is not None and pp > m.layers:
         raise SpecError(f"pp: {pp} stages for {m.layers} layers of '{m.name}'")
