@@ -158,3 +158,16 @@ def test_table_order_is_lexsort_order():
         n = int(rng.integers(1, 60))
         keys = [rng.integers(0, int(rng.integers(1, 5)), n) for _ in range(int(rng.integers(1, 4)))]
         assert (sorted_by(keys) == np.lexsort((np.arange(n), *reversed(keys)))).all()
+
+
+@pytest.mark.parametrize("args, names", [
+    (("-m", "llama3-8b", "-H", "dgx-h100", "--devices-max", "64", "--global-batch", "512",
+      "--dp-shard", "3", "--zero", "3"), "dp_shard = 3"),
+    (("-m", "mixtral-8x7b", "-H", "dgx-h100", "--devices", "8", "--global-batch", "256",
+      "--ep", "8", "--tp", "8", "--etp", "8"), "etp x ep = 8 x 8 must divide tp x cp x dp"),
+])
+def test_an_empty_search_names_the_pin_that_empties_it(run, args, names):
+    """The infeasibility names the pin (or the rule) that leaves no plan: the HSDP group
+    size, the expert grid."""
+    code, _, err = run("solve", *args)
+    assert code == 1 and names in err and len(err.strip().splitlines()) == 1, err

@@ -445,8 +445,8 @@ class HybridSolver:
     def _explain_empty(self) -> InfeasibleError:
         """No structure meets the pins: name the smallest set of pins whose removal helps."""
         pins = [k for k in ("devices", "tp", "cp", "ep", "etp", "pp", "dp", "micro_batch",
-                            "interleave")
-                if getattr(self.q, k) is not None]
+                            "interleave", "dp_shard", "framework")
+                if getattr(self.q, k)]
         batch = (f"global_batch = {self.q.global_batch}" if self.q.global_batch else
                  f"the global batches {', '.join(map(str, self.batches))}")
         for size in range(1, len(pins) + 1):
@@ -454,9 +454,14 @@ class HybridSolver:
                 free = dataclasses.replace(self.q, **{k: None for k in combo})
                 if any(len(structures(self.m, self.hw.g, free, B)) for B in self.batches):
                     what = ", ".join(f"{k} = {getattr(self.q, k)}" for k in combo)
+                    grid = ""
+                    if self.m.experts > 1 and (self.q.ep or self.q.etp):
+                        grid = (f" (the expert grid etp x ep = {self.q.etp or self.q.tp or 1} x "
+                                f"{self.q.ep or 1} must divide tp x cp x dp)")
                     return InfeasibleError(
                         f"infeasible: these pins conflict with {batch}, {self.m.layers} "
-                        f"layers, {self.m.heads} heads and the device budget: {what}", combo)
+                        f"layers, {self.m.heads} heads and the device budget: {what}{grid}",
+                        combo)
         return InfeasibleError(
             f"infeasible: no tp x pp x dp split of at most "
             f"{self.q.devices or self.q.devices_max} devices divides {batch} (whole nodes of "
