@@ -19,7 +19,12 @@ CASES = [  # (args, exit code, kind, constraints, file, key, value)
     (("solve", "--bogus"), 2, "bad_input", [], None, None, None),
     (("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "24", "--tp", "8",
       "--pp", "3", "--global-batch", "48", "--memory-headroom", "1.5"), 2, "bad_input", [],
-     None, "memory_headroom", None),
+     None, "memory_headroom", "1.5"),
+    # the value given, where the message starts with it (a flag's range, a pin's rule)
+    (("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch",
+      "-4"), 2, "bad_input", [], None, "global_batch", "-4"),
+    (("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch",
+      "64", "--tp", "3"), 2, "bad_input", [], None, "tp", "3"),
 ]
 
 

@@ -53,6 +53,10 @@ _GOT = re.compile(r"[(,] ?got (.{1,200}?)\)?$")
 _KEY = re.compile(r"key '([^']{1,200})'")
 _NAMED = re.compile(r"(?:unknown (\w{1,40})|Invalid value for '--([\w-]{1,60})':) '([^']{0,200})'")
 _LEAD = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]{0,99}): ")
+# the value a flag or key was given, where the message starts with it: click's range errors
+# ("Invalid value for '--tp': 0 is not in the range ...") and planner's ("tp: 3 does not ...")
+_FLAG_NUMBER = re.compile(r"^Invalid value for '--([\w-]{1,60})': (-?[\d.eE+]{1,40}) ")
+_LEAD_NUMBER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,99}: (-?\d[\d.eE+]{0,39}) ")
 
 
 def error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict:
@@ -72,6 +76,10 @@ def error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict
         value = m.group(1)
     if (m := _NAMED.search(message)) is not None:  # unknown model 'x', Invalid value for '--k': 'x'
         key, value = m.group(1) or m.group(2), m.group(3)
+    elif (m := _FLAG_NUMBER.match(message)) is not None:
+        key, value = m.group(1), m.group(2)
+    elif value is None and key is not None and (m := _LEAD_NUMBER.match(message)) is not None:
+        value = m.group(1)
     param = getattr(exc, "param", None)
     if param is not None and getattr(param, "name", None):
         key = param.name
