@@ -337,6 +337,7 @@ SWITCHES: tuple[Switch, ...] = (
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,
            families=("cnn", "transformer"), solve="pinned (default adam)",
+           label=lambda value, plan: f"optimizer {value}" if value else None,
            launch={"megatron": WRITES,
                    **{form: f"this {form} form writes AdamW only; use --format megatron for "
                             "sgd, momentum and muon" for form in ("torchtitan", "deepspeed")}},
