@@ -84,3 +84,22 @@ def test_cli_choice_lists_mirror_the_enums():
     assert [x.value for x in Schedule] == params.SCHEDULES
     assert [x.value for x in Kernels] == params.KERNELS
     assert [x.value for x in Collective] == params.COLLECTIVES
+
+
+def test_the_text_names_the_sequence_length_and_explains_superlinear_scaling(run):
+    """The throughput line names the sequence length priced (tokens / samples); a sweep whose
+    scaling passes 100 % says why (memory holds the smallest count to a slower plan); a band
+    lying wholly on one side of the point says so."""
+    code, out, err = run("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16",
+                         "--global-batch", "64", "--seq-len", "4096")
+    assert code == 0, err
+    assert "samples/s of 4,096 tokens" in out
+    code, out, err = run("sweep", "-m", "llama3-70b", "-H", "dgx-h100", "--global-batch",
+                         "1024", "--nodes", "2,4")
+    assert code == 0, err
+    assert "scaling above 100 %: at 16 devices memory holds the plan to recompute full" in out
+    code, out, err = run("solve", "-m", "gpt3-175b", "-H", "dgx-a100-80gb", "--devices-max",
+                         "4096", "--global-batch", "1536")
+    assert code == 0, err
+    likely = next(line for line in out.splitlines() if line.startswith("likely"))
+    assert likely.endswith("such runs measured slower than predicted)")

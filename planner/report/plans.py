@@ -72,8 +72,9 @@ def evaluation_text(plan, pred, precision: dict | None = None,
     if pred.time_band is not None:
         pairs.append(band_pair(pred.time_band))
     rate = f"{pred.samples_per_s:,.1f} samples/s"
-    if pred.tokens_per_s is not None:
-        rate = f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s"
+    if pred.tokens_per_s is not None:  # a sample is a sequence: its length is their ratio
+        rate = (f"{pred.tokens_per_s:,.0f} tokens/s, {pred.samples_per_s:,.2f} samples/s of "
+                f"{round(pred.tokens_per_s / pred.samples_per_s):,} tokens")
     pairs.append(("throughput", rate))
     if pred.communication_time_s is not None:
         pairs.append(("communication", f"{span(pred.communication_time_s)} "
@@ -114,9 +115,11 @@ def band_pair(band: dict) -> tuple[str, str]:
     """Where the measured time likely lies (`planner.bands`), or that nothing checks it."""
     if "low_s" not in band:
         return ("likely", band["note"])
+    side = ("; such runs measured slower than predicted" if band["low_ratio"] > 1 else
+            "; such runs measured faster than predicted" if band["high_ratio"] < 1 else "")
     return ("likely", f"{span(band['low_s'])} to {span(band['high_s'])} (measured / predicted "
                       f"{band['low_ratio']:.2f}-{band['high_ratio']:.2f} in 80 % of "
-                      f"{band['runs']:,} comparable runs: {band['group']})")
+                      f"{band['runs']:,} comparable runs: {band['group']}{side})")
 
 
 # --- solve ----------------------------------------------------------------------------------
@@ -347,6 +350,12 @@ def sweep_text(sw) -> str:
     head += ["MFU", "scaling"] if show_split else ["speed-up", "eff."]
     head += (["to train", "cost USD"] if show_train else []) + ["fits"]
     text = table(head, rows)
+    if show_split and pts and max(scaling(pts)) > 1.005:
+        base = min(pts, key=lambda p: p.plan.devices).plan
+        text += (f"\nscaling above 100 %: at {base.devices} devices memory holds the plan to "
+                 f"recompute {base.recompute.value}, ZeRO {base.zero}, micro-batch "
+                 f"{base.micro_batch}; more devices free memory for a faster plan (compare "
+                 "the points' plans with solve)")
     if sw.skipped:
         text += "\nno plan:\n" + "\n".join(
             f"  {s.nodes} nodes, batch {s.global_batch}"
