@@ -28,7 +28,9 @@ def limits_text(s: dict) -> str:
         ("smallest efficient local batch", f"{s['local_batch_min']:.4g} "
                                            f"({s['local_efficiency']:.0%} of large-batch rate)"),
         ("max useful nodes", f"{s['max_useful_nodes']} (global batch {s['global_batch']} / "
-                             f"({s['devices_per_node']} devices x local batch))"),
+                             f"({s['devices_per_node']} devices x the smallest efficient local "
+                             f"batch): beyond it each device runs under "
+                             f"{s['local_efficiency']:.0%} of its large-batch rate)"),
         (f"efficiency at {eff['nodes']:g} nodes", f"{eff['efficiency']:.1%}"),
         (f"bandwidth for {s['target_efficiency']:.0%} efficiency",
          "unreachable at any bandwidth" if bw is None
