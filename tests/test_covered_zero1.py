@@ -7,6 +7,7 @@ and the search run again with ZeRO 1 pinned (what `solve` did before)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -79,3 +80,14 @@ def test_the_runners_up_of_a_covered_pick_are_covered_too():
     fast, pick = supported_solve(m, system, Precision.bf16, q)
     assert fast.plan.zero == 2 and pick.support["taken"] and pick.pareto
     assert all(p["config"]["zero"] == 1 for p in pick.pareto)
+
+
+def test_the_note_of_an_as_fast_covered_twin_says_nothing_was_given_up(run):
+    """Where the covered ZeRO 1 plan is the fastest plan's twin (the same time), the note says
+    so rather than a +0.0 % cost; where it is slower, it names the cost and the band."""
+    code, _, err = run("solve", "-m", "llama2-7b", "-H", "dgx-a100-80gb", "--devices-max",
+                       "64", "--global-batch", "1024")
+    assert code == 0 and "note: took ZeRO 1, as fast as the fastest plan" in err, err
+    code, _, err = run("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "64",
+                       "--global-batch", "256")
+    assert code == 0 and re.search(r"ZeRO 1, \+[1-9]\d*\.\d% time, within its error band", err)

@@ -278,6 +278,10 @@ def _support_line(sol) -> str:
     why, alt = sup["note"], sup["alternative"]
     if sup["taken"]:
         change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
+        if abs(change) < 5e-4:  # the twin of the fastest: nothing was given up
+            return (f"planner: note: took ZeRO {sol.plan.zero}, as fast as the fastest plan, "
+                    f"which has {why.removeprefix('not covered: ')} (--prefer-supported 0 "
+                    "keeps it)")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
         return (f"planner: note: took the fastest plan with its gradients and weights whole "
