@@ -113,7 +113,7 @@ def _describe(entry: dict, plan: dict | None = None) -> str:
             else:
                 runs.append([st["pool"], st["layers"], 1])
             last = (st["pool"], st["layers"])
-        return " | ".join(f"{c} x {n} layers on {p}" for p, n, c in runs)
+        return " | ".join(f"{c} stages x {n} layers on {p}" for p, n, c in runs)
     return ", ".join(f"{g['replicas']} replicas x {g['micro_batches']} micro-batches on "
                      f"{g['stages'][0]['pool']}" for g in plan["groups"])
 
@@ -132,7 +132,7 @@ def cluster_text(doc: dict) -> str:
         lines.append(f"  dp {plan['dp']}")
     lines.append(f"  iteration {pred['iteration_time_s']:.4g} s, "
                  f"{pred['tokens_per_s']:,.0f} tokens/s on "
-                 + ", ".join(f"{n} x {p}" for p, n in pred["devices"].items()))
+                 + ", ".join(f"{n} devices of {p}" for p, n in pred["devices"].items()))
     if pred.get("time_band"):
         lines.append(f"  likely {_likely(pred['time_band'])}")
     if "gain_over_best_single_pool" in doc:
@@ -182,7 +182,7 @@ def _limit_lines(limits: dict) -> list[str]:
     if "break_even_between_node_Bps" in limits:
         need, now = limits["break_even_between_node_Bps"], limits["between_node_Bps"]
         lines.append(f"  beats {limits['against']} alone while the links between pools carry "
-                     f"at least {need / 1e9:.3g} GB/s per node (now {now / 1e9:.3g})"
+                     f"at least {need / 1e9:.3g} GB/s per node (now {now / 1e9:.3g} GB/s)"
                      if need is not None else
                      f"  does not beat {limits['against']} alone at the links between pools")
     if "balanced_micro_batches" in limits:
