@@ -94,6 +94,39 @@ def doc_commands(path: Path) -> list[DocCommand]:
     return found
 
 
+def shown_outputs(path: Path) -> dict[int, list[str]]:
+    """The output a page shows for a command: a fenced block with no language (or `text`)
+    right after a block holding exactly one `planner` command, only blank lines between.
+    The command's line -> the block's lines that are output (not `#` comments, not `...`
+    elisions); `test_every_doc_command_runs` finds each in what the command prints."""
+    lines = path.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and FENCE.match(lines[j]) is None:
+            j += 1
+        blocks.append((i, j, fence.group(1).lower()))
+        i = j + 1
+    shown = {}
+    for (a0, a1, lang), (b0, b1, out_lang) in zip(blocks, blocks[1:], strict=False):
+        starts = [k + 1 for k in range(a0 + 1, a1)
+                  if _planner_part(lines[k].strip(), lang) is not None]
+        between = lines[a1 + 1:b0]
+        if (len(starts) == 1 and out_lang in ("", "text")
+                and all(not x.strip() for x in between)):
+            shown[starts[0]] = [x for x in lines[b0 + 1:b1] if x.strip()
+                                and not x.lstrip().startswith("#") and "..." not in x]
+    return shown
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
 def yaml_files(path: Path) -> dict[str, str]:
     """```yaml blocks whose first line is `# NAME.yaml`: NAME.yaml -> the block."""
     blocks = re.findall(r"^```ya?ml\n# ([\w.-]+\.ya?ml)\n(.*?)^```", path.read_text(), re.M | re.S)
@@ -150,6 +183,7 @@ def test_every_doc_command_runs(page, tmp_path, monkeypatch, capsys):
     for name, body in yaml_files(ROOT / page).items():
         (tmp_path / name).write_text(body)
     failures = []
+    shown = shown_outputs(ROOT / page)
     for c in BY_PAGE[page]:
         if _match(SKIPPED, c) is not None:
             continue
@@ -157,6 +191,9 @@ def test_every_doc_command_runs(page, tmp_path, monkeypatch, capsys):
         code, out, err = _run(capsys, args)
         if out_file is not None:
             (tmp_path / out_file).write_text(out)
+        printed = _flat(out + err)
+        failures += [f"{c.where}: the page shows a line it does not print: {line.strip()!r}"
+                     for line in shown.get(c.line, []) if _flat(line) not in printed]
         want = _match(EXPECTED_EXIT, c) or 0
         if code != want:
             failures.append(f"{c.where}: exit {code} (want {want}): {c.text}\n    {err.strip()[:400]}")
