@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from planner.expr.unordered import sceil
 from planner.vocabulary import Collective  # noqa: F401  (the vocabulary, re-exported)
 
 
@@ -41,7 +42,7 @@ def tree_allreduce(p, m, alpha, beta, calls=1):
     # Thakur et al. 2005, sec. 4.1: binomial-tree reduce then broadcast, full message each level.
     if one_rank(p):
         return sp.Integer(0)
-    return 2 * sp.ceiling(sp.log(p, 2)) * (alpha * calls + m / beta)
+    return 2 * sceil(sp.log(p, 2)) * (alpha * calls + m / beta)
 
 
 def parameter_server(p, m, alpha, beta, servers, calls=1):

@@ -20,9 +20,11 @@ def whole_nodes(hw, size):
 def _whole_nodes_expr(g: int, size):
     import sympy as sp
 
+    from planner.expr.unordered import sfloor
+
     # written in the order SymPy's Piecewise puts it in (`planner.expr.layer._if` builds
     # Piecewise unevaluated)
-    return sp.Eq(size, sp.floor(size / sp.Integer(g)) * g)
+    return sp.Eq(size, sfloor(size / sp.Integer(g)) * g)
 
 
 def within_domain(hw, size):
@@ -44,5 +46,7 @@ def _within_domain_expr(u: int, g: int, size):
     choice's expressions ask the same few."""
     import sympy as sp
 
-    divides = sp.Eq(sp.floor(sp.Integer(u) / size) * size, u)
+    from planner.expr.unordered import sfloor
+
+    divides = sp.Eq(sfloor(sp.Integer(u) / size) * size, u)
     return sp.Or(divides, sp.And(_whole_nodes_expr(g, size), size <= u))

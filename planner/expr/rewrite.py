@@ -3,15 +3,15 @@
 `Expr.xreplace` rebuilds every node it touches with SymPy's default evaluation, and an
 evaluated Max / Min searches its arguments for pairs it can order symbolically: over a second
 per iteration-time expression. The cost expressions are compared numerically, so here Max and
-Min are rebuilt as they were written (evaluate=False); everything else evaluates as usual, so
-numbers still fold.
+Min are rebuilt as they were written (evaluate=False), and floor / ceiling unevaluated unless
+their argument became a number; everything else evaluates as usual, so numbers still fold.
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
-from planner.expr.unordered import _unordered
+from planner.expr.unordered import _rounded, _unordered
 
 
 def substitute(expr: sp.Basic, mapping: dict) -> sp.Basic:
@@ -30,6 +30,8 @@ def substitute(expr: sp.Basic, mapping: dict) -> sp.Basic:
             out = e
         elif isinstance(e, sp.Max | sp.Min):
             out = _unordered(e.func, args)
+        elif isinstance(e, sp.floor | sp.ceiling):
+            out = _rounded(e.func, *args)
         else:
             out = e.func(*args)
         memo[e] = out

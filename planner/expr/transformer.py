@@ -81,7 +81,7 @@ from planner.expr.layer import (
 )
 from planner.expr.rewrite import substitute
 from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
-from planner.expr.unordered import smin
+from planner.expr.unordered import sceil, sfloor, smin
 from planner.numeric import Program
 
 __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "TransformerExpressions",
@@ -194,7 +194,7 @@ class TransformerExpressions(LayerCosts):
             first, last = (sp.Integer(c.first_stage_layers or 0),
                            sp.Integer(c.last_stage_layers or 0))
             others = p - int(bool(c.first_stage_layers)) - int(bool(c.last_stage_layers))
-            middle = _if(others > 0, sp.ceiling((L - first - last) / others), 0)
+            middle = _if(others > 0, sceil((L - first - last) / others), 0)
             first = first if c.first_stage_layers else middle
             last = last if c.last_stage_layers else middle
             here = _max(first, middle, last)
@@ -204,20 +204,20 @@ class TransformerExpressions(LayerCosts):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)
                 return _max(cost(first), cost(middle), cost(last) + tail)
         else:
-            here, fewer = sp.ceiling(L / p), sp.floor(L / p)
+            here, fewer = sceil(L / p), sfloor(L / p)
             # v chunks of ceil(L / (p v)) layers at most (fewer where L does not divide into
             # p v, as Megatron-LM's --pipeline-model-parallel-layout places them): a bubble
             # slot is the largest chunk, 1 / chunks of the stage (= v for an even split)
-            chunks = here / sp.ceiling(L / (p * v))
+            chunks = here / sceil(L / (p * v))
             # the layout gives the L - p v floor(L / (p v)) layers left over one each to chunks
             # 1, 2, ... (model order, round-robin over the stages): the last stage, which also
             # runs the output layer, holds v floor(L / (p v)) + floor((left + 1) / p) of them
             # (floor(L / p) when the chunks are even or v = 1). Memory is priced at ceil(L / p)
             # layers on the first stage's micro-batches: with uneven chunks the stage holding
             # the most layer-micro-batches in the interleaved warm-up may be the second.
-            whole_chunks = sp.floor(L / (p * v))
+            whole_chunks = sfloor(L / (p * v))
             last = _if(v > 1, v * whole_chunks
-                       + sp.floor((L - p * v * whole_chunks + 1) / p), fewer)
+                       + sfloor((L - p * v * whole_chunks + 1) / p), fewer)
 
             def slowest(per_layer, again=0, tail=logit):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)
@@ -379,7 +379,7 @@ class TransformerExpressions(LayerCosts):
             S.M: train * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
                           else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
-            S.r: smin(_max(sp.floor(u / (t * p)), 1), d * self.cp),
+            S.r: smin(_max(sfloor(u / (t * p)), 1), d * self.cp),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: across_bw(hw, DEVICE),
             S.alpha: hw.inter_lat,
             S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
@@ -506,7 +506,7 @@ def sync_form(c: Choices) -> sp.Expr:
     if not c.dp_shard:
         return allreduce_form()
     across = allreduce_form(S.Psi_t * S.gamma_g / S.z, d / S.z,
-                            _max(sp.floor(S.r / S.z), 1))
+                            _max(sfloor(S.r / S.z), 1))
     return allreduce_form(S.M, *_shard_group(c)) + across
 
 
@@ -521,7 +521,7 @@ def allreduce_form(size: sp.Expr = S.M, ranks: sp.Expr = d, per_node: sp.Expr = 
     against published nccl-tests bus bandwidths (docs/nccl-check.md). `size`: the bytes (a
     reduce-scatter and an all-gather of `size` each move half of this). `ranks`, `per_node`:
     another group than the d replicas, r of them on a node (HSDP's)."""
-    nodes = sp.ceiling(ranks / per_node)
+    nodes = sceil(ranks / per_node)
     latency = 2 * (per_node - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
     return latency + 2 * (ranks - 1) / ranks * size * sp.Max(
         1 / S.beta_i, _if(ranks > per_node, 1 / (per_node * S.beta), 0), evaluate=False)
