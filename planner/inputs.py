@@ -158,6 +158,23 @@ def devices_of(devices: int | None, nodes: int | None, g: int) -> int | None:
     return nodes * g
 
 
+def cluster_precision(cluster) -> Precision:
+    """The one precision a job over several kinds of node trains in when none is given (a
+    pipeline across pools runs one format), whatever the order of the pools: of the pools'
+    own default precisions the first in (bf16, fp16, then the enum's order) that every pool's
+    device lists a peak for, else the first such format at all; none: give --precision."""
+    devices = [pool.system.device for pool in cluster.pools]
+    first = (Precision.bf16, Precision.fp16)
+    rank = {p: (first.index(p) if p in first else len(first) + k)
+            for k, p in enumerate(Precision)}
+    defaults = sorted({d.default_precision for d in devices}, key=rank.__getitem__)
+    for p in [*defaults, *sorted(Precision, key=rank.__getitem__)]:
+        if all(p in d.peak_tflops for d in devices):
+            return p
+    raise SpecError(f"precision: no format runs on every pool of '{cluster.name}' "
+                    f"({', '.join(d.name for d in devices)}); give --precision")
+
+
 @dataclass(frozen=True)
 class Specs:
     """What a request names, loaded once: the model (at the trained sequence length when it
@@ -209,9 +226,9 @@ class Specs:
     @property
     def precision(self) -> Precision:
         """The precision priced: the one given (checked against the device, one line naming
-        what it offers), else the device's default (a cluster's: its first pool's)."""
+        what it offers), else the device's default (a cluster's: `cluster_precision`)."""
         if self.is_cluster:
-            return self.given_precision or self.target.pools[0].system.device.default_precision
+            return self.given_precision or cluster_precision(self.target)
         device = self.system.device
         prec = self.given_precision or device.default_precision
         device.peak_flops(prec)  # fail early, with the device's offer, if unsupported

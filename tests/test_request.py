@@ -120,9 +120,10 @@ def test_the_cluster_json_names_the_request(run):
                          "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    first = catalog.load_target("lab-a100-h100").pools[0].system.device.default_precision
+    # the one precision every pool runs, the pools' defaults first (A100 fp16, H100 bf16)
+    assert inputs.cluster_precision(catalog.load_target("lab-a100-h100")) is Precision.bf16
     assert (doc["model"], doc["hardware"], doc["precision"]["name"]) == (
-        "gpt2", "lab-a100-h100", first.value)
+        "gpt2", "lab-a100-h100", "bf16")
 
 
 @pytest.mark.parametrize("model, hardware, case", [

@@ -121,7 +121,8 @@ def _describe(entry: dict, plan: dict | None = None) -> str:
 def cluster_text(doc: dict) -> str:
     plan, pred = doc["plan"], doc["prediction"]
     lines = [f"cluster {doc['cluster']}: {doc['status']} plan, {plan['kind']} on "
-             f"{' + '.join(plan['pools'])}"]
+             f"{' + '.join(plan['pools'])}"
+             + (f", {doc['precision']['name']} on every pool" if "precision" in doc else "")]
     cp = f" x cp {plan['cp']}" if plan.get("cp", 1) > 1 else ""
     size = (f"tp {plan['tp']}{cp} x pp {plan['pp']}, micro-batch {plan['micro_batch']}, global "
             f"batch {plan['global_batch']}, recompute {plan['recompute']}, ZeRO {plan['zero']}")
