@@ -34,6 +34,7 @@ from planner.inputs import (
     TRANSFORMER_ONLY,
     Specs,
     build,
+    check_type,
     cli_names,
     devices_of,
     enum_value,
@@ -64,6 +65,14 @@ __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", 
            "place_tables", "placement", "solve",
            "solve_transformer", "sweep", "sweep_transformer", "training_of",
            "with_inter_node_bandwidth"]
+
+
+@functools.cache
+def _hints(f) -> dict:
+    """A verb's keyword types (its signature's annotations)."""
+    import typing
+
+    return typing.get_type_hints(f, localns=vars(switches))
 
 
 def _keywords(f) -> set[str]:
@@ -125,6 +134,10 @@ def _cli_names(verb: str, loads: bool = False):
             for name in required:
                 if name not in kwargs:
                     raise SpecError(f"{verb}: missing argument '{name}'")
+            hints = _hints(f)  # the verb's own keywords of the wrong type: one line
+            for key, value in kwargs.items():
+                if value is not None and key in hints and key not in switches.BY_NAME:
+                    check_type(key, value, hints[key])
             if not loads:
                 return f(model, hardware, **kwargs)
             if isinstance(model, Specs):

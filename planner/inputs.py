@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import types
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -286,10 +289,52 @@ def samples_of_tokens(m, target_samples: float | None,
 
 def request(cls, problem: dict, **fixed):
     """A search request of type `cls` from keyword arguments (None: not given), one-line errors
-    for unknown ones."""
+    for unknown ones and for values of the wrong type (`check_type`)."""
     given = {k: v for k, v in problem.items() if v is not None}
     known = {f.name for f in dataclasses.fields(cls)} - set(fixed)
     unknown = sorted(set(given) - known)
     if unknown:
         raise unknown_argument("solve", unknown[0], known)
+    hints = _hints(cls)
+    for key, value in given.items():
+        if key not in switches.BY_NAME:  # the switches check themselves (`Switch.check`)
+            check_type(key, value, hints[key])
     return cls(**given, **fixed)
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    """A request class's field types (its switch fields' kinds resolved in `planner.switches`,
+    which adds them)."""
+    return typing.get_type_hints(cls, localns=vars(switches))
+
+
+def check_type(key: str, value, hint) -> None:
+    """Refuse a request value its field's type does not take, in one line (a Python caller's
+    "lots" or 256.5 for a count, "256:1024" for a range): an int (not a bool) for an int, a
+    finite number for a float, a pair of them for a pair, a bool for a bool, text for text."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    if len(kinds) != 1:  # a field of several types checks itself
+        return
+    kind = kinds[0]
+    if typing.get_origin(kind) is tuple:
+        inner = typing.get_args(kind)
+        if len(inner) == 2 and inner[1] is Ellipsis:  # tuple[str, ...]: any number of them
+            if not isinstance(value, tuple | list) or not all(_is(x, inner[0]) for x in value):
+                raise SpecError(f"{key}: expected a list, got {value!r}")
+        elif (not isinstance(value, tuple | list) or len(value) != len(inner)
+                or not all(_is(x, t) for x, t in zip(value, inner, strict=True))):
+            raise SpecError(f"{key}: expected {len(inner)} numbers (low, high), got {value!r}")
+    elif kind in (int, float, bool, str) and not _is(value, kind):
+        what = {int: "an integer", float: "a number", bool: "true or false", str: "text"}[kind]
+        raise SpecError(f"{key}: expected {what}, got {value!r}")
+
+
+def _is(value, kind) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return (isinstance(value, int | float) and not isinstance(value, bool)
+                and value == value and abs(value) != float("inf"))
+    return isinstance(value, kind) if isinstance(kind, type) else True

@@ -13,6 +13,7 @@ from planner.inputs import (
     TRANSFORMER_ONLY,
     Specs,
     build,
+    check_type,
     enum_value,
     only_for,
     request,
@@ -99,6 +100,9 @@ def sweep(specs: Specs, *, nodes: list[int],
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=None, budget_usd=None)
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
+    for key, values in (("nodes", nodes), ("global_batch", [b for b in batches if b is not None])):
+        for value in values if isinstance(values, list | tuple) else [values]:
+            check_type(key, value, int)
     specs.refuse_recommendation()
     if specs.family == "transformer":
         only_for("transformer", {"local_batch": local_batch, "collective": collective,

@@ -382,3 +382,27 @@ def test_a_pick_no_run_covers_carries_the_covered_plan_and_can_prefer_it():
     with pytest.raises(SpecError, match="prefer_supported: must be a fraction in"):
         planner.solve("llama3-70b", "dgx-h100", devices=128, global_batch=256,
                       prefer_supported=2.0)
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: planner.solve("alexnet", "k80-fdr", global_batch="lots"),
+     "global_batch: expected an integer, got 'lots'"),
+    (lambda: planner.solve("alexnet", "k80-fdr", global_batch=256.5),
+     "global_batch: expected an integer, got 256.5"),
+    (lambda: planner.solve("llama3-8b", "dgx-h100", devices=8, global_batch_range="256:1024"),
+     "global_batch_range: expected 2 numbers (low, high), got '256:1024'"),
+    (lambda: planner.evaluate("llama3-8b", "dgx-h100", devices=8, global_batch=64, tp="2"),
+     "tp: expected an integer, got '2'"),
+    (lambda: planner.limits("alexnet", "k80-fdr", global_batch="x"),
+     "global_batch: expected an integer, got 'x'"),
+    (lambda: planner.sweep("alexnet", "k80-fdr", global_batch=64, nodes=["1"]),
+     "nodes: expected an integer, got '1'"),
+    (lambda: planner.solve("alexnet", "k80-fdr", global_batch=256, critical_batch="big"),
+     "critical_batch: expected a number, got 'big'"),
+])
+def test_a_value_of_the_wrong_type_is_one_line(call, says):
+    """A Python caller's wrong type is the same one-line SpecError as the command line's,
+    never a TypeError from deep inside the search."""
+    with pytest.raises(SpecError) as err:
+        call()
+    assert str(err.value) == says
