@@ -5,6 +5,7 @@ that loads back as a spec; --optimizer refused where it is not modelled; `limits
 chosen plan marked and one memory unit; implausible hardware numbers refused in one line."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -42,7 +43,11 @@ def test_token_budget_prints_days_and_cost_at_the_device_price(run, run_json):
     jsonschema.validate(doc, schemas()["solve"])
     tb, pred = doc["token_budget"], doc["prediction"]
     assert doc["objective"]["name"] == "token-budget"  # the default with --tokens
-    assert tb["time_to_train_s"] == pytest.approx(1e12 / pred["tokens_per_s"], rel=1e-12)
+    # whole steps (the tokens over a step's, rounded up), each an iteration
+    tokens_per_step = pred["tokens_per_s"] * pred["iteration_time_s"]
+    assert tb["steps"] == math.ceil(1e12 / tokens_per_step) and isinstance(tb["steps"], int)
+    assert tb["time_to_train_s"] == pytest.approx(tb["steps"] * pred["iteration_time_s"],
+                                                  rel=1e-12)
     # the time the search ranked plans by is the time printed
     assert tb["time_to_train_s"] == pytest.approx(doc["objective"]["value"], rel=1e-9)
     assert tb["time_to_train_days"] == pytest.approx(tb["time_to_train_s"] / 86400)
@@ -51,8 +56,7 @@ def test_token_budget_prints_days_and_cost_at_the_device_price(run, run_json):
     assert tb["price_per_device_hour_usd"] == 12.29
     assert tb["cost_usd"] == pytest.approx(tb["device_hours"] * 12.29)
     assert "h100-sxm5-80gb" in tb["price_source"]
-    tokens_per_step = doc["config"]["global_batch"] * 8192
-    assert tb["steps"] == pytest.approx(1e12 / tokens_per_step, rel=1e-9)
+    assert tb["steps"] == math.ceil(1e12 / (doc["config"]["global_batch"] * 8192))
 
 
 def test_token_budget_honours_the_price_flag(run, run_json):

@@ -182,7 +182,7 @@ def time_to_train_pair(training: dict, price: dict | None = None) -> tuple[str, 
 def token_budget_pairs(tb: dict) -> list[tuple[str, str]]:
     """The token budget's time (days or hours, never SI seconds) and cost, the price shown."""
     tokens = f"{tb['tokens']:.4g}".replace("e+", "e")
-    pairs = [("token budget", f"{tokens} tokens in {tb['steps']:,.0f} steps: "
+    pairs = [("token budget", f"{tokens} tokens in {tb['steps']:,} step{'s' * (tb['steps'] != 1)}: "
                               f"{duration(tb['time_to_train_s'])} to train")]
     if tb["cost_usd"] is None:
         pairs.append(("cost", f"{tb['device_hours']:,.0f} GPU-hours; no price (give "

@@ -26,7 +26,7 @@ from planner.prediction import Prediction
 from planner.search import table as core
 from planner.search.objective import Objective, other_objective
 from planner.search.solution import Solution, front_entry
-from planner.search.training import Training
+from planner.search.training import Training, whole_steps
 
 
 @dataclass
@@ -84,7 +84,7 @@ def objective_arrays(ask: Ask, rows: Rows, train) -> tuple[np.ndarray, np.ndarra
     if obj is Objective.cost:
         return train[1], train[0]
     if obj is Objective.token_budget:
-        values = t * ask.token_budget / (b * ask.tokens_per_sample)
+        values = t * whole_steps(ask.token_budget / (b * ask.tokens_per_sample))
     elif obj is Objective.throughput:
         values = t / b  # seconds per sample: 1 / throughput
     elif obj is Objective.efficiency:

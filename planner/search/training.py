@@ -67,17 +67,28 @@ def check_training(training: Training | None, objective, pareto: bool) -> None:
         training.check(wants_price=objective == "cost" or pareto)
 
 
+def whole_steps(steps):
+    """Steps rounded up to whole ones (a float or an array; the last step may be part-filled),
+    forgiving the rounding of a quotient that is whole."""
+    import numpy as np
+
+    out = np.ceil(np.asarray(steps, dtype=float) * (1 - 1e-12))
+    return int(out) if out.ndim == 0 else out
+
+
 def token_budget(tokens: float, devices: int, tokens_per_s: float, iteration_s: float,
                  price: dict | None) -> dict:
     """Time and cost of training on a fixed number of tokens (a token budget, as Chinchilla-
-    style runs are planned): time = tokens / (tokens per second), steps = time / iteration
-    time, device-hours = time x devices, cost = device-hours x the price per device-hour
+    style runs are planned): steps = the tokens over those of one step (global batch x
+    sequence), rounded up (a run takes whole steps), time = steps x iteration time,
+    device-hours = time x devices, cost = device-hours x the price per device-hour
     (`price`: {"usd", "source"}; None when neither a flag nor the device spec gives one).
     No statistical-efficiency model (`--critical-batch`): the budget fixes the tokens
     whatever the batch."""
-    time_s = tokens / tokens_per_s
+    steps = whole_steps(tokens / (tokens_per_s * iteration_s))
+    time_s = steps * iteration_s
     device_hours = time_s / 3600 * devices
-    return {"tokens": tokens, "steps": time_s / iteration_s,
+    return {"tokens": tokens, "steps": steps,
             "time_to_train_s": time_s, "time_to_train_days": time_s / 86400,
             "device_hours": device_hours,
             "price_per_device_hour_usd": None if price is None else price["usd"],
