@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
-from planner.spec.base import MAX_NUMBER_CHARS, did_you_mean, short, validate
+from planner.spec.base import MAX_ERRORS, MAX_NUMBER_CHARS, did_you_mean, short, validate
 from planner.spec.cluster import Cluster, ClusterSpec, Pool
 from planner.spec.hardware import Device, Link, System, SystemSpec
 
@@ -391,16 +391,39 @@ def load_system(ref: str) -> System:
         return one_system(_cluster(data, where, path))
     _expect_kind(data, where, ("system",))
     data, inline = _inline_parts(data, where)
-    spec = validate(SystemSpec, data, where)
     base = path.parent if path is not None else None
 
+    def written(key: str):
+        """A part written inline, validated; its errors name this system's file and key."""
+        cls = Device if key == "device" else Link
+        _expect_kind(inline[key], f"{where}: key '{key}'", (cls.__name__.lower(),))
+        return validate(cls, inline[key], where, prefix=key)
+
+    # the system's own keys and every part written inline are checked together, so a file
+    # with mistakes in several places names them all in one run
+    errors, parts = [], {}
+    for check, key in ((lambda: validate(SystemSpec, data, where), None),
+                       *((lambda k=k: written(k), k) for k in inline)):
+        try:
+            value = check()
+        except SpecError as exc:
+            errors += str(exc).splitlines()
+            continue
+        if key is None:
+            spec = value
+        else:
+            parts[key] = value
+    if errors:
+        shown = errors if len(errors) <= MAX_ERRORS else [
+            *errors[:MAX_ERRORS - 1], f"{where}: ... and {len(errors) - MAX_ERRORS + 1} more "
+                                      "errors"]
+        raise SpecError("\n".join(shown))
+
     def part(key: str, loader, name: str):
-        """Resolve a referenced spec, or validate one written inline; its errors name this
+        """A referenced spec resolved, or the one written inline; its errors name this
         system's file and key too."""
-        if key in inline:
-            cls = Device if loader is load_device else Link
-            _expect_kind(inline[key], f"{where}: key '{key}'", (cls.__name__.lower(),))
-            return validate(cls, inline[key], where, prefix=key)
+        if key in parts:
+            return parts[key]
         try:
             return loader(name, base)
         except SpecError as exc:

@@ -75,6 +75,25 @@ def test_every_error_of_a_spec_at_once_the_first_line_as_before(tmp_path):
     assert "unknown key 'descripton' (did you mean 'description'?)" in text
 
 
+def test_a_system_with_mistakes_in_several_parts_names_them_all(tmp_path):
+    """The system's own keys and every part written inline are checked together: a typo at
+    the top, a device's negative memory and a link's negative bandwidth, three lines."""
+    doc = (Path(__file__).parents[1] / "docs" / "hardware-yaml.md").read_text()
+    system = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    bad = (system.replace("devices_per_node: 8 ", "devices_per_nod: 8 ", 1)
+           .replace("  memory_GiB: 80", "  memory_GiB: -12", 1)
+           .replace("  bandwidth_GBps: 450 ", "  bandwidth_GBps: -1 ", 1))
+    path = tmp_path / "sys.yaml"
+    path.write_text(bad)
+    with pytest.raises(SpecError) as err:
+        load_system(str(path))
+    text = str(err.value)
+    assert "unknown key 'devices_per_nod' (did you mean 'devices_per_node'?)" in text
+    assert "key 'device.memory_GiB'" in text and "key 'intra_node.bandwidth_GBps'" in text
+    path.write_text(system)
+    assert load_system(str(path)).devices_per_node == 8
+
+
 def test_a_renamed_key_names_its_new_name(tmp_path, run):
     """A device YAML written before stop 31 (`kernels.graph_floor_us`) is told the key's new
     name, in one line, exit 2."""
