@@ -381,7 +381,14 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
                             f"{prefer_supported!r}")
         from planner.search.support import supported_solve
 
-        return supported_solve(m, system, prec, q, prefer_supported)[1]
+        sol = supported_solve(m, system, prec, q, prefer_supported)[1]
+        if q.token_budget is None:
+            return sol
+        from planner.search.training import token_budget
+
+        return dataclasses.replace(sol, token_budget=token_budget(
+            q.token_budget, sol.plan.devices, sol.prediction.tokens_per_s,
+            sol.prediction.iteration_time_s, specs.price(price_per_device_hour)))
     only_for("cnn", {"target_tokens": target_tokens, "seq_len": specs.seq_len,
                      "prefer_supported": prefer_supported, **problem},
              (*TRANSFORMER_ONLY, "prefer_supported"))

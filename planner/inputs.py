@@ -202,8 +202,11 @@ class Specs:
         m = load_model(model)
         if isinstance(m, Transformer):
             m = with_seq_len(m, seq_len)
-        return cls(model, hardware, m, load_target(hardware),
-                   enum_value(Precision, precision, "precision"), seq_len)
+        specs = cls(model, hardware, m, load_target(hardware),
+                    enum_value(Precision, precision, "precision"), seq_len)
+        if precision is not None and not specs.is_cluster:
+            specs.precision  # noqa: B018  (checked against the device now, as documented)
+        return specs
 
     @property
     def family(self) -> str:
@@ -236,6 +239,19 @@ class Specs:
         prec = self.given_precision or device.default_precision
         device.peak_flops(prec)  # fail early, with the device's offer, if unsupported
         return prec
+
+    def price(self, flag: float | None = None) -> dict | None:
+        """{"usd", "source"}: the price per device-hour (`flag`, else the device spec's with
+        its source), or None when neither gives one."""
+        if flag is not None:
+            return {"usd": flag, "source": "--price-per-device-hour"}
+        device = self.system.device
+        if device.price_per_hour_usd is None:
+            return None
+        source = device.sources.get("price")
+        return {"usd": device.price_per_hour_usd,
+                "source": f"device '{device.name}'" + (f": {source}" if source else "")
+                + "; --price-per-device-hour to change"}
 
     def refuse_recommendation(self) -> None:
         """A recommendation model outside `solve`: one line saying where it is planned."""

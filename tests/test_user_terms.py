@@ -352,3 +352,20 @@ def test_an_absurd_hardware_number_is_one_clear_line(tmp_path, run, edit, key):
         assert "Warning" not in err and "overflow" not in err
         if fmt == "json":
             assert json.loads(out)["error"]["kind"] == "bad_input"
+
+
+def test_the_api_solution_carries_the_token_budget_the_json_prints(run_json):
+    """`planner.solve(..., tokens=)` answers with the same token budget as the command line's
+    JSON (steps, time, device-hours and cost at the device's price or the one given)."""
+    import planner.api as planner
+
+    args = dict(devices_max=64, global_batch=512)
+    for price in (None, 2.0):
+        sol = planner.solve("llama3-8b", "dgx-h100", tokens=1e12, price_per_device_hour=price,
+                            **args)
+        flags = [] if price is None else ["--price-per-device-hour", "2"]
+        doc = run_json("solve", "-m", "llama3-8b", "-H", "dgx-h100", "--devices-max", "64",
+                       "--global-batch", "512", "--tokens", "1e12", *flags)
+        assert dict(sol.token_budget) == doc["token_budget"]
+        assert sol.token_budget.steps == doc["token_budget"]["steps"]
+    assert planner.solve("llama3-8b", "dgx-h100", **args).token_budget is None

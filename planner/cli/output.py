@@ -61,20 +61,6 @@ def precision_used(specs, warn: bool = True) -> dict:
                                       "fp32 assumed (--precision to change)"}
 
 
-def price_used(specs, flag: float | None) -> dict | None:
-    """{"usd", "source"}: the price per device-hour (the flag, else the device spec's with
-    its source), or None when neither gives one."""
-    if flag is not None:
-        return {"usd": flag, "source": "--price-per-device-hour"}
-    device = specs.system.device
-    if device.price_per_hour_usd is None:
-        return None
-    source = device.sources.get("price")
-    return {"usd": device.price_per_hour_usd,
-            "source": f"device '{device.name}'" + (f": {source}" if source else "")
-            + "; --price-per-device-hour to change"}
-
-
 def progress(total: int, label: str):
     """A bar on stderr when it is a terminal; pipes and files get nothing at all."""
     if sys.stderr.isatty():

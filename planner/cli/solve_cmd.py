@@ -16,7 +16,7 @@ from planner.cli.options import (
     training_options,
     transformer_options,
 )
-from planner.cli.output import emit, launch_target, precision_used, price_used
+from planner.cli.output import emit, launch_target, precision_used
 from planner.cli.params import (
     COLLECTIVES,
     LAUNCH_FORMATS,
@@ -127,7 +127,6 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
     """
     from planner import api
     from planner.report import solution_doc, solution_text
-    from planner.search.training import token_budget as budget_of
 
     require(model, hardware)
     if objective is None:
@@ -182,11 +181,9 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
     sol = api.solve(specs, objective=objective, overlap=overlap, pareto=pareto, **training,
                     global_batch_range=rng, **problem, **family)
     used = precision_used(specs)
-    price = price_used(specs, price_per_device_hour)
-    tokens = None
-    if token_budget is not None:
-        tokens = budget_of(token_budget, sol.plan.devices, sol.prediction.tokens_per_s,
-                           sol.prediction.iteration_time_s, price)
+    price = specs.price(price_per_device_hour)
+    budget = getattr(sol, "token_budget", None)  # a transformer's (CNN splits have none)
+    tokens = None if budget is None else dict(budget)
     body = solution_doc(sol)
     body = {"model": model, "hardware": hardware, "precision": used,
             **({"framework": framework} if framework else {}), **body,

@@ -151,6 +151,9 @@ class Solution:
     # a transformer plan no calibration run covers: the covered alternative and whether it
     # was taken (`planner.search.support`)
     support: Record | None = None
+    # with a token budget (`tokens=`): its steps, time, device-hours and cost
+    # (`planner.search.training.token_budget`), as the JSON document's `token_budget`
+    token_budget: Record | None = None
 
     def __post_init__(self):
         """The searches build dicts; each becomes its attribute record here."""
@@ -167,6 +170,8 @@ class Solution:
             put("knee", record(self.knee, Knee))
         if self.support is not None:
             put("support", record(self.support))
+        if self.token_budget is not None:
+            put("token_budget", record(self.token_budget))
 
     @property
     def config(self) -> Plan:
