@@ -83,8 +83,10 @@ def pipeline_plan(sol, cluster) -> dict:
         order += mine
         nodes = len(mine) * group.replicas * shape.width // g
         layers = sorted({stages[j].layers for j in mine})
-        runs.append((cluster.pools[k].name, nodes, f"stages {mine[0]}-{mine[-1]}, "
-                     f"{'/'.join(map(str, layers))} layers each"))
+        which = (f"stages {mine[0]}-{mine[-1]}" if mine[-1] != mine[0]
+                 else f"stage {mine[0]}")
+        runs.append((cluster.pools[k].name, nodes,
+                     f"{which}, {'/'.join(map(str, layers))} layers each"))
         partitions.append(cluster.pools[k].partition)
     if order != list(range(len(stages))):  # the search places each pool's stages in one run
         raise SpecError("format: a pool's stages are not one run of the pipeline")

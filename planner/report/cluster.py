@@ -113,7 +113,7 @@ def _describe(entry: dict, plan: dict | None = None) -> str:
             else:
                 runs.append([st["pool"], st["layers"], 1])
             last = (st["pool"], st["layers"])
-        return " | ".join(f"{c} stages x {n} layers on {p}" for p, n, c in runs)
+        return " | ".join(f"{c} stage{'s' * (c != 1)} x {n} layers on {p}" for p, n, c in runs)
     return ", ".join(f"{g['replicas']} replicas x {g['micro_batches']} micro-batches on "
                      f"{g['stages'][0]['pool']}" for g in plan["groups"])
 
