@@ -221,3 +221,13 @@ def test_evaluate_takes_a_config_json(tmp_path, run):
     code, out, err = run("evaluate", "--model", str(folder), "--hardware", "dgx-a100-80gb",
                          "--nodes", "1", "--global-batch", "8", "--format", "json")
     assert code == 0, err
+
+
+def test_a_bad_value_names_the_config_json_key():
+    """An error in a value read from config.json names the file's key (hidden_size), with
+    planner's name beside it."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": -4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+           "intermediate_size": 14336, "max_position_embeddings": 8192}
+    with pytest.raises(SpecError, match=r"key 'hidden_size' \(planner's 'hidden'\): "):
+        from_config(cfg, "config.json")

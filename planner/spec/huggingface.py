@@ -267,6 +267,14 @@ ARCHITECTURES: dict[str, Callable[[_Config], dict]] = {
 }
 
 
+# planner's model keys -> the config.json keys most architectures read them from (an error
+# in a value names the file's key)
+CONFIG_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+               "vocab": "vocab_size", "ffn_hidden": "intermediate_size",
+               "seq_len": "max_position_embeddings"}
+
+
 def from_config(data: Any, where: str, name: str | None = None) -> Transformer:
     """The transformer a config.json dict describes."""
     if not isinstance(data, dict):
@@ -287,7 +295,14 @@ def from_config(data: Any, where: str, name: str | None = None) -> Transformer:
             "sources": {"config": f"{where} ({arch})"}}
     if not isinstance(spec["name"], str) or not spec["name"]:
         spec["name"] = arch
-    return build_transformer(spec, where)
+    try:
+        return build_transformer(spec, where)
+    except SpecError as exc:  # name the config.json's own keys, not planner's
+        text = str(exc)
+        for ours, theirs in CONFIG_KEYS.items():
+            if theirs in data:  # this architecture reads it under that name
+                text = text.replace(f"key '{ours}'", f"key '{theirs}' (planner's '{ours}')")
+        raise SpecError(text) from None
 
 
 def config_path(ref: str) -> Path | None:
