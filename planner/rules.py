@@ -192,6 +192,17 @@ def mask(model, x, row: SimpleNamespace, reads: frozenset[str]):
     return ok
 
 
+def mask_across(model, x, row: SimpleNamespace):
+    """Where the rows of arrays `row` keep the rules reading both the split and the choices
+    beyond sequence parallelism (recompute, ZeRO: the structures' mask cannot apply them, the
+    choices' cannot either), True where none applies (a framework's form rules only, today)."""
+    ok = True
+    for rule in active(model, x):
+        if rule.reads & SPLIT and rule.reads & {"rec", "zero"}:
+            ok = ok & rule.holds(row, x)
+    return ok
+
+
 def hold(key: str, row: SimpleNamespace, x):
     """Where the rows of arrays `row` keep every rule keyed `key`, whether or not `x` sets
     it (the search tries a switch it left unset on and off: its rules bound where it is on)."""

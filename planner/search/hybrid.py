@@ -307,8 +307,7 @@ class HybridSolver:
         row = SimpleNamespace(**{k: part(k) for k in STRUCTURE},
                               acc=B // (part("d") * part("mb")),
                               rec=col("rec"), sp=col("sp"), zero=col("zero"))
-        # the rules reading both the split and the choices (a framework's form rules)
-        fits = fits & rules.mask(self.m, self.q, row, rules.SPLIT | rules.CHOICE)
+        fits = fits & rules.mask_across(self.m, self.q, row)  # split x choice rules
         for name in switches.PER_ROW:
             on_ok = switches.BY_NAME[name].applies(part, col)
             if name in self.q.searched:
