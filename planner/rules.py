@@ -125,6 +125,19 @@ FORM_RULES: tuple[Rule, ...] = (
          lambda r, x: f"torchtitan runs the experts at etp 1 with expert parallelism and at "
                    f"etp = tp without; this plan has etp {r.etp} with tp {r.t}, ep {r.ep}: "
                    "use --format megatron"),
+    # deepseek_v3/MTP.md at the same commit: multi-token prediction without pipeline or
+    # context parallelism (model-dependent: the form checks a plan itself, with the model)
+    Rule("pp", frozenset({"p", "cp"}),
+         lambda m, x: _form("torchtitan")(m, x) and m is not None and bool(m.mtp_layers),
+         lambda r, x: (r.p == 1) & (r.cp == 1),
+         lambda r, x: "torchtitan runs multi-token prediction without pipeline or context "
+                   "parallelism only; plan with --pp 1 --cp 1, or use --format megatron"),
+    # torchtitan captures no CUDA graphs with pipeline or expert parallelism
+    Rule("cuda_graphs", frozenset({"p", "ep"}),
+         lambda m, x: _form("torchtitan")(m, x) and bool(getattr(x, "cuda_graphs", False)),
+         lambda r, x: (r.p == 1) & (r.ep == 1),
+         lambda r, x: "torchtitan captures no CUDA graphs with pipeline or expert "
+                   "parallelism; plan without --cuda-graphs, or use --format megatron"),
     # parallel_dims.py: the expert-parallel ranks come from dp_shard x cp x tp (cp x tp at
     # ZeRO 0); an HSDP plan's shard group, which no row field holds, the form checks itself
     Rule("ep", frozenset({"t", "cp", "d", "ep", "zero"}), _form("torchtitan"),

@@ -667,3 +667,17 @@ def test_a_transformer_solve_refuses_a_budget_below_its_pinned_size(run, given):
     code, _, err = run("solve", "-m", "llama3-8b", "-H", "dgx-h100", "--global-batch", "512",
                        *given)
     assert code == 2 and " is over " in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("args, check", [
+    (("-m", "deepseek-v3", "-H", "gb200-nvl72", "--devices-max", "256", "--global-batch",
+      "1024"), lambda c: c["pp"] == 1 and c["cp"] == 1),  # multi-token prediction
+    (("-m", "llama3-8b", "-H", "dgx-h100", "--devices-max", "64", "--global-batch", "512",
+      "--cuda-graphs"), lambda c: c["pp"] == 1 and c["ep"] == 1),
+])
+def test_solve_for_torchtitan_keeps_to_its_model_and_switch_rules(run, run_json, args, check):
+    """torchtitan's rules that depend on the model (MTP without pp or cp) or on a pinned switch
+    (CUDA graphs without pp or ep) bound its search too: the form writes the pick."""
+    code, _, err = run("solve", *args, "--format", "torchtitan")
+    assert code == 0, err
+    assert check(run_json("solve", *args, "--framework", "torchtitan")["config"])
