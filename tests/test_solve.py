@@ -171,3 +171,16 @@ def test_an_empty_search_names_the_pin_that_empties_it(run, args, names):
     size, the expert grid."""
     code, _, err = run("solve", *args)
     assert code == 1 and names in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_one_replica_says_zero_1_and_no_float_residue(run_json, run):
+    """With one replica ZeRO shards nothing: a free stage is reported as 1 (stages 2 and 3
+    price the same there, and the calibration holds 1); an exposed sync of exactly nothing
+    prints as 0 s, not a femtosecond's float residue."""
+    args = ("solve", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices-max", "8",
+            "--global-batch", "64", "--critical-batch", "128", "--target-tokens", "1e9",
+            "--objective", "cost")
+    doc = run_json(*args)
+    assert doc["config"]["dp"] * doc["config"]["cp"] == 1 and doc["config"]["zero"] == 1
+    code, out, err = run(*args)
+    assert code == 0 and "dp_comm_exposed 0 s" in out

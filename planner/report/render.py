@@ -73,6 +73,8 @@ def span(seconds: float) -> str:
     hours or days above (`duration`)."""
     if seconds is None or not math.isfinite(seconds):
         return "n/a"
+    if abs(seconds) < 1e-15:  # under a femtosecond: the float residue of a difference of 0
+        return "0 s"
     return si(seconds, "s") if abs(seconds) < 120 else duration(seconds)
 
 

@@ -519,10 +519,14 @@ class HybridSolver:
     def _plan(self, row) -> Plan:
         r = {k: int(row[k]) for k in COLUMNS}
         rec, t = r["rec"], r["t"]
+        # with one replica ZeRO shards nothing: stages 2 and 3 price as stage 1 (the
+        # distributed optimizer, which the calibration runs hold), so a free stage says 1
+        zero = 1 if self.q.zero is None and r["d"] * r["cp"] == 1 and r["zero"] > 1 \
+            else r["zero"]
         return Plan.split(t, r["p"], r["d"], r["mb"], r["B"], node_size=self.hw.g,
                           interleave=r["v"], cp=r["cp"], ep=r["ep"], etp=r["etp"],
                           recompute="full" if rec == PARTIAL else RECOMPUTE[rec],
-                          sequence_parallel=bool(r["sp"] and t > 1), zero=r["zero"],
+                          sequence_parallel=bool(r["sp"] and t > 1), zero=zero,
                           schedule=SCHEDULES[r["gpipe"]],
                           recompute_layers=r["rl"] if rec == PARTIAL else None,
                           **{**switches.values(self.q),
