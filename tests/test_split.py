@@ -274,3 +274,18 @@ def test_memory_infeasible_names_the_memory_needed(run):
     code, _, err = run("solve", "-m", "vgg16", "-H", "k80-fdr", "--global-batch", "4096",
                        "--devices", "1", "--strategy", "hybrid")
     assert code == 1 and "memory" in err and "4096" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [
+    ("-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--nodes-max", "16"),
+    ("-m", "cosmoflow", "-H", "dgx-a100-80gb", "--global-batch", "4", "--nodes-max", "4",
+     "--precision", "bf16"),
+])
+@pytest.mark.parametrize("fmt", ["env", "slurm"])
+def test_a_hybrid_that_splits_layers_has_no_launcher_form(run, args, fmt):
+    """Express it or refuse it: a per-layer split (fc layers in model mode, a volume in
+    spatial slabs) is refused in one line, exit 2; it had been written as plain data
+    parallelism, or crashed on the spatial plan's missing local batch."""
+    code, out, err = run("solve", *args, "--strategy", "hybrid", "--format", fmt)
+    assert code == 2 and "no launcher form writes" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

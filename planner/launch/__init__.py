@@ -19,7 +19,7 @@ This module re-exports their public names and dispatches on the format (`FORMS`,
 from __future__ import annotations
 
 from planner import switches
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, SpecError
 from planner.launch.common import Target, normalise
 from planner.launch.deepspeed_config import deepspeed
 from planner.launch.megatron_lm import megatron, megatron_args, pipeline_layout, uneven_stages
@@ -61,6 +61,13 @@ def check_fits(doc: dict) -> None:
 
 def render_launch(fmt: str, doc: dict, target: Target | None = None) -> str:
     check_fits(doc)
+    split = [layer["name"] for layer in (doc.get("plan") or {}).get("layers", [])
+             if layer.get("mode") != "data"]
+    if split:  # express it or refuse it: no form writes a per-layer split of a CNN
+        raise SpecError(f"format: this plan splits CNN layers over devices ({', '.join(split[:3])}"
+                        f"{', ...' if len(split) > 3 else ''}: model or spatial modes), which no "
+                        "launcher form writes; --format json gives the split, --strategy data a "
+                        "plan the forms write")
     target = target or Target()
     plan = normalise(doc["config"])
     # what the form cannot write or runs otherwise, as each switch declares
