@@ -423,7 +423,8 @@ def _list() -> dict:
         _envelope("list", {"switches": {"type": "array", "items": obj({
             "name": STR, "flag": STR, "default": {}, "values": {"type": ["array", "null"]},
             "families": {"type": "array", "items": STR}, "what": STR, "upstream": STR,
-            "solve": STR, "limits": BOOL})}}, ["switches"])]}
+            "solve": STR, "limits": BOOL, "precisions": {"type": ["array", "null"]},
+            "across_pools": BOOL})}}, ["switches"])]}
 
 
 def _calibrate() -> dict:

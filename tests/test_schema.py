@@ -35,6 +35,7 @@ CASES = [
     ("show", ("show", "model", "resnet50")),
     ("list", ("list", "models")),
     ("list", ("list", "hardware")),
+    ("list", ("list", "switches")),
     ("calibrate", ("calibrate",)),
     ("show", ("show", "model", "llama3-8b")),
     ("show", ("show", "hardware", "dgx-a100-80gb")),
