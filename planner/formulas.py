@@ -26,7 +26,7 @@ from sympy.printing.str import StrPrinter
 
 from planner import latex as tex
 from planner.analysis.cnn_limits import Limits
-from planner.errors import SpecError
+from planner.errors import InfeasibleError, SpecError
 from planner.expr import symbols as S
 from planner.tidy import evaluate, tidy_checked
 
@@ -148,8 +148,9 @@ def select(formulas: list[Derived], names: tuple[str, ...]) -> list[Derived]:
             raise SpecError(f"formula: unknown name '{name}' (known: {', '.join(FORMULAS)})")
         if name == "time_to_train_batch" and name not in known:
             raise SpecError("formula: 'time_to_train_batch' needs --critical-batch")
-        if name not in known:
-            raise SpecError(f"formula: '{name}' has no solution for this problem")
+        if name not in known:  # a well-formed problem with no answer: infeasible, as limits
+            raise InfeasibleError(f"infeasible: formula '{name}' has no solution for this "
+                                  "problem (planner limits says which bound is never reached)", (name,))
     return [known[n] for n in names]
 
 

@@ -241,3 +241,11 @@ def test_every_glossary_symbol_reads_back_as_itself():
     SymPy's functions or constants (gamma, beta, E, I, ...)."""
     for sym in S.GLOSSARY:
         assert sp.sympify(sym.name) == sp.Symbol(sym.name), sym.name
+
+
+def test_a_formula_with_no_solution_is_infeasible_not_bad_input(run):
+    """A well-formed problem whose bound is never reached (no bandwidth gives 80 % here):
+    exit 1, as `limits` calls it unreachable, not exit 2."""
+    code, _, err = run("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                       "--no-overlap", "--formula", "required_bandwidth")
+    assert code == 1 and "has no solution for this problem" in err, err
