@@ -44,6 +44,7 @@ from planner.inputs import (
     request,
     samples_of_tokens,
     training_of,
+    type_hints,
 )
 from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
@@ -65,14 +66,6 @@ __all__ = ["Evaluation", "Skipped", "Solution", "Sweep", "SweepPoint", "build", 
            "place_tables", "placement", "solve",
            "solve_transformer", "sweep", "sweep_transformer", "training_of",
            "with_inter_node_bandwidth"]
-
-
-@functools.cache
-def _hints(f) -> dict:
-    """A verb's keyword types (its signature's annotations)."""
-    import typing
-
-    return typing.get_type_hints(f, localns=vars(switches))
 
 
 def _keywords(f) -> set[str]:
@@ -134,7 +127,7 @@ def _cli_names(verb: str, loads: bool = False):
             for name in required:
                 if name not in kwargs:
                     raise SpecError(f"{verb}: missing argument '{name}'")
-            hints = _hints(f)  # the verb's own keywords of the wrong type: one line
+            hints = type_hints(f)  # the verb's own keywords of the wrong type: one line
             for key, value in kwargs.items():
                 if value is not None and key in hints and key not in switches.BY_NAME:
                     check_type(key, value, hints[key])

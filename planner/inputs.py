@@ -311,7 +311,7 @@ def request(cls, problem: dict, **fixed):
     unknown = sorted(set(given) - known)
     if unknown:
         raise unknown_argument("solve", unknown[0], known)
-    hints = _hints(cls)
+    hints = type_hints(cls)
     for key, value in given.items():
         if key not in switches.BY_NAME:  # the switches check themselves (`Switch.check`)
             check_type(key, value, hints[key])
@@ -319,10 +319,10 @@ def request(cls, problem: dict, **fixed):
 
 
 @functools.cache
-def _hints(cls) -> dict:
-    """A request class's field types (its switch fields' kinds resolved in `planner.switches`,
-    which adds them)."""
-    return typing.get_type_hints(cls, localns=vars(switches))
+def type_hints(obj) -> dict:
+    """The annotated types of a request class's fields or a verb's keywords (the switch
+    fields' kinds resolved in `planner.switches`, which adds them)."""
+    return typing.get_type_hints(obj, localns=vars(switches))
 
 
 def check_type(key: str, value, hint) -> None:
