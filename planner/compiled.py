@@ -1,8 +1,9 @@
 """A compiled numpy program as data: a straight-line list of numpy operations, each named by a
 code and reading earlier slots, with its constants and outputs. `planner.numeric` builds one
-from SymPy expressions; this module only runs it, so it imports numpy alone, and its data form
-(`to_data` / `from_data`: codes, numbers and names, no code objects) is what the program
-cache (`planner.cost.programs`) keeps on disk and reads back without SymPy."""
+from SymPy expressions, `planner.expr.graph` from the transformer's graphs; this module only
+runs it, so it imports numpy alone, and its data form (`to_data` / `from_data`: codes, numbers
+and names, no code objects) is what the program cache (`planner.cost.programs`) keeps on disk
+and reads back."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pytest
 from planner.catalog import load_device, load_model, load_system
 from planner.cost.transformer import Hardware
 from planner.expr.layer import Choices, LayerCosts
-from planner.expr.symbols import b, c_p, e_p, e_t, t
+from planner.expr.vocab import b, c_p, e_p, e_t, t
 from planner.fit_flash import SOURCES, block, errors, fit, fit_fp8, rows
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer

@@ -11,7 +11,7 @@ from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.errors import SpecError
 from planner.expr.layer import Choices, LayerCosts
-from planner.expr.symbols import b, c_p, e_p, e_t, t
+from planner.expr.vocab import b, c_p, e_p, e_t, t
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 from tests.test_launch import _megatron_flags, _out

@@ -11,8 +11,8 @@ from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.errors import SpecError
 from planner.expr.layer import Choices, LayerCosts
-from planner.expr.symbols import b, c_p, e_p, e_t, t
 from planner.expr.transformer import TransformerExpressions
+from planner.expr.vocab import b, c_p, e_p, e_t, t
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
@@ -38,7 +38,7 @@ def test_a_depth_costs_a_layer_the_head_again_and_its_projection():
     head = float(TransformerExpressions(base, HW, Choices(flash_attention=True))
                  .terms["logit_time"].subs(at))
     lc = LayerCosts(base, HW, Choices(flash_attention=True))
-    proj = float(sp.sympify(3 * lc._matmul(2048 * b, 2048, sp.Integer(1024) / t)).subs(at))
+    proj = float(sp.sympify(3 * lc._matmul(2048 * b, 2048, 1024 / t)).subs(at))
     assert compute["mtp"] - compute["base"] == pytest.approx(
         compute["more"] - compute["base"] + head + proj, rel=1e-12)
 

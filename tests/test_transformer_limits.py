@@ -18,6 +18,7 @@ from planner.analysis.transformer_formulas import FORMULAS
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.expr import symbols as S
+from planner.expr import vocab
 from planner.expr.transformer import RECOMPUTE, TransformerExpressions
 from planner.spec.hardware import Precision
 
@@ -131,7 +132,8 @@ def test_optimal_pp_and_tp_bound_match_the_engine(case):
 def test_smallest_efficient_micro_batch_meets_its_definition(case):
     """Symbolic against numeric: the stage time tau(b) by SymPy substitution."""
     lim, s = case
-    tau = TransformerExpressions(lim.model, lim.hw, lim.choices, cp=1, ep=1).aggregates[S.tau]
+    tau = sp.sympify(TransformerExpressions(lim.model, lim.hw, lim.choices, cp=1, ep=1)
+                     .aggregates[vocab.tau])
 
     def per_sequence(b):
         return float(tau.subs({S.t: lim.tp, S.p: lim.pp, S.v: lim.v, S.b: b})) / b

@@ -10,12 +10,13 @@ import sympy as sp
 
 from planner.analysis import branches as br
 from planner.analysis.branches import Closed
-from planner.analysis.transformer_limits import TransformerLimits
+from planner.analysis.transformer_limits import TransformerLimits, time_form
 from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
 from planner.errors import SpecError
+from planner.expr import graph
 from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
-from planner.expr.transformer import memory_form, time_form
+from planner.expr.transformer import memory_form
 from planner.formulas import Derived
 
 DIMENSIONLESS = "dimensionless"
@@ -56,7 +57,8 @@ def _bubble(lim: TransformerLimits) -> Derived:
 
 def _memory(lim: TransformerLimits) -> Derived:
     return _derived("memory", "bytes per device: weights, gradients, optimizer state by ZeRO "
-                    "stage, first-stage activations", "B", memory_form(lim.choices),
+                    "stage, first-stage activations", "B",
+                    graph.to_sympy(memory_form(lim.choices)),
                     lim.plan_point)
 
 

@@ -30,17 +30,26 @@ from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
 from planner.cost.programs import program
 from planner.cost.transformer import Hardware
 from planner.errors import InfeasibleError, SpecError
+from planner.expr import graph, vocab
 from planner.expr import symbols as S
+from planner.expr import transformer as model_forms
 from planner.expr.rewrite import substitute
-from planner.expr.transformer import (
-    PLAN_SYMBOLS,
-    RECOMPUTE,
-    Choices,
-    TransformerExpressions,
-    allreduce_form,
-    time_form,
-)
+from planner.expr.transformer import PLAN_SYMBOLS, RECOMPUTE, Choices, TransformerExpressions
 from planner.numeric import Program
+
+
+def time_form(c: Choices) -> sp.Expr:
+    """`planner.expr.transformer.time_form` as SymPy (closed forms are solved in it)."""
+    return graph.to_sympy(model_forms.time_form(c))
+
+
+def allreduce_form() -> sp.Expr:
+    return graph.to_sympy(model_forms.allreduce_form())
+
+
+def _of(symbol: sp.Symbol) -> graph.Node:
+    """The cost model's symbol (`planner.expr.vocab`) of a SymPy symbol."""
+    return graph.symbol(symbol.name)
 
 DEFAULT_LOCAL_EFFICIENCY = 0.9
 DEFAULT_TARGET_EFFICIENCY = 0.8
@@ -158,7 +167,8 @@ class TransformerLimits:
     @functools.cached_property
     def expressions(self) -> TransformerExpressions:
         """The expressions of this model, hardware and choices (built once)."""
-        return TransformerExpressions(self.model, self.hw, self.choices, cp=1, ep=1, etp=S.t)
+        return TransformerExpressions(self.model, self.hw, self.choices, cp=1, ep=1,
+                                      etp=vocab.t)
 
     @functools.cached_property
     def aggregates(self) -> dict:
@@ -166,7 +176,7 @@ class TransformerLimits:
         ex = self.expressions
         keys = [S.tau, S.tau_p2p, S.M, S.H, S.T_opt, S.beta, S.alpha, S.beta_i, S.alpha_i,
                 S.Psi, S.Psi_t, S.delta, S.ell]
-        prog = Program({k: ex.aggregates[k] for k in keys}, PLAN_SYMBOLS)
+        prog = graph.compile_graphs({k: ex.aggregates[_of(k)] for k in keys}, PLAN_SYMBOLS)
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,
                                                          self.v, 1, 1, 1, 1, 1).items()}
         out[S.r] = float(max(self.hw.scale_up // (self.tp * self.pp), 1))
@@ -273,8 +283,8 @@ class TransformerLimits:
     def smallest_efficient_micro_batch(self) -> int:
         """Smallest micro-batch at which the stage runs at `local_efficiency` of its
         large-batch rate per sequence (the roofline's weight traffic stops dominating)."""
-        tau = self.expressions.aggregates[S.tau]
-        f = Program({"tau": tau}, PLAN_SYMBOLS)
+        tau = self.expressions.aggregates[vocab.tau]
+        f = graph.compile_graphs({"tau": tau}, PLAN_SYMBOLS)
         big = 2.0**30
         t_big, t_2big = (float(np.asarray(f(self.tp, self.pp, 1, x, 1, self.v, 1, 1, 1,
                                             1, 1)["tau"])) for x in (big, 2 * big))
@@ -336,7 +346,8 @@ class TransformerLimits:
     @functools.cached_property
     def plan_point(self) -> dict:
         """The plan symbols and the aggregates' values at (tp, pp, dp)."""
-        prog = Program(dict(self.expressions.aggregates), PLAN_SYMBOLS)
+        prog = graph.compile_graphs({graph.to_sympy(k): x for k, x in
+                                     self.expressions.aggregates.items()}, PLAN_SYMBOLS)
         m = self.B / (self.dp * self.b)
         values = {k: float(np.asarray(x)) for k, x in
                   prog(self.tp, self.pp, self.dp, self.b, m, self.v, 1, 1, 1, 1, 1).items()}

@@ -17,13 +17,14 @@ import sympy as sp
 
 from planner.analysis import branches as br
 from planner.analysis.branches import Closed, divisors
+from planner.expr import graph
 from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
 
 
 def _line(lim, term: str, fixed: dict) -> sp.Expr:
     """The full expression of output `term` with the plan symbols in `fixed` fixed."""
-    return substitute(lim.expressions.terms[term], fixed)
+    return substitute(graph.to_sympy(lim.expressions.terms[term]), fixed)
 
 
 def optimal_pp(lim, d: int) -> tuple[int, Closed | None]:

@@ -129,15 +129,15 @@ def _parts(m: Transformer, hw: Hardware, shape: Shape) -> Parts:
 @functools.lru_cache(maxsize=16)
 def forms(overlap: bool, zero: int):
     """The one-system model's sync and memory forms as a program of their aggregates."""
-    from planner.expr import symbols as S
+    from planner.expr import vocab as S
     from planner.expr.choices import Choices
+    from planner.expr.graph import compile_graphs
     from planner.expr.transformer import exposed_form, memory_form
-    from planner.numeric import Program
 
     c = Choices(overlap=overlap, zero=zero)
     args = (S.M, S.d, S.r, S.beta_i, S.alpha_i, S.beta, S.alpha, S.H, S.v, S.m, S.sigma, S.ell,
             S.Psi, S.Psi_t, S.delta, S.gamma_g, S.kappa, S.A_act, S.p)
-    return Program({"exposed": exposed_form(c), "memory": memory_form(c)}, args)
+    return compile_graphs({"exposed": exposed_form(c), "memory": memory_form(c)}, args)
 
 
 @dataclass(frozen=True)

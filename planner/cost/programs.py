@@ -1,5 +1,6 @@
 """The compiled transformer programs, kept: in this process (a small LRU) and on disk, so a
-second run of the same model shape on the same system builds nothing and loads no SymPy.
+second run of the same model shape on the same system builds nothing (a build loads no SymPy
+either: `planner.expr.graph`).
 
 A program is keyed by everything it is built from: the model spec, the hardware rates, the
 choices, the outputs asked for, planner's version and a digest of the source of the modules
@@ -28,7 +29,7 @@ from planner.expr.choices import OUTPUTS, Choices
 
 # the modules whose source writes the expressions a program computes
 _SOURCES = ("expr/transformer.py", "expr/layer.py", "expr/domain.py", "expr/choices.py",
-            "expr/collectives.py",
+            "expr/collectives.py", "expr/graph.py", "expr/vocab.py",
             "expr/roofline.py", "expr/symbols.py", "expr/rewrite.py", "expr/unordered.py",
             "expr/memory.py", "numeric.py", "compiled.py", "switches.py",
             "spec/hardware.py", "spec/transformer.py")
@@ -104,7 +105,7 @@ def program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = 
     path = folder / f"{key(model, hw, choices, outputs)}.json" if folder else None
     if path is not None and (prog := _load(path)) is not None:
         return prog
-    from planner.expr.transformer import build_program  # SymPy: only when building
+    from planner.expr.transformer import build_program  # the expressions: only when building
 
     prog = build_program(model, hw, choices, outputs)
     if path is not None:

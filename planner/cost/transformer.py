@@ -211,8 +211,8 @@ def _grouped(m, hw, nums, cats, shared, shape, outputs, names=()) -> dict:
 def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, recompute: str,
                                sp: bool, flash: bool = True, cp: int = 1) -> float:
     """Stored activations of one layer (Korthikanti et al. 2022, Table 2), evaluated."""
-    from planner.expr.symbols import b, t
     from planner.expr.transformer import TransformerExpressions
+    from planner.expr.vocab import b, t
 
     expr = TransformerExpressions(m, hw, Choices(recompute=recompute, sequence_parallel=bool(sp),
                                                  flash_attention=flash),

@@ -17,10 +17,21 @@ def whole_nodes(hw, size):
     return _whole_nodes_expr(hw.g, size)
 
 
-def _whole_nodes_expr(g: int, size):
-    import sympy as sp
+def _algebra(size):
+    """The namespace building the conditions: `planner.expr.graph` for its nodes, else SymPy."""
+    from planner.expr import graph
 
+    if isinstance(size, graph.Node):
+        return graph
+    import sympy
+
+    return sympy
+
+
+def _whole_nodes_expr(g: int, size):
     from planner.expr.unordered import sfloor
+
+    sp = _algebra(size)
 
     # written in the order SymPy's Piecewise puts it in (`planner.expr.layer._if` builds
     # Piecewise unevaluated)
@@ -44,9 +55,9 @@ def within_domain(hw, size):
 def _within_domain_expr(u: int, g: int, size):
     """`within_domain` of a symbolic size on a domain of u devices and nodes of g, kept: every
     choice's expressions ask the same few."""
-    import sympy as sp
-
     from planner.expr.unordered import sfloor
+
+    sp = _algebra(size)
 
     divides = sp.Eq(sfloor(sp.Integer(u) / size) * size, u)
     return sp.Or(divides, sp.And(_whole_nodes_expr(g, size), size <= u))

@@ -1,4 +1,4 @@
-"""One transformer layer's costs as SymPy expressions: its matmuls by roofline, its elementwise
+"""One transformer layer's costs as expressions (`planner.expr.graph`): its matmuls by roofline, its elementwise
 kernels, its tensor- and expert-parallel collectives and its stored activations, per micro-batch
 on one device, for each categorical choice of `Choices`. `planner.expr.transformer` assembles
 them into the iteration (stages, pipeline, data parallelism, memory); the physics of each term
@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import functools
 
-import sympy as sp
-
+from planner.expr import graph as G
 from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
 from planner.expr.collectives import ring_allreduce
 from planner.expr.domain import whole_nodes, within_domain
 from planner.expr.roofline import bound
-from planner.expr.symbols import b, c_p, e_p, e_t, t
 from planner.expr.unordered import smax, smin
+from planner.expr.vocab import b, c_p, e_p, e_t, t
 from planner.spec.hardware import gemm_share
 
 # backward traffic of elementwise kernels over the forward's: a backward kernel reads the saved
@@ -28,14 +27,10 @@ def _max(*args):
 
 
 def _if(cond, then, otherwise):
-    """`then` where `cond` holds, else `otherwise`. With neither a Piecewise (nothing to
-    flatten) and a condition that is not a constant, built unevaluated: SymPy's evaluation
-    would only put its relations in canonical order (written so where they are built:
-    `planner.expr.domain`), at a third of the expressions' build time."""
-    if isinstance(cond, bool | sp.logic.boolalg.BooleanAtom) or any(
-            isinstance(x, sp.Piecewise) for x in (then, otherwise)):
-        return sp.Piecewise((then, cond), (otherwise, True))
-    return sp.Piecewise((then, cond), (otherwise, True), evaluate=False)
+    """`then` where `cond` holds, else `otherwise` (a condition that is a constant decides at
+    once; as SymPy, `planner.expr.graph.to_sympy` builds it unevaluated otherwise: its
+    evaluation would only put the relations in canonical order)."""
+    return G.Piecewise((then, cond), (otherwise, True))
 
 
 def overlapped(comm, window, slowdown):
@@ -70,7 +65,7 @@ def ring_link(hw, size):
     serving the other groups. Kept per (rates, size): every choice's layers ask the same."""
     (inside, whole), part = links(hw, RING), links(hw, DEVICE)[1]
     pick = ((inside, within_domain(hw, size)), (whole, whole_nodes(hw, size)), (part, True))
-    return tuple(sp.Piecewise(*((link[k], cond) for link, cond in pick)) for k in (0, 1))
+    return tuple(G.Piecewise(*((link[k], cond) for link, cond in pick)) for k in (0, 1))
 
 
 def links(hw, crossing: str):
@@ -95,20 +90,19 @@ def ring(ranks, size, bw, lat):
 class LayerCosts:
     """The per-layer expressions of one (model, hardware rates, choices)."""
 
-    def __init__(self, model, hw, choices: Choices, cp: sp.Expr = c_p, ep: sp.Expr = e_p,
-                 etp: sp.Expr = e_t):
+    def __init__(self, model, hw, choices: Choices, cp: G.Expr = c_p, ep: G.Expr = e_p,
+                 etp: G.Expr = e_t):
         """`cp`, `ep`, `etp`: the context-, expert- and expert-tensor-parallel degrees, the
         symbols c_p, e_p and e_t or numbers (limits fix them; etp = t is Megatron's default)."""
         self.model, self.hw, self.choices = model, hw, choices
-        self.cp, self.ep, self.etp = (sp.Integer(x) if isinstance(x, int) else x
-                                      for x in (cp, ep, etp))
+        self.cp, self.ep, self.etp = (G.of(x) for x in (cp, ep, etp))
         # tokens of one micro-batch on one device: context parallelism splits the sequence
         self.tokens = b * model.seq_len / self.cp
-        self.capacity = (sp.Integer(1) if choices.capacity_factor == 1
-                         else sp.Float(choices.capacity_factor))
+        self.capacity = (G.Integer(1) if choices.capacity_factor == 1
+                         else G.Float(choices.capacity_factor))
         self.tp_ring = self._tp_ring()
 
-    def _tp_ring(self) -> sp.Expr:
+    def _tp_ring(self) -> G.Expr:
         """One ring allreduce of a micro-batch's b s h activations over the t ranks (an
         all-gather plus a reduce-scatter of the same volume with sequence parallelism): on the
         scale-up link while t <= u; a group larger than the domain holds all g devices of each
@@ -117,7 +111,7 @@ class LayerCosts:
         being the other bound. A collective is a kernel too (exactly 0 on one rank)."""
         return self._tp_allreduce(self.tokens * self.model.hidden * self.hw.value_bytes)
 
-    def _tp_allreduce(self, size) -> sp.Expr:
+    def _tp_allreduce(self, size) -> G.Expr:
         """One ring allreduce of `size` bytes over the t ranks of a tensor-parallel group
         (`_tp_ring`), a kernel at least (exactly 0 on one rank)."""
         hw = self.hw
@@ -142,17 +136,17 @@ class LayerCosts:
                  + int(kind.ffn == "dense"))
         return per_value * fused * self.model.hidden, kernels * fused
 
-    def _amax_reduction(self) -> sp.Expr:
+    def _amax_reduction(self) -> G.Expr:
         """One all-reduce of an fp32 amax over the t ranks: with current scaling and sequence
         parallelism Transformer Engine reduces the amax of each column-parallel input before
         its all-gather (forward) and of each row-parallel output gradient (backward)
         (module/linear.py, layernorm_linear.py at d0067d0: set_quantizer_amax_reduction_group
         with the tp group), one latency-bound collective each, a kernel at least."""
         if not (self._current_scaling() and self.choices.sequence_parallel):
-            return sp.Integer(0)
+            return G.Integer(0)
         return self._tp_allreduce(4)
 
-    def _tp_comm(self, blocks) -> sp.Expr:
+    def _tp_comm(self, blocks) -> G.Expr:
         """Tensor-parallel communication of one layer, every pass: one allreduce-equivalent per
         block (the mixer, a dense or shared-expert FFN) forward and one backward, a second
         forward when the forward is recomputed (Megatron-LM: 4 per layer, 6 recomputed;
@@ -172,7 +166,7 @@ class LayerCosts:
         `blocks`: (GEMM time, chunked, the row-parallel GEMM's time, chunked) per block."""
         ring_t, full = self.tp_ring, self.choices.recompute == "full"
         amax = self._amax_reduction()
-        total = sp.Integer(0)
+        total = G.Integer(0)
         for gemm, chunked, row, row_chunked in blocks:
             if self.choices.tp_overlap:
                 slower = chunked - gemm
@@ -192,7 +186,7 @@ class LayerCosts:
             total += (2 if full else 1) * (fwd + amax) + bwd + amax
         return total
 
-    def _moe_comm(self) -> sp.Expr:
+    def _moe_comm(self) -> G.Expr:
         """Expert-parallel communication of one MoE layer, every pass. Megatron-LM's all-to-all
         dispatcher (moe/token_dispatcher.py): each rank sends its sequence-parallel share of
         the routed tokens (b s top_k h / t; the latent width under LatentMoE) to the experts'
@@ -311,9 +305,9 @@ class LayerCosts:
         md, tok, hw = self.model, self.tokens, self.hw
         h, a = md.hidden, md.heads
         mm = self._matmul
-        proj, core, core_bwd = sp.Integer(0), sp.Integer(0), None
+        proj, core, core_bwd = G.Integer(0), G.Integer(0), None
         # per tp block: (GEMM time, chunked, its row-parallel GEMM's time, chunked); MoE traffic
-        blocks, moe_comm = [], sp.Integer(0)
+        blocks, moe_comm = [], G.Integer(0)
 
         def block(*shapes):
             """A tensor-parallel block's GEMMs (rows, inner, cols), the row-parallel one
@@ -331,12 +325,12 @@ class LayerCosts:
                 qk = la.qk_nope_head_dim + la.qk_rope_head_dim
                 proj += block(
                     (tok, h, (la.q_lora_rank or 0) + la.kv_lora_rank + la.qk_rope_head_dim),
-                    (tok, la.q_lora_rank or h, sp.Integer(a * qk) / t),
-                    (tok, la.kv_lora_rank, sp.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t),
-                    (tok, sp.Integer(a * la.v_head_dim) / t, h))
+                    (tok, la.q_lora_rank or h, G.Integer(a * qk) / t),
+                    (tok, la.kv_lora_rank, G.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t),
+                    (tok, G.Integer(a * la.v_head_dim) / t, h))
             else:
-                proj += block((tok, h, sp.Integer(md.q_dim + 2 * md.kv_dim) / t),
-                              (tok, sp.Integer(md.q_dim) / t, h))
+                proj += block((tok, h, G.Integer(md.q_dim + 2 * md.kv_dim) / t),
+                              (tok, G.Integer(md.q_dim) / t, h))
             # each context-parallel rank holds s / c_p queries against all keys (a sliding
             # layer: its window); Megatron's load-balanced causal chunks (2 c_p of them, rank
             # i taking i and 2 c_p - 1 - i) give every rank the same share of the products
@@ -349,8 +343,8 @@ class LayerCosts:
                         + mm(sq, done, md.v_head_dim, b * a / t, kept=True))
         elif kind.mixer == "mamba":  # Mamba-2: in_proj (z, x, B, C, dt), out_proj; heads / tp
             d_in, heads = md.mamba_inner(), md.mamba.heads
-            proj += block((tok, h, sp.Integer(d_in + md.mamba_conv_dim() + heads) / t),
-                          (tok, sp.Integer(d_in) / t, h))
+            proj += block((tok, h, G.Integer(d_in + md.mamba_conv_dim() + heads) / t),
+                          (tok, G.Integer(d_in) / t, h))
             # the chunked SSD scan is its own kernel, on the tensor cores (Dao & Gu 2024), in
             # 16 bits under an fp8 / fp4 recipe
             scan = md.ssm_scan_flops() * b / (self.cp * t) / hw.sixteen_bit_flops
@@ -358,7 +352,7 @@ class LayerCosts:
         gates = md.ffn_matrices - 1
         if kind.ffn == "dense":
             f = md.dense_ffn_hidden or md.ffn_hidden
-            proj += block((tok, h, sp.Integer(gates * f) / t), (tok, sp.Integer(f) / t, h))
+            proj += block((tok, h, G.Integer(gates * f) / t), (tok, G.Integer(f) / t, h))
         elif kind.ffn == "moe":
             # the router on this rank's sequence-parallel tokens; then each of its E / e_p
             # experts as a grouped GEMM on the tokens routed to it, f split e_t ways: top_k of
@@ -369,21 +363,21 @@ class LayerCosts:
             f, experts, et, w = md.ffn_hidden, md.experts, self.etp, md.expert_width
             rows = tok * md.top_k * self.ep * et * self.capacity / (experts * t)
             proj += mm(tok / t, h, experts)
-            proj += (mm(rows, w, sp.Integer(gates * f) / et, experts / self.ep)
-                     + mm(rows, sp.Integer(f) / et, w, experts / self.ep))
+            proj += (mm(rows, w, G.Integer(gates * f) / et, experts / self.ep)
+                     + mm(rows, G.Integer(f) / et, w, experts / self.ep))
             if md.moe_latent:  # LatentMoE: h -> l before the dispatch, l -> h after the
                 # combine, whole on each rank's sequence-parallel tokens (TE "duplicated")
                 proj += mm(tok / t, h, w) + mm(tok / t, w, h)
             if md.shared_experts:  # tensor-parallel like a dense FFN (its own gather/scatter)
                 fs = (md.shared_expert_ffn_hidden or f) * md.shared_experts
-                proj += block((tok, h, sp.Integer(gates * fs) / t), (tok, sp.Integer(fs) / t, h))
+                proj += block((tok, h, G.Integer(gates * fs) / t), (tok, G.Integer(fs) / t, h))
             moe_comm = self._moe_comm()
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
         # and norm-weight reductions and the residual gradient sums)
         elem = self._kernels(self.elementwise_kernels(kind), traffic)
         elem_bwd = self._kernels(2 * self.elementwise_kernels(kind),
-                                 sp.Float(ELEMENTWISE_BACKWARD) * traffic)
+                                 G.Float(ELEMENTWISE_BACKWARD) * traffic)
         if kind.mixer == "attention":  # ring attention merges its steps after them
             merge_fwd, merge_bwd = self._cp_merge()
             elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
@@ -405,10 +399,10 @@ class LayerCosts:
         average (a non-causal layer's whole). Priced as one memory-bound kernel a pass, as
         the steps' attention is (`_flash`). 0 at c_p = 1."""
         md, vb, cp = self.model, self.hw.value_bytes, self.cp
-        q = self.tokens * sp.Integer(md.heads * md.v_head_dim) / t  # output values of a rank
-        dq = self.tokens * sp.Integer(md.q_dim) / t
-        kv = self.tokens * sp.Integer(md.kv_dim + md.kv_heads * md.v_head_dim) / t
-        later = (sp.Rational(3, 4) if md.causal else 1) * (cp - 1)  # in whole-rank sizes
+        q = self.tokens * G.Integer(md.heads * md.v_head_dim) / t  # output values of a rank
+        dq = self.tokens * G.Integer(md.q_dim) / t
+        kv = self.tokens * G.Integer(md.kv_dim + md.kv_heads * md.v_head_dim) / t
+        later = (G.Rational(3, 4) if md.causal else 1) * (cp - 1)  # in whole-rank sizes
         if self.choices.fp8_attention and self.hw.gemm_only:
             fwd_bytes = q * (22 + 17 * later)
         else:
@@ -421,7 +415,7 @@ class LayerCosts:
         """Keys a query attends to on average, as a kernel that skips masked tiles computes
         them (`Transformer.attention_keys_computed`)."""
         k = self.model.attention_keys_computed(kind.mixer)
-        return sp.Rational(k.numerator, k.denominator)
+        return G.Rational(k.numerator, k.denominator)
 
     def _flash(self, kind, queries, keys):
         """Forward and backward time of a fused attention kernel (FlashAttention, cuDNN) at
@@ -441,7 +435,7 @@ class LayerCosts:
         # has no published fp8 rate and keeps the 16-bit one
         fp8 = self.choices.fp8_attention and self.hw.gemm_only and curve.fp8_fwd
         fwd = flops / curve.achieved("fp8_fwd" if fp8 else "fwd", width, per_call, masked)
-        bwd = sp.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
+        bwd = G.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
         return self._kernel(fwd), self._kernel(bwd)
 
     def elementwise_kernels(self, kind=None) -> int:
@@ -488,17 +482,17 @@ class LayerCosts:
             ops.append((bool(kind.mixer) + bool(kind.ffn), 2 * h * vb * (bool(kind.mixer)
                                                                         + bool(kind.ffn))))
         if md.gated_ffn and kind.ffn:
-            ops.append((1, sp.Integer(2 * self._ffn_width(kind) * vb) / t))
+            ops.append((1, G.Integer(2 * self._ffn_width(kind) * vb) / t))
         if not attends:
             return ops
         if md.position_embedding == "rotary":
-            ops.append((9, sp.Integer(8 * self._rotary_width() * vb) / t))
+            ops.append((9, G.Integer(8 * self._rotary_width() * vb) / t))
         if c.flash_attention:
-            ops.append((1, sp.Integer(2 * md.q_dim * vb) / t))
+            ops.append((1, G.Integer(2 * md.q_dim * vb) / t))
         else:
             scores = md.heads * md.attention_keys(kind.mixer)
             # 5 kernels: the context copy is among Megatron's non-flash kernels already
-            ops.append((5, sp.Integer((4 * scores + 2 * (2 * md.q_dim + 2 * md.kv_dim)) * vb)
+            ops.append((5, G.Integer((4 * scores + 2 * (2 * md.q_dim + 2 * md.kv_dim)) * vb)
                         / t))
         return ops
 
@@ -530,13 +524,13 @@ class LayerCosts:
             return []
         h, k, w = md.hidden, md.top_k * self.capacity, md.expert_width
         sorted_ = _if(self.ep < md.experts, 1, 0)  # several experts on this rank
-        ops = [(6, sp.Integer(md.experts * (vb + 17)) / t),
-               (2, sp.Integer(0)),
+        ops = [(6, G.Integer(md.experts * (vb + 17)) / t),
+               (2, G.Integer(0)),
                (2, 2 * k * w * vb / t),
                (2 * sorted_, sorted_ * 4 * k * w * vb / t),
                (1, (k + 1) * w * vb / t)]
         if md.moe_latent and self.hw.gemm_only:  # the latent projections' input casts
-            ops.append((2, self.hw.quantize_bytes * sp.Integer(h + w) / t))
+            ops.append((2, self.hw.quantize_bytes * G.Integer(h + w) / t))
         return ops
 
     def _lora_ops(self, kind=None):
@@ -552,9 +546,9 @@ class LayerCosts:
         kind = kind or md.layer_kinds()[0][0]
         if not r or kind.mixer not in ("attention", "sliding"):
             return []
-        qkv, proj = sp.Integer(md.q_dim + 2 * md.kv_dim) / t, md.hidden
+        qkv, proj = G.Integer(md.q_dim + 2 * md.kv_dim) / t, md.hidden
         return [(3, (md.hidden + 2 * r + 3 * qkv) * vb),
-                (3, (sp.Integer(md.q_dim) / t + 2 * r + 3 * proj) * vb)]
+                (3, (G.Integer(md.q_dim) / t + 2 * r + 3 * proj) * vb)]
 
     def elementwise_bytes_per_token(self, kind=None):
         """HBM traffic of one layer's forward non-matmul kernels per token, as Megatron fuses
@@ -585,11 +579,11 @@ class LayerCosts:
         if self._current_scaling():  # the attention output read once more for its amax
             cast_inside += vb * md.q_dim
         eager = (sum(bytes_ for _, bytes_ in self._eager_ops(kind)) if self.choices.kernels == "eager"
-                 else sp.Integer(0))
+                 else G.Integer(0))
         moe = sum((bytes_ for _, bytes_ in [*self._moe_ops(kind), *self._lora_ops(kind)]),
-                  sp.Integer(0))
-        return (outside + sp.Rational(cast_outside)
-                + sp.Rational(ffn + scores + rope + cast_inside) / t
+                  G.Integer(0))
+        return (outside + G.Rational(cast_outside)
+                + G.Rational(ffn + scores + rope + cast_inside) / t
                 + eager + moe)
 
     def _rotary_width(self) -> int:
@@ -627,23 +621,23 @@ class LayerCosts:
         keeps only its input, which is not among them."""
         md = self.model
         if recompute == "full":
-            return sp.Integer(0)
-        sbh = self.tokens * md.hidden * sp.Rational(self.hw.value_bytes, 2)
+            return G.Integer(0)
+        sbh = self.tokens * md.hidden * G.Rational(self.hw.value_bytes, 2)
         split = self.choices.sequence_parallel
-        total = sp.Integer(0)
+        total = G.Integer(0)
         for kind, n in md.layer_kinds():
-            outside, inside = sp.Integer(0), sp.Integer(0)
+            outside, inside = G.Integer(0), G.Integer(0)
             if kind.mixer in ("attention", "sliding"):
                 qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
                         else 2 * (md.q_dim + md.kv_dim))
                 outside += 4
-                inside += sp.Rational(2 * qkvo, md.hidden)
+                inside += G.Rational(2 * qkvo, md.hidden)
             if kind.ffn:
                 outside += 2  # mlp_norm's input
             if kind.ffn == "moe":
                 fc1 = (4 if md.gated_ffn else 2) * md.ffn_hidden * md.top_k
-                inside += (sp.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
-                           * sp.Rational(md.expert_width, md.hidden)) * self.capacity
+                inside += (G.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
+                           * G.Rational(md.expert_width, md.hidden)) * self.capacity
             total += n * sbh * ((outside / t if split else outside) + inside / t)
         return total / md.layers
 
@@ -664,39 +658,39 @@ class LayerCosts:
         layer's input. Eager SwiGLU saves silu's output for the product's backward too (f)."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
-        sbh = s / self.cp * b * h * sp.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
+        sbh = s / self.cp * b * h * G.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
         split = c.sequence_parallel
         if recompute == "full":
             return 2 * sbh / (t if split else 1)
         parts = bool(kind.mixer) + bool(kind.ffn)
-        outside = sp.Integer(parts * (5 if md.dropout else 4))
+        outside = G.Integer(parts * (5 if md.dropout else 4))
         outside = outside / t if split else outside
-        inside, core = sp.Integer(0), sp.Integer(0)
+        inside, core = G.Integer(0), G.Integer(0)
         if kind.mixer in ("attention", "sliding"):
             # values of Q, K, V and O per token (MLA: per head q and k of nope + rope, v and o)
             qkvo = (2 * md.heads * (md.head_dim + md.v_head_dim) if md.mla
                     else 2 * (md.q_dim + md.kv_dim))
-            inside += sp.Rational(2 * qkvo, h)
+            inside += G.Rational(2 * qkvo, h)
             if not (recompute == "selective" or c.flash_attention):
-                core = sp.Integer(5 * a * md.attention_keys(kind.mixer)) / (h * t)
+                core = G.Integer(5 * a * md.attention_keys(kind.mixer)) / (h * t)
         elif kind.mixer == "mamba":
             d_in, conv = md.mamba_inner(), md.mamba_conv_dim()
-            inside += sp.Rational(2 * (d_in + conv + md.mamba.heads) + 2 * conv + 4 * d_in, h)
-        gated = sp.Rational(3, 2) if md.gated_ffn else 1
+            inside += G.Rational(2 * (d_in + conv + md.mamba.heads) + 2 * conv + 4 * d_in, h)
+        gated = G.Rational(3, 2) if md.gated_ffn else 1
         if kind.ffn == "dense":
-            inside += 16 * sp.Rational(md.dense_ffn_hidden or md.ffn_hidden, 4 * h) * gated
+            inside += 16 * G.Rational(md.dense_ffn_hidden or md.ffn_hidden, 4 * h) * gated
         elif kind.ffn == "moe":
             width = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
                                                 or md.ffn_hidden) * md.shared_experts
-            inside += 16 * sp.Rational(width, 4 * h) * gated * self.capacity
+            inside += 16 * G.Rational(width, 4 * h) * gated * self.capacity
             # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
             # gathered over e_t (Megatron saves them for the expert GEMMs' backward), at the
             # experts' width; LatentMoE's l -> h projection keeps its input (l per token)
-            lat = sp.Rational(md.expert_width, h)
+            lat = G.Rational(md.expert_width, h)
             inside += 2 * md.top_k * self.capacity * self.etp * lat
             inside += 2 * lat if md.moe_latent else 0
         if c.kernels == "eager" and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
-            inside += sp.Rational(2 * self._ffn_width(kind), h) * (
+            inside += G.Rational(2 * self._ffn_width(kind), h) * (
                 self.capacity if kind.ffn == "moe" else 1)
         if c.fp8_activations:
             fp8_outside, fp8_inside = self._fp8_saved_inputs(kind)
@@ -704,7 +698,7 @@ class LayerCosts:
             inside += fp8_inside
         return sbh * (outside + inside / t + core)
 
-    def _fp8_saved_inputs(self, kind) -> tuple[sp.Expr, sp.Expr]:
+    def _fp8_saved_inputs(self, kind) -> tuple[G.Expr, G.Expr]:
         """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s
         counts (outside, inside the tensor-parallel region): Transformer Engine's Linear keeps
         the fp8 cast it ran the GEMM on (module linear.py: `saved_inputmat = inputmat`), so
@@ -716,23 +710,23 @@ class LayerCosts:
         shared experts (and LatentMoE's h -> l projection) keep an fp8 copy beside it; the
         routed experts' dispatched input and their fc2 input are fp8."""
         md, h = self.model, self.model.hidden
-        outside, inside = sp.Integer(0), sp.Integer(0)
+        outside, inside = G.Integer(0), G.Integer(0)
         if kind.mixer == "mamba":
             outside -= 1
-            inside -= sp.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
+            inside -= G.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
         elif kind.mixer:
             outside -= 1
-            o = sp.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
+            o = G.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
             inside += o if self.choices.flash_attention else -o
         if kind.ffn == "dense":
             outside -= 1
-            inside -= sp.Rational(self._ffn_width(kind), h)
+            inside -= G.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":
             # the shared experts' and LatentMoE's h -> l projection's TE linears each keep
             # an fp8 copy of the norm output
             outside += (1 if md.shared_experts else 0) + (1 if md.moe_latent else 0)
-            lat = sp.Rational(md.expert_width, h)
-            inside -= (sp.Rational(self._ffn_width(kind), h) + md.top_k * self.etp * lat) \
+            lat = G.Rational(md.expert_width, h)
+            inside -= (G.Rational(self._ffn_width(kind), h) + md.top_k * self.etp * lat) \
                 * self.capacity
             inside -= lat if md.moe_latent else 0  # the l -> h projection's input
         return outside, inside

@@ -10,9 +10,12 @@ ridge point). `affine_pieces` reads that structure off the SymPy expression itse
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy as sp
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class Piece:
 
 
 def _affine(expr: sp.Expr, var: sp.Symbol) -> tuple[float, float]:
+    import sympy as sp
+
     poly = sp.Poly(sp.expand(expr), var)
     if poly.degree() > 1:
         raise ValueError(f"not affine in {var}: {expr}")
@@ -40,6 +45,8 @@ def _affine(expr: sp.Expr, var: sp.Symbol) -> tuple[float, float]:
 def affine_pieces(expr: sp.Expr, var: sp.Symbol, lo: float = 0.0,
                   hi: float = float("inf")) -> list[Piece]:
     """Split `expr` (a sum of affine terms and Max of affine terms in `var`) into affine pieces."""
+    import sympy as sp
+
     fixed = np.zeros(2)
     maxes: list[np.ndarray] = []  # each (k, 2): the k affine arguments of one Max
     for term in sp.Add.make_args(expr):

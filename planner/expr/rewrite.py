@@ -9,13 +9,22 @@ their argument became a number; everything else evaluates as usual, so numbers s
 
 from __future__ import annotations
 
-import sympy as sp
+from typing import TYPE_CHECKING
 
+from planner.expr import graph
 from planner.expr.unordered import _rounded, _unordered
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 def substitute(expr: sp.Basic, mapping: dict) -> sp.Basic:
-    """`expr` with every key of `mapping` (symbols or sub-expressions) replaced by its value."""
+    """`expr` with every key of `mapping` (symbols or sub-expressions) replaced by its value
+    (a `planner.expr.graph` node by that module's own substitution)."""
+    if isinstance(expr, graph.Node):
+        return graph.substitute(expr, mapping)
+    import sympy as sp
+
     memo: dict[sp.Basic, sp.Basic] = {}
 
     def walk(e: sp.Basic) -> sp.Basic:

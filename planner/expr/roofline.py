@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy as sp
 
 from planner.expr.piecewise import Piece
 from planner.expr.unordered import smax
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Precision
+
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def time(work: Work, device: Device, precision: Precision, b: sp.Expr) -> sp.Exp
 
 
 def total_time(works: list[Work], device: Device, precision: Precision, b: sp.Expr) -> sp.Expr:
+    import sympy as sp
+
     return sp.Add(*(time(w, device, precision, b) for w in works))
 
 

@@ -1,4 +1,5 @@
-"""Hybrid-parallel transformer training: one iteration's time and memory as SymPy expressions.
+"""Hybrid-parallel transformer training: one iteration's time and memory as expressions
+(`planner.expr.graph`, which `limits` and `derive` read as SymPy).
 
 The free symbols are the plan's integers (t tensor-parallel, p pipeline stages, d data-parallel
 replicas, b micro-batch, m micro-batches per iteration, v interleaved chunks, c_p context-, e_p
@@ -60,9 +61,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import sympy as sp
-
-from planner.expr import symbols as S
+from planner.compiled import Compiled
+from planner.expr import graph as G
+from planner.expr import vocab as S
 from planner.expr.choices import OUTPUTS
 from planner.expr.collectives import all_gather
 from planner.expr.layer import (
@@ -80,9 +81,8 @@ from planner.expr.layer import (
     within_domain,
 )
 from planner.expr.rewrite import substitute
-from planner.expr.symbols import b, c_p, d, e_p, e_t, m, p, t, v
 from planner.expr.unordered import sceil, sfloor, smin
-from planner.numeric import Program
+from planner.expr.vocab import b, c_p, d, e_p, e_t, m, p, t, v
 
 __all__ = ["OUTPUTS", "PLAN_SYMBOLS", "RECOMPUTE", "SCHEDULES", "Choices", "TransformerExpressions",
            "allreduce_form", "build_program", "exposed_form", "memory_form", "ring", "time_form"]
@@ -101,12 +101,12 @@ class TransformerExpressions(LayerCosts):
     """The expressions of one (model, hardware rates, choices): the layer costs of
     `LayerCosts` assembled into one iteration's time and memory (`terms`)."""
 
-    def __init__(self, model, hw, choices: Choices, cp: sp.Expr = c_p, ep: sp.Expr = e_p,
-                 etp: sp.Expr = e_t):
+    def __init__(self, model, hw, choices: Choices, cp: G.Expr = c_p, ep: G.Expr = e_p,
+                 etp: G.Expr = e_t):
         super().__init__(model, hw, choices, cp, ep, etp)
         self.terms = self._build()
 
-    def _build(self) -> dict[str, sp.Expr]:
+    def _build(self) -> dict[str, G.Expr]:
         md, hw, c = self.model, self.hw, self.choices
         # u: devices on one scale-up (NVLink) domain, where
         # tp, cp, ep and the first tier of the gradient allreduce stay (u = g but on NVL72)
@@ -129,11 +129,11 @@ class TransformerExpressions(LayerCosts):
         # its own ColumnParallelLinear, not a Transformer Engine layer (gpt_model.py at
         # d98e8a6; TE's only with --fp8-output-proj and mxfp8), as torchtitan's float8
         # documentation configures it too (filter_fqns=["output"], float8.md at b5bcd76)
-        logit = (1 + grads) * self._matmul(tok, h, sp.Integer(md.vocab) / t, sixteen=True)
+        logit = (1 + grads) * self._matmul(tok, h, G.Integer(md.vocab) / t, sixteen=True)
         if not c.grad_accumulation_fusion and not c.lora_rank:
             # the output layer's weight gradient too, on the last stage
             layer = layer + self._unfused_accumulation()
-            logit = logit + self._kernels(1, 2 * vb * sp.Integer(md.vocab * h) / t)
+            logit = logit + self._kernels(1, 2 * vb * G.Integer(md.vocab * h) / t)
 
         size = tok * h * vb
         # --- context parallel: K and V of this rank's s / c_p tokens go round a ring of c_p
@@ -141,7 +141,7 @@ class TransformerExpressions(LayerCosts):
         # ring attention; Liu et al. 2023). Backward sends K, V and their gradients (twice the
         # bytes against twice the core); a recomputed forward (full or selective) runs it
         # again. The group sits inside the node next to tp until t c_p > g.
-        kv = 2 * tok * sp.Integer(md.kv_dim) / t * vb
+        kv = 2 * tok * G.Integer(md.kv_dim) / t * vb
         cp_step = hop(hw, within_domain(hw, t * self.cp), DEVICE, kv)
         ring = (self.cp - 1) * cp_step
         slow = hw.overlap_slowdown
@@ -155,9 +155,9 @@ class TransformerExpressions(LayerCosts):
         # column-parallel TE linear), its blocks (`mtp_kinds`: one of the last layer's kind, or
         # a hybrid model's pattern) with their collectives, and the LM head again; as
         # (compute, tp, cp, ep, offload) like a kept layer ---
-        mtp_kept = (sp.Integer(0),) * 5
+        mtp_kept = (G.Integer(0),) * 5
         if md.mtp_layers:
-            depth = [sp.Integer(0)] * 4  # compute, tp, cp, ep of one depth's blocks
+            depth = [G.Integer(0)] * 4  # compute, tp, cp, ep of one depth's blocks
             for kind in md.mtp_kinds():
                 m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = \
                     self._kind_parts(kind)
@@ -169,8 +169,8 @@ class TransformerExpressions(LayerCosts):
                 if c.ep_overlap:  # behind the block, as a layer's behind its own
                     m_ep = overlapped(m_ep, m_layer, slow)
                 depth = [a + x for a, x in zip(depth, (m_layer, m_tp, m_cp, m_ep), strict=True)]
-            depth[0] += (1 + grads) * self._matmul(tok, 2 * h, sp.Integer(h) / t) + logit
-            mtp_kept = (*(md.mtp_layers * x for x in depth), sp.Integer(0))
+            depth[0] += (1 + grads) * self._matmul(tok, 2 * h, G.Integer(h) / t) + logit
+            mtp_kept = (*(md.mtp_layers * x for x in depth), G.Integer(0))
 
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer; with
         # pinned first / last stages, those and ceil(rest / others) on the others ---
@@ -191,8 +191,8 @@ class TransformerExpressions(LayerCosts):
             return smin(S.n_r * v, n)
 
         if c.uneven:
-            first, last = (sp.Integer(c.first_stage_layers or 0),
-                           sp.Integer(c.last_stage_layers or 0))
+            first, last = (G.Integer(c.first_stage_layers or 0),
+                           G.Integer(c.last_stage_layers or 0))
             others = p - int(bool(c.first_stage_layers)) - int(bool(c.last_stage_layers))
             middle = _if(others > 0, sceil((L - first - last) / others), 0)
             first = first if c.first_stage_layers else middle
@@ -231,7 +231,7 @@ class TransformerExpressions(LayerCosts):
         # device's share of the host link, hidden behind that layer's forward / backward
         # compute where shorter ---
         saved = self.activation_bytes_per_layer(c.recompute)
-        off_layer, moved = sp.Integer(0), sp.Integer(0)
+        off_layer, moved = G.Integer(0), G.Integer(0)
         if c.offload_activations:
             moved = self.offloaded_bytes_per_layer(c.recompute)
             copy = moved / hw.host_bw
@@ -255,7 +255,7 @@ class TransformerExpressions(LayerCosts):
         # before its first layer (Narayanan et al. SC21, sec. 4.1, scatter / gather); with
         # it, each rank's sequence shard is all its next stage needs ---
         send = size / t
-        regather = sp.Integer(0)
+        regather = G.Integer(0)
         if not c.sequence_parallel:
             regather = all_gather(t, size, hw.intra_lat, hw.intra_bw)
             regather = _if(t > 1, self._kernel(regather, False), 0)
@@ -270,7 +270,7 @@ class TransformerExpressions(LayerCosts):
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
-        experts_per_layer = sp.Rational(moe * md.experts * md.expert_params(), L)
+        experts_per_layer = G.Rational(moe * md.experts * md.expert_params(), L)
         expert_params = here * experts_per_layer / (self.etp * ep)
         # the embedding and output layer, vocabulary-parallel over tp: the first stage holds
         # the embedding, the last the output layer (tied: a copy of the embedding, Megatron-LM's
@@ -283,17 +283,17 @@ class TransformerExpressions(LayerCosts):
         # split e_t e_p ways like the layers') and, pipelined and untied, a copy of the
         # embedding they read (gpt_model.py builds it where mtp_process): the busier of the
         # first and the last stage then holds the most
-        expert_state, mtp_whole, mtp_last = expert_params, sp.Integer(0), sp.Integer(0)
+        expert_state, mtp_whole, mtp_last = expert_params, G.Integer(0), G.Integer(0)
         if md.mtp_layers:
             mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
                            * sum(k.ffn == "moe" for k in md.mtp_kinds()))
-            mtp_exp = sp.Integer(mtp_experts) / (self.etp * ep)
-            mtp_whole = sp.Integer(md.mtp_params() - mtp_experts) / t + mtp_exp
-            mtp_last = mtp_whole + sp.Integer(0 if md.tied_embeddings else md.vocab * h) / t
+            mtp_exp = G.Integer(mtp_experts) / (self.etp * ep)
+            mtp_whole = G.Integer(md.mtp_params() - mtp_experts) / t + mtp_exp
+            mtp_last = mtp_whole + G.Integer(0 if md.tied_embeddings else md.vocab * h) / t
             share = ((md.layer_params() - experts_per_layer) / t
                      + experts_per_layer / (self.etp * ep))
-            first_params = here * share + sp.Integer(emb) / t
-            last_params = last * share + sp.Integer(head_copy) / t + mtp_last
+            first_params = here * share + G.Integer(emb) / t
+            last_params = last * share + G.Integer(head_copy) / t + mtp_last
             local_params = _if(p > 1, _max(first_params, last_params), local_params + mtp_whole)
             last_experts = last * experts_per_layer / (self.etp * ep) + mtp_exp
             expert_state = _if(p > 1, _max(expert_params, last_experts), expert_params + mtp_exp)
@@ -304,8 +304,8 @@ class TransformerExpressions(LayerCosts):
         if c.lora_rank:
             r = c.lora_rank
             attn = sum(n for k, n in md.layer_kinds() if k.mixer in ("attention", "sliding"))
-            per_layer = r * 2 * h + sp.Integer(r * (2 * md.q_dim + 2 * md.kv_dim)) / t
-            train = here * sp.Rational(attn, L) * per_layer
+            per_layer = r * 2 * h + G.Integer(r * (2 * md.q_dim + 2 * md.kv_dim)) / t
+            train = here * G.Rational(attn, L) * per_layer
         master = 4 if vb < 4 else 0
         kappa = 4 * OPTIMIZER_STATE[c.optimizer] + master
         if c.optimizer == "muon" and not c.lora_rank:
@@ -316,9 +316,9 @@ class TransformerExpressions(LayerCosts):
         # the large-GEMM rate (an fp8 recipe quantises only the layers' GEMMs), the work split
         # over the tp ranks (and by ZeRO over the replicas, as the optimizer step is: Liu et
         # al. 2025's distributed Muon)
-        muon = sp.Integer(0)
+        muon = G.Integer(0)
         if c.optimizer == "muon" and not c.lora_rank:
-            muon = (here * sp.Rational(md.muon_step_flops(), L) / t
+            muon = (here * G.Rational(md.muon_step_flops(), L) / t
                     / hw.sixteen_bit_flops)
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
         # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
@@ -349,7 +349,7 @@ class TransformerExpressions(LayerCosts):
         # fp32 logits of one micro-batch on the last stage, once per multi-token prediction
         # depth too, with each depth's block activations
         logits = mtp_logits = (
-            4 * tok * sp.Integer(md.vocab) / t * (1 + md.mtp_layers)
+            4 * tok * G.Integer(md.vocab) / t * (1 + md.mtp_layers)
             + (md.mtp_layers * sum(self.kind_activation_bytes(c.recompute, k)
                                    for k in md.mtp_kinds()) if md.mtp_layers else 0))
         gpipe = c.schedule == "gpipe"
@@ -377,7 +377,7 @@ class TransformerExpressions(LayerCosts):
             # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
             S.M: train * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
-                          else sp.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
+                          else G.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: smin(_max(sfloor(u / (t * p)), 1), d * self.cp),
             S.beta_i: hw.intra_bw, S.alpha_i: hw.intra_lat, S.beta: across_bw(hw, DEVICE),
@@ -405,7 +405,7 @@ class TransformerExpressions(LayerCosts):
             # (with HSDP both groups shrink by the d / dp_shard replicating groups)
             group = (S.d_s if c.dp_shard else d) * self.cp
             return (expert_state * per_param * (self.etp * ep / t - 1) / group
-                    if c.zero >= stage else sp.Integer(0))
+                    if c.zero >= stage else G.Integer(0))
 
         opt_extra = experts_unsharded((2 * kappa + 2 * gb + layer_wb) / hw.mem_bw, 1)
         state_extra = {"weights": experts_unsharded(layer_wb, 3),
@@ -418,13 +418,13 @@ class TransformerExpressions(LayerCosts):
             "layer_backward": grads * proj + core_bwd + elem_bwd,
             "layer_params": (md.layer_params() - experts_per_layer) / t
             + experts_per_layer / (self.etp * ep),
-            "embedding_params": sp.Integer(emb) / t,
-            "head_params": sp.Integer(head_copy) / t + mtp_last,
-            "single_params": sp.Integer(emb + head) / t + mtp_whole,
+            "embedding_params": G.Integer(emb) / t,
+            "head_params": G.Integer(head_copy) / t + mtp_last,
+            "single_params": G.Integer(emb + head) / t + mtp_whole,
             "layer_activations": act_layer, "rebuilt_activations": rebuilt,
             "logit_activations": mtp_logits,
             "send_bytes": send, "regather": regather,
-            "grad_bytes": sp.Integer(gb), "weight_bytes": wb,
+            "grad_bytes": G.Integer(gb), "weight_bytes": wb,
             "state_bytes": kappa,
             "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
         }
@@ -454,7 +454,7 @@ class TransformerExpressions(LayerCosts):
                              + whole(S.Psi_t * S.gamma_g * (1 - 1 / shard[2]))),
         }
 
-    def _unfused_accumulation(self) -> sp.Expr:
+    def _unfused_accumulation(self) -> G.Expr:
         """Unfused gradient accumulation (Megatron-LM --no-gradient-accumulation-fusion;
         PyTorch autograd and FSDP2 accumulate so): each weight-gradient GEMM writes its
         gradient at the model's width and a kernel per weight reads it and adds it into the
@@ -465,7 +465,7 @@ class TransformerExpressions(LayerCosts):
         LatentMoE's two projections)."""
         md, vb = self.model, self.hw.value_bytes
         moe = sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
-        experts = sp.Rational(moe * md.experts * md.expert_params(), md.layers)
+        experts = G.Rational(moe * md.experts * md.expert_params(), md.layers)
         weights = (md.layer_params() - experts) / t + experts / (self.etp * self.ep)
         kernels = sum(n * ((2 if k.mixer else 0) + (2 if k.ffn == "dense" else 0)
                            + (2 * md.experts / self.ep + 1 + (2 if md.moe_latent else 0)
@@ -482,14 +482,14 @@ def _stage_cost(per_layer, again, recomputed):
     return lambda n: n * per_layer + recomputed(n) * again
 
 
-def _shards(c: Choices) -> dict[int, sp.Expr]:
+def _shards(c: Choices) -> dict[int, G.Expr]:
     """What ZeRO stage 1 (optimizer state), 2 (+ gradients) and 3 (+ weights) divide by
     (Rajbhandari et al. 2020, sec. 5): the d replicas, or with HSDP the z of one group."""
     group = S.z if c.dp_shard else d
-    return {stage: group if c.zero >= stage else sp.Integer(1) for stage in (1, 2, 3)}
+    return {stage: group if c.zero >= stage else G.Integer(1) for stage in (1, 2, 3)}
 
 
-def _shard_group(c: Choices) -> tuple[sp.Expr, sp.Expr]:
+def _shard_group(c: Choices) -> tuple[G.Expr, G.Expr]:
     """(ranks, ranks on one node) of the group ZeRO shards over: all d replicas, or HSDP's z
     neighbouring ones (Megatron-LM's intra-instance group: consecutive data-parallel ranks)."""
     if not c.dp_shard:
@@ -497,7 +497,7 @@ def _shard_group(c: Choices) -> tuple[sp.Expr, sp.Expr]:
     return S.z, smin(S.r, S.z)
 
 
-def sync_form(c: Choices) -> sp.Expr:
+def sync_form(c: Choices) -> G.Expr:
     """The gradient sync of one iteration: `allreduce_form` of M over the d replicas. With HSDP
     the reduce-scatter (and ZeRO 1 / 2's all-gather of the weights) runs inside each group of
     z, and each shard of Psi gamma_g / z bytes is allreduced across the d / z groups, one rank
@@ -510,8 +510,8 @@ def sync_form(c: Choices) -> sp.Expr:
     return allreduce_form(S.M, *_shard_group(c)) + across
 
 
-def allreduce_form(size: sp.Expr = S.M, ranks: sp.Expr = d, per_node: sp.Expr = S.r
-                   ) -> sp.Expr:
+def allreduce_form(size: G.Expr = S.M, ranks: G.Expr = d, per_node: G.Expr = S.r
+                   ) -> G.Expr:
     """The data-parallel gradient allreduce as NCCL runs it: one ring through all d replicas,
     r of them on each of the ceil(d / r) nodes. Every replica moves 2 (d - 1) / d M bytes over
     NVLink, and each node's NICs carry that for its r replicas; the pipelined chunks keep both
@@ -523,11 +523,11 @@ def allreduce_form(size: sp.Expr = S.M, ranks: sp.Expr = d, per_node: sp.Expr = 
     another group than the d replicas, r of them on a node (HSDP's)."""
     nodes = sceil(ranks / per_node)
     latency = 2 * (per_node - 1) * S.alpha_i + 2 * (nodes - 1) * S.alpha
-    return latency + 2 * (ranks - 1) / ranks * size * sp.Max(
+    return latency + 2 * (ranks - 1) / ranks * size * G.Max(
         1 / S.beta_i, _if(ranks > per_node, 1 / (per_node * S.beta), 0), evaluate=False)
 
 
-def sync_window() -> sp.Expr:
+def sync_window() -> G.Expr:
     """The backward the overlapped gradient sync runs behind. A stage's gradients are ready
     at the end of its last micro-batch's backward, whose bucketed reduce hides the sync (H);
     with v interleaved chunks, Megatron-LM's schedule runs the last min(m, p) micro-batches'
@@ -538,7 +538,7 @@ def sync_window() -> sp.Expr:
     return S.H * (1 + (v - 1) * smin(m, p)) / v
 
 
-def exposed_form(c: Choices) -> sp.Expr:
+def exposed_form(c: Choices) -> G.Expr:
     """Data-parallel communication left exposed: overlapped, the sync beyond the backward of
     `sync_window` (and never less than the sigma / (1 + sigma) share the slowed compute
     beside it pays, nor than the last chunk's own 1 / v beyond its backward). ZeRO-3 gathers
@@ -556,13 +556,13 @@ def exposed_form(c: Choices) -> sp.Expr:
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
-        hidden = smin(gather, overlapped(gather, sp.Rational(3, 2) * S.H, S.sigma)
+        hidden = smin(gather, overlapped(gather, G.Rational(3, 2) * S.H, S.sigma)
                       + gather / S.ell)
         exposed = exposed + m * (hidden if c.overlap else gather)
     return exposed
 
 
-def time_form(c: Choices) -> sp.Expr:
+def time_form(c: Choices) -> G.Expr:
     """The iteration time: (m + (p - 1) / v) pipeline slots of one micro-batch's stage time
     and sends (Narayanan et al. SC21, eq. 1-2), the exposed data-parallel communication, and
     the optimizer step on the ZeRO shard."""
@@ -570,7 +570,7 @@ def time_form(c: Choices) -> sp.Expr:
             + S.T_opt / _shards(c)[1])
 
 
-def memory_form(c: Choices) -> sp.Expr:
+def memory_form(c: Choices) -> G.Expr:
     """Bytes per device: weights (delta), gradients (gamma_g) and optimizer state (kappa) per
     parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
     activations of the first stage."""
@@ -580,14 +580,14 @@ def memory_form(c: Choices) -> sp.Expr:
 
 
 def build_program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = OUTPUTS
-                  ) -> Program:
+                  ) -> Compiled:
     """One numpy program computing `outputs` (default: all) of every choice in `choices`,
     named "j/output" for choice j: the sub-expressions the choices share (the matmul
     rooflines, the stage's layers, the allreduce) are computed once for all of them. Built
     from the expressions each time; `planner.cost.programs.program` keeps them."""
     exprs = {f"{j}/{k}": e for j, c in enumerate(choices)
              for k, e in expressions(model, hw, c).terms.items() if k in outputs}
-    return Program(exprs, PLAN_SYMBOLS)
+    return G.compile_graphs(exprs, PLAN_SYMBOLS)
 
 
 @functools.lru_cache(maxsize=256)
