@@ -10,7 +10,6 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import sympy as sp
 
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware
