@@ -1,6 +1,6 @@
 """One transformer layer's costs as expressions (`planner.expr.graph`): its matmuls by
-roofline, its elementwise kernels, its tensor- and expert-parallel collectives and its stored activations, per micro-batch
-on one device, for each categorical choice of `Choices`. `planner.expr.transformer` assembles
+roofline, its elementwise kernels, its tensor- and expert-parallel collectives and its stored
+activations, per micro-batch on one device, for each categorical choice of `Choices`. `planner.expr.transformer` assembles
 them into the iteration (stages, pipeline, data parallelism, memory); the physics of each term
 is in its docstring and in that module's."""
 
