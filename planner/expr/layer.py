@@ -1,8 +1,8 @@
 """One transformer layer's costs as expressions (`planner.expr.graph`): its matmuls by
 roofline, its elementwise kernels, its tensor- and expert-parallel collectives and its stored
-activations, per micro-batch on one device, for each categorical choice of `Choices`. `planner.expr.transformer` assembles
-them into the iteration (stages, pipeline, data parallelism, memory); the physics of each term
-is in its docstring and in that module's."""
+activations, per micro-batch on one device, for each categorical choice of `Choices`.
+`planner.expr.transformer` assembles them into the iteration (stages, pipeline, data
+parallelism, memory); the physics of each term is in its docstring and in that module's."""
 
 from __future__ import annotations
 
