@@ -188,62 +188,54 @@ def _num(x) -> Number | None:
     return x
 
 
-def _add(a, b) -> Node:
-    a, b = _value(a), _value(b)
-    x, y = _num(a), _num(b)
-    if x is not None and y is not None:
-        return const(x + y)
-    if x == 0:
-        return b
-    if y == 0:
-        return a
-    return Node("add", (a, b))
-
-
-def _mul(a, b) -> Node:
-    a, b = _value(a), _value(b)
-    x, y = _num(a), _num(b)
-    if x is not None and y is not None:
-        return const(x * y)
-    if x == 0 or y == 0:
-        return const(0)
-    if x == 1:
-        return b
-    if y == 1:
-        return a
-    return Node("mul", (a, b))
-
-
 def _exact_div(x: Number, y: Number) -> Number:
     if isinstance(x, int | Fraction) and isinstance(y, int | Fraction) and y != 0:
         return Fraction(x) / Fraction(y)
     return SCALAR_OPS["div"](float(x), float(y))
 
 
-def _div(a, b) -> Node:
+def _exact_pow(x: Number, y: Number) -> Number:
+    if isinstance(y, int) and isinstance(x, int | Fraction) and (x != 0 or y >= 0):
+        return Fraction(x) ** y
+    return SCALAR_OPS["pow"](float(x), float(y))
+
+
+# per arithmetic operation: its value on two constants, and what it is where one operand is
+# a constant that makes it trivial (x + 0, x * 1, x * 0, 0 / x, x / 1, x ** 1, x ** 0)
+_FOLD = {"add": lambda x, y: x + y, "mul": lambda x, y: x * y, "div": _exact_div,
+         "pow": _exact_pow}
+_TRIVIAL = {
+    "add": lambda a, b, x, y: b if x == 0 else a if y == 0 else None,
+    "mul": lambda a, b, x, y: (const(0) if x == 0 or y == 0 else b if x == 1
+                               else a if y == 1 else None),
+    "div": lambda a, b, x, y: const(0) if x == 0 else a if y == 1 else None,
+    "pow": lambda a, b, x, y: a if y == 1 else const(1) if y == 0 else None,
+}
+
+
+def _arith(op: str, a, b) -> Node:
     a, b = _value(a), _value(b)
     x, y = _num(a), _num(b)
     if x is not None and y is not None:
-        return const(_exact_div(x, y))
-    if x == 0:
-        return const(0)
-    if y == 1:
-        return a
-    return Node("div", (a, b))
+        return const(_FOLD[op](x, y))
+    trivial = _TRIVIAL[op](a, b, x, y)
+    return Node(op, (a, b)) if trivial is None else trivial
+
+
+def _add(a, b) -> Node:
+    return _arith("add", a, b)
+
+
+def _mul(a, b) -> Node:
+    return _arith("mul", a, b)
+
+
+def _div(a, b) -> Node:
+    return _arith("div", a, b)
 
 
 def _pow(a, b) -> Node:
-    a, b = _value(a), _value(b)
-    x, y = _num(a), _num(b)
-    if x is not None and y is not None:
-        if isinstance(y, int) and isinstance(x, int | Fraction) and (x != 0 or y >= 0):
-            return const(Fraction(x) ** y)
-        return const(SCALAR_OPS["pow"](float(x), float(y)))
-    if y == 1:
-        return a
-    if y == 0:
-        return const(1)
-    return Node("pow", (a, b))
+    return _arith("pow", a, b)
 
 
 def _relation(op: str, a, b) -> Node:
