@@ -34,6 +34,13 @@ def test_constants_fold_exactly_and_equal_graphs_are_one_node():
         bool(vocab.t > 1)
 
 
+def test_a_pickled_graph_reads_back_as_the_same_nodes():
+    import pickle
+
+    e = G.Max(vocab.t * G.Rational(3, 2), vocab.b + 0.5) / (vocab.p - 1)
+    assert pickle.loads(pickle.dumps(e)) is e
+
+
 def test_substitution_takes_either_algebras_symbols_or_names():
     e = (vocab.t - 1) * vocab.b / vocab.t
     assert float(e.subs({vocab.t: 4, "b": 2})) == 1.5

@@ -50,6 +50,9 @@ class Node:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self):  # a pickled node is interned again where it is read
+        return Node, (self.op, self.args)
+
     def __eq__(self, other) -> bool:
         if isinstance(other, Node):
             return self is other
