@@ -242,7 +242,8 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
                         f"{global_batch}")
     col = enum_value(Collective, collective or ("parameter-server" if softsync else "ring"),
                      "collective")
-    plan = Plan.data_parallel(n, g, global_batch, col, overlap, softsync)
+    plan = Plan.data_parallel(n, g, global_batch, col, overlap, softsync,
+                              cnn.options.optimizer.value)
     return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.memory_bytes,
                                    memory_headroom))
 

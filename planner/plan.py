@@ -143,9 +143,10 @@ class Plan:
     @classmethod
     def data_parallel(cls, nodes: int, devices_per_node: int, global_batch: int,
                       collective: Collective | str, overlap: bool = True,
-                      softsync: int | None = None) -> Plan:
+                      softsync: int | None = None, optimizer: str | None = None) -> Plan:
         """Pure data parallelism: every device holds a replica and a local batch (with
-        `softsync`, a learner of the asynchronous parameter server)."""
+        `softsync`, a learner of the asynchronous parameter server); `optimizer` the one it
+        was priced with."""
         for key, value in (("nodes", nodes), ("devices_per_node", devices_per_node),
                            ("global_batch", global_batch)):
             _positive(key, value)
@@ -155,7 +156,8 @@ class Plan:
                             f"({nodes} nodes x {devices_per_node})")
         check_softsync(softsync, collective, devices)
         return cls(nodes, devices_per_node, 1, 1, devices, global_batch // devices, global_batch,
-                   collective=collective, overlap=overlap, softsync=softsync)
+                   collective=collective, overlap=overlap, softsync=softsync,
+                   optimizer=optimizer)
 
     @classmethod
     def split(cls, tp: int, pp: int, dp: int, micro_batch: int, global_batch: int, *,

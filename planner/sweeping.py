@@ -156,7 +156,8 @@ def sweep(specs: Specs, *, nodes: list[int],
                                       f"batches over {n_val * g} devices")
             if softsync and softsync > n_val * g:
                 raise InfeasibleError(f"{softsync}-softsync needs at least {softsync} learners")
-            plan = Plan.data_parallel(n_val, g, batch, col, overlap, softsync)
+            plan = Plan.data_parallel(n_val, g, batch, col, overlap, softsync,
+                                      dpm.options.optimizer.value)
             pred = predict(dpm, plan)
             return SweepPoint(plan, pred, bw, None if training is None else
                               training.report(batch, plan.devices, pred.iteration_time_s))

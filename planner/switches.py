@@ -63,6 +63,8 @@ class Switch:
     launch: dict[str, str] = dataclasses.field(default_factory=dict)
     # values a launcher form treats as the default (the optimizer: unset is adam there)
     launch_default: tuple = ()
+    # the families whose plans the framework forms refuse for it (None: `families`)
+    launch_families: tuple[str, ...] | None = None
     # the Megatron-LM flags written when a bool switch is away from its default (checked
     # against arguments.py at the commit planner.launch.megatron_lm names)
     megatron_flags: tuple[str, ...] = ()
@@ -341,7 +343,9 @@ SWITCHES: tuple[Switch, ...] = (
            launch={"megatron": WRITES,
                    **{form: f"this {form} form writes AdamW only; use --format megatron for "
                             "sgd, momentum and muon" for form in ("torchtitan", "deepspeed")}},
-           launch_default=("adam",)),
+           launch_default=("adam",),
+           # a CNN's plans are ZeRO 0 and no form writes their optimizer: the script's runs
+           launch_families=("transformer",)),
     Switch("softsync", None, "parameter server run asynchronously (n-softsync): learners never "
            "wait, the server updates after every (devices / N) gradients, staleness about N "
            "[default: synchronous]", "Rudra's n-softsync (Zhang, Gupta et al. 2016)", kind=int,
@@ -498,7 +502,8 @@ def refuse_unwritten(fmt: str, plan: dict, precision: str | None = None,
                             f"--format {fmt} (priced as {fmt} runs it), or use --format env, "
                             f"slurm or torchrun to start your own script")
         value = plan.get(s.name)
-        if value is None or value == s.json(s.default) or value in s.launch_default:
+        if value is None or value == s.json(s.default) or value in s.launch_default or \
+                family not in (s.launch_families or s.families):
             continue
         if not expressible(s, fmt):
             raise SpecError("format: " + s.launch.get(

@@ -285,9 +285,29 @@ def test_megatron_uneven_pipeline_stages():
 
 
 def test_megatron_and_torchtitan_need_a_transformer(run):
+    """Said first, whatever else the form would refuse (torchtitan writes AdamW only: a CNN
+    plan priced with SGD or without overlap was told to use the Megatron form)."""
     for fmt in ("megatron", "torchtitan"):
-        code, _, err = run(*RESNET, "--format", fmt)
-        assert code == 2 and "transformer" in err and len(err.strip().splitlines()) == 1
+        for extra in ((), ("--optimizer", "sgd"), ("--no-overlap",)):
+            code, _, err = run(*RESNET, *extra, "--format", fmt)
+            assert code == 2 and "needs a transformer model" in err, err
+            assert len(err.strip().splitlines()) == 1
+
+
+def test_a_cnn_plan_carries_its_optimizer_and_its_pipeline_schedule(run, run_json):
+    """A CNN plan's optimizer is the one it was priced with (the JSON config and the env
+    form; it had been None, written as adam), and a CNN pipeline, priced as 1F1B
+    (`planner.cost.stages`), is written as 1F1B."""
+    assert run_json(*RESNET, "--optimizer", "sgd")["config"]["optimizer"] == "sgd"
+    assert run_json(*RESNET)["config"]["optimizer"] == "momentum"  # the CNN default
+    assert "PLANNER_OPTIMIZER=sgd" in _out(run, *RESNET, "--optimizer", "sgd", "--format", "env")
+    # a ds_config names no optimizer and a CNN plan is ZeRO 0: the script's own runs
+    assert json.loads(_out(run, *RESNET, "--format", "deepspeed"))["zero_optimization"] == \
+        {"stage": 0}
+    pipe = ("solve", "-m", "vgg16", "-H", "dgx-a100-80gb", "--global-batch", "64",
+            "--strategy", "pipeline", "--devices-max", "8")
+    assert run_json(*pipe)["config"]["stages"] > 1
+    assert "PLANNER_SCHEDULE=1f1b" in _out(run, *pipe, "--format", "env")
 
 
 # Llama-3-8B on 2 DGX H100 with a 2-stage pipeline; on one with tp 2 (DeepSpeed AutoTP)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from planner import switches
 from planner.errors import InfeasibleError, SpecError
-from planner.launch.common import Target, normalise
+from planner.launch.common import Target, needs_transformer, normalise
 from planner.launch.deepspeed_config import deepspeed
 from planner.launch.megatron_lm import megatron, megatron_args, pipeline_layout, uneven_stages
 from planner.launch.shell import (
@@ -69,6 +69,7 @@ def render_launch(fmt: str, doc: dict, target: Target | None = None) -> str:
                         "launcher form writes; --format json gives the split, --strategy data a "
                         "plan the forms write")
     target = target or Target()
+    needs_transformer(fmt, target)
     plan = normalise(doc["config"])
     # what the form cannot write or runs otherwise, as each switch declares
     switches.refuse_unwritten(fmt, plan, target.precision,

@@ -11,6 +11,7 @@ import math
 from types import SimpleNamespace
 
 from planner import switches
+from planner.errors import SpecError
 
 
 class Target:
@@ -20,6 +21,18 @@ class Target:
     def __init__(self, model=None, precision: str = "fp32"):
         self.model = model
         self.precision = getattr(precision, "value", precision)
+
+
+# the forms that write a transformer only, by the framework's name in their refusal
+TRANSFORMER_FORMS = {"megatron": "Megatron-LM", "torchtitan": "torchtitan"}
+
+
+def needs_transformer(fmt: str, target: Target) -> None:
+    """Refuse a CNN plan for a form that writes a transformer only (before anything else the
+    form would say of the plan)."""
+    if target.model is None and fmt in TRANSFORMER_FORMS:
+        raise SpecError(f"format: {fmt} needs a transformer model (CNN plans have no "
+                        f"{TRANSFORMER_FORMS[fmt]} form)")
 
 
 def normalise(config: dict) -> dict:
@@ -43,7 +56,8 @@ def normalise(config: dict) -> dict:
                 "micro_batch": config["micro_batch"], "global_batch": config["global_batch"],
                 "gradient_accumulation": config["micro_batches"], "interleave": 1,
                 "recompute": "none", "sequence_parallel": False, "zero": 0,
-                "schedule": "gpipe", "overlap": config.get("overlap", True),
+                # priced as 1F1B (`planner.cost.stages`: min(m, p - j) micro-batches held)
+                "schedule": "1f1b", "overlap": config.get("overlap", True),
                 "flash_attention": True}
     # per-layer modes: data parallel outside the model-parallel layers
     return {"nodes": config["nodes"], "devices_per_node": dpn, "devices": devices, "tp": 1,

@@ -21,7 +21,7 @@ import shlex
 
 from planner import switches
 from planner.errors import SpecError
-from planner.launch.common import Target, max_connections, priced_steps, summary
+from planner.launch.common import Target, max_connections, needs_transformer, priced_steps, summary
 from planner.plan import chunk_layers
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
@@ -203,10 +203,8 @@ def _model_args(m) -> list:
 def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     """The Megatron-LM arguments (pretrain_gpt.py) for the model and the plan, as a list of
     tokens; the placeholders (data, tokenizer, learning rate, iterations) are `megatron`'s."""
+    needs_transformer("megatron", target)
     m = target.model
-    if m is None:
-        raise SpecError("format: megatron needs a transformer model (CNN plans have no "
-                        "Megatron-LM form)")
     a = _model_args(m)
     if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
         a += ["--moe-token-dispatcher-type", "alltoall"]

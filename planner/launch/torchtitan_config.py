@@ -23,7 +23,7 @@ import json
 
 from planner import rules
 from planner.errors import SpecError
-from planner.launch.common import Target, priced_steps, summary
+from planner.launch.common import Target, needs_transformer, priced_steps, summary
 from planner.plan import stage_layers
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"  # pytorch/torchtitan, 2026-08-21
@@ -210,10 +210,8 @@ def torchtitan(doc: dict, plan: dict, target: Target) -> str:
     replicate x shard. The shard group spans the context-parallel ranks too (dp_shard x cp, as
     the planner's ZeRO prices it); ZeRO 0 with cp > 1 would be sharded there, so it is
     refused."""
+    needs_transformer("torchtitan", target)
     m = target.model
-    if m is None:
-        raise SpecError("format: torchtitan needs a transformer model (CNN plans have no "
-                        "torchtitan form)")
     name, flavor, notes = _flavor(m)
     tt = TORCHTITAN_COMMIT[:7]
     if m.mtp_layers and (plan["pp"] > 1 or plan.get("cp", 1) > 1):

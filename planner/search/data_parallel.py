@@ -256,7 +256,8 @@ class DataParallelSolver:
         rows, cols = self._built
         n_val, g_val, b_val, c_idx = (int(rows[row][f]) for f in ("n", "g", "b", "c"))
         return Plan.data_parallel(n_val, g_val, n_val * g_val * b_val, cols[c_idx],
-                                  self.p.overlap, self.p.softsync)
+                                  self.p.overlap, self.p.softsync,
+                                  self.m.options.optimizer.value)
 
     predict = _predict
 
