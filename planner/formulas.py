@@ -97,14 +97,18 @@ def derive(lim: Limits) -> list[Derived]:
                          + float(dp.memory["optimizer"])) / dp.cnn.params,
                    S.A: float(dp.memory["activations"].subs(S.b, 1))}
     per_iter = ((S.T_iter, T),)
+    # efficiency where `limits` reports it: at --at-nodes (default: the max useful nodes)
+    n_at = lim.nodes_for_targets
+    at_eff = {**dict(lim.piece_values(lim.global_batch / (lim.g * n_at))), S.n: n_at}
     out = [
         # T(n) = t_0 + c B / (g n) + exposed collective time (planner.analysis.cnn_limits; seed paper sec. 3)
         Derived("iteration_time", "iteration time T(n) under strong scaling", "s", T, at_opt),
         # speed-up and efficiency against one device at the same global batch (seed paper)
         Derived("speedup", "speed-up over one device at the same global batch", DIMENSIONLESS,
                 S.T1 / T, at_opt, display=S.T1 / S.T_iter, where=per_iter),
-        Derived("efficiency", "parallel efficiency: speed-up per device", DIMENSIONLESS,
-                S.T1 / (S.g * S.n * T), at_opt, display=S.T1 / (S.g * S.n * S.T_iter),
+        Derived("efficiency", "parallel efficiency: speed-up per device, at --at-nodes "
+                f"(here {n_at:g} nodes)", DIMENSIONLESS,
+                S.T1 / (S.g * S.n * T), at_eff, display=S.T1 / (S.g * S.n * S.T_iter),
                 where=per_iter),
         # weights + gradients + optimizer state + activations of b = B / (g n) samples
         Derived("memory", "bytes per device at b = B/(g n)", "B",

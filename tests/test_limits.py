@@ -103,3 +103,16 @@ def test_required_bandwidth_meets_target_exactly():
     t = float(lim.iteration_expr().subs(vals))
     eff = lim.single_device_time / (lim.g * 8 * t)
     assert math.isclose(eff, 0.5, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("at_nodes", [None, 4.0, 32.0])
+def test_derive_efficiency_is_limits_efficiency_at_the_same_nodes(run_json, at_nodes):
+    """`derive --formula efficiency` is evaluated where `limits` reports the efficiency: at
+    --at-nodes (it had been at the optimum whatever --at-nodes said)."""
+    args = ["-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256"]
+    if at_nodes is not None:
+        args += ["--at-nodes", str(at_nodes)]
+    lim = run_json("limits", *args)["efficiency_at_nodes"]
+    der = run_json("derive", *args, "--formula", "efficiency")["formulas"][0]
+    assert der["symbols"]["n"]["value"] == lim["nodes"]
+    assert math.isclose(der["value"], lim["efficiency"], rel_tol=1e-12)
