@@ -701,3 +701,26 @@ def test_solve_for_torchtitan_keeps_to_its_model_and_switch_rules(run, run_json,
     code, _, err = run("solve", *args, "--format", "torchtitan")
     assert code == 0, err
     assert check(run_json("solve", *args, "--framework", "torchtitan")["config"])
+
+
+def test_a_spec_file_name_cannot_add_a_line_to_a_generated_script(run, tmp_path):
+    """A model file whose name holds a newline and a command: every form keeps it inside a
+    comment (escaped) or a quoted value; the sbatch script had run the command."""
+    import shutil
+
+    from planner.catalog import MODELS
+
+    path = tmp_path / "x\necho PWNED\n.yaml"
+    shutil.copy(MODELS / "llama3-8b.yaml", path)
+    args = ("solve", "-m", str(path), "-H", "dgx-h100", "--devices-max", "8", "--global-batch",
+            "64")
+    for fmt in ("slurm", "megatron", "torchtitan", "torchrun", "deepspeed", "env"):
+        out = _out(run, *args, "--format", fmt)
+        assert not any(line.startswith("echo PWNED") for line in out.splitlines()
+                       if fmt != "env"), fmt
+        if fmt == "torchtitan":
+            ast.parse(out)
+        if fmt == "env":  # the value is one quoted word: sourcing it runs nothing
+            shell = subprocess.run(["bash", "-c", out + '\nprintf %s "$PLANNER_MODEL"'],
+                                   capture_output=True, text=True, check=True).stdout
+            assert shell == str(path)

@@ -92,10 +92,23 @@ def split(plan: dict) -> str:
     return text
 
 
+def one_line(text) -> str:
+    """`text` with every unprintable character (a newline in a file name) escaped, so that a
+    comment of a generated script stays one comment line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def job_name(doc: dict) -> str:
+    """The Slurm job name's model part: letters, digits and -_. only, at most 64."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(doc.get("model")))[:64]
+
+
 def summary(doc: dict, plan: dict) -> list[str]:
-    """The plan in a few lines: model, hardware, grid, batch, the predicted times."""
+    """The plan in a few lines (each one line, whatever the spec files are called): model,
+    hardware, grid, batch, the predicted times."""
     pred = doc.get("prediction", {})
-    lines = [f"planner: {doc.get('model')} on {doc.get('hardware')} ({doc.get('status', 'evaluated')})",
+    lines = [f"planner: {one_line(doc.get('model'))} on {one_line(doc.get('hardware'))} "
+             f"({doc.get('status', 'evaluated')})",
              f"nodes {plan['nodes']} x {plan['devices_per_node']} devices = {plan['devices']}; "
              f"{split(plan)}; ZeRO {plan['zero']}; micro-batch "
              f"{plan['micro_batch']} x {plan['gradient_accumulation']} accumulation = global "

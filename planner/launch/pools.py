@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from planner import switches
 from planner.errors import SpecError
-from planner.launch.common import Target, max_connections, normalise, summary
+from planner.launch.common import Target, job_name, max_connections, normalise, summary
 from planner.launch.megatron_lm import MEGATRON_COMMIT, megatron
 from planner.launch.shell import (
     RDZV_PORT,
@@ -109,7 +109,7 @@ def het_slurm(doc: dict, plan: dict, target: Target) -> str:
     node takes its rank from its place in the components' host lists, which is what the
     megatron form's fixed node ranks read (NODE_RANK)."""
     g, runs = plan["devices_per_node"], plan["pool_nodes"]
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=planner-{_name(doc)}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=planner-{job_name(doc)}",
              f"#SBATCH --time={SLURM_DEFAULT_TIME}"]
     for i, ((pool, nodes, stages), part) in enumerate(zip(runs, plan["pool_partitions"],
                                                            strict=True)):
@@ -153,6 +153,3 @@ def het_slurm(doc: dict, plan: dict, target: Target) -> str:
         "' planner \"$@\""]
     return "\n".join(lines)
 
-
-def _name(doc: dict) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(doc.get("model")))[:64]

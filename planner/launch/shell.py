@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from planner.launch.common import Target, max_connections, summary, trained
+from planner.launch.common import Target, job_name, max_connections, summary, trained
 
 # sbatch --time: the predicted time to train times this margin plus a fixed allowance for
 # start-up and checkpoint loading; without a training target, a documented default.
@@ -76,7 +76,7 @@ def slurm(doc: dict, plan: dict, target: Target) -> str:
     n, g = plan["nodes"], plan["devices_per_node"]
     ttt = trained(doc).get("time_to_train_s")
     whole = job_seconds(ttt)
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(doc.get("model")))[:64]
+    name = job_name(doc)
     if whole is None:
         time_note = ["# --time: a default; no training target was given (a token budget or "
                      "--critical-batch with a target sets it)"]
