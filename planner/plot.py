@@ -10,10 +10,16 @@ from pathlib import Path
 from planner.errors import SpecError
 
 
+def check_path(path: str) -> str:
+    """`path` if it names a .png or .svg file, else a one-line error (an empty name too)."""
+    if Path(path).suffix.lower() not in (".png", ".svg") or not Path(path).stem:
+        raise SpecError(f"plot: {path!r}: use a .png or .svg file name")
+    return path
+
+
 def _pyplot(path: str):
     """matplotlib's pyplot (headless), after checking the file name; a clear error without it."""
-    if Path(path).suffix.lower() not in (".png", ".svg"):
-        raise SpecError(f"plot: {path}: use a .png or .svg file name")
+    check_path(path)
     try:
         import matplotlib
 

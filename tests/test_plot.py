@@ -100,6 +100,9 @@ def test_solve_plot_needs_png_or_svg_and_matplotlib(tmp_path, run, monkeypatch):
     args = ["solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256", "--plot"]
     code, _, err = run(*args, str(tmp_path / "p.pdf"))
     assert code == 2 and "use a .png or .svg file name" in err
+    for verb in (args, ["sweep", *args[1:]]):  # an empty name too (it had drawn nothing, exit 0)
+        code, _, err = run(*verb, "")
+        assert code == 2 and "use a .png or .svg file name" in err
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises
     code, _, err = run(*args, str(tmp_path / "p.png"))
     assert code == 2 and "pip install 'planner[plot]'" in err

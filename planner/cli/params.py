@@ -66,6 +66,15 @@ MAX_LIST_TEXT = 10_000  # characters of a list flag ('1,2,4', '6.25,12.5')
 MAX_LIST_ITEMS = 100_000
 
 
+def plot_path_checked(ctx, param, value: str | None) -> str | None:  # noqa: ARG001 (click callback)
+    """--plot's file name, checked before any work (`planner.plot.check_path`); None: no plot."""
+    if value is None:
+        return None
+    from planner.plot import check_path
+
+    return check_path(value)
+
+
 def batch_range(value: str | None) -> tuple[int, int] | None:
     """'A:B': two positive decimal integers (sizes are checked by the solver)."""
     if value is None:

@@ -24,6 +24,7 @@ from planner.cli.params import (
     DecimalInt,
     FiniteFloat,
     batch_range,
+    plot_path_checked,
 )
 from planner.errors import SpecError
 from planner.report import render
@@ -65,7 +66,7 @@ from planner.search.objective import Objective
               help="Constraint: cost to train at most this many USD.")
 @click.option("--pareto", is_flag=True,
               help="Also return the (time-to-train, cost) Pareto front of feasible plans.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=plot_path_checked,
               help="Write a picture of the chosen plan (.png or .svg): its iteration time "
                    "part by part and its memory against the device's capacity (with --pareto, "
                    "also the front).")

@@ -17,7 +17,14 @@ from planner.cli.options import (
     transformer_options,
 )
 from planner.cli.output import emit, progress
-from planner.cli.params import COLLECTIVES, DecimalInt, FiniteFloat, float_list, int_list
+from planner.cli.params import (
+    COLLECTIVES,
+    DecimalInt,
+    FiniteFloat,
+    float_list,
+    int_list,
+    plot_path_checked,
+)
 from planner.errors import InfeasibleError, SpecError
 from planner.report import render
 
@@ -38,7 +45,7 @@ from planner.report import render
 @training_options
 @click.option("--price-per-device-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="USD per device-hour for the cost to train [default: the device spec's].")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=plot_path_checked,
               help="Write a plot over devices (.png or .svg): transformers MFU and time to "
                    "train (iteration time without a target), CNNs speed-up and time breakdown.")
 @cnn_options
@@ -79,7 +86,7 @@ def sweep(specs, model, hardware, precision, optimizer, servers, overlap, fmt, n
         nodes = int_list(f"1:{min(top, 4096)}:x2", "nodes")
     global_batch = batches[0] if batches and len(batches) == 1 else batches
     total = len(nodes) * len(batches or [None]) * len(bandwidths or [None])
-    if plot_path and (len(batches or []) > 1 or len(bandwidths or []) > 1):
+    if plot_path is not None and (len(batches or []) > 1 or len(bandwidths or []) > 1):
         raise SpecError("plot: --plot draws a sweep over nodes; give one global batch and "
                         "one bandwidth")
     specs.refuse_recommendation()
@@ -127,7 +134,7 @@ def sweep(specs, model, hardware, precision, optimizer, servers, overlap, fmt, n
                                   f"({sw.skipped[0].reason})")
         raise InfeasibleError(f"infeasible: no node count in {nodes_spec or 'the default range'} "
                               f"divides the global batch {batch_spec} into whole local batches")
-    if plot_path:
+    if plot_path is not None:
         from planner.plot import sweep_plot
 
         sweep_plot(sw, plot_path, f"{model} on {hardware}")
