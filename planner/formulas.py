@@ -57,9 +57,15 @@ class Derived:
     def substituted(self, names: set[str] | None) -> Derived:
         """The same formula with the named symbols (or all, for None) replaced by numbers."""
         subs = {s: v for s, v in self.values.items() if names is None or s.name in names}
-        display = None if self.display is None else self.display.subs(subs)
-        where = tuple((sym, e.subs(subs)) for sym, e in self.where)
-        return Derived(self.name, self.description, self.unit, self.expression.subs(subs),
+
+        def put(e: sp.Expr) -> sp.Expr:
+            # each product of numbers multiplied out (38.2 sqrt(10) -> 120.84)
+            return e.subs(subs).replace(lambda x: x.is_number and not x.is_Atom,
+                                        lambda x: sp.Float(x.evalf(15), 15))
+
+        display = None if self.display is None else put(self.display)
+        where = tuple((sym, put(e)) for sym, e in self.where)
+        return Derived(self.name, self.description, self.unit, put(self.expression),
                        {s: v for s, v in self.values.items() if s not in subs}, self.note,
                        display, where)
 

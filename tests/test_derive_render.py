@@ -249,3 +249,16 @@ def test_a_formula_with_no_solution_is_infeasible_not_bad_input(run):
     code, _, err = run("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
                        "--no-overlap", "--formula", "required_bandwidth")
     assert code == 1 and "has no solution for this problem" in err, err
+
+
+def test_substitute_all_gives_numbers_not_products_of_roots(run_json):
+    """With every symbol substituted, a formula with no symbol left is one number (the
+    optimum had read 38.2130636338908*sqrt(10)), equal to its value."""
+    doc = run_json("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                   "--substitute", "all")
+    for f in doc["formulas"]:
+        expr = sp.sympify(f["expression"])  # test-only: our own output, never user input
+        if not expr.free_symbols:
+            assert expr.is_Number, (f["name"], f["expression"])
+            assert math.isclose(float(expr), f["value"], rel_tol=1e-12), f["name"]
+    assert {f["name"] for f in doc["formulas"]} >= {"optimal_nodes", "iteration_time"}
