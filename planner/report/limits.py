@@ -5,7 +5,7 @@ dicts, and the formulas behind them (`planner.formulas.Derived`)."""
 from __future__ import annotations
 
 from planner.report.plans import spatial_pair
-from planner.report.render import key_values, si, span
+from planner.report.render import count, key_values, si, span
 
 
 def limits_text(s: dict) -> str:
@@ -15,8 +15,8 @@ def limits_text(s: dict) -> str:
     ttt = s.get("time_to_train")
     extra = [] if ttt is None else [
         ("time-to-train optimum" if ttt["nodes_chosen"] else
-         f"time-to-train batch at {ttt['nodes']:.4g} nodes",
-         (f"{ttt['nodes']:.0f} nodes (of 1..{ttt['nodes_max']}), " if ttt["nodes_chosen"]
+         f"time-to-train batch at {count(ttt['nodes'], 'node', '.4g')}",
+         (f"{count(ttt['nodes'], 'node', '.0f')} (of 1..{ttt['nodes_max']}), " if ttt["nodes_chosen"]
           else "") + f"global batch {ttt['global_batch']:.4g} (local "
          f"{ttt['local_batch']:.3g}; B_noise {ttt['critical_batch']:g}; "
          f"{span(ttt['time_per_min_step_s'])} per S_min step; {ttt['reason']})")]
@@ -24,14 +24,15 @@ def limits_text(s: dict) -> str:
         ("optimal nodes", f"{s['optimal_nodes']:.4g}  ({s['optimal_nodes_reason']})"),
         ("max speed-up", f"{s['max_speedup']:.4g} x over one device"),
         ("comm-bound from", "never within the batch limit" if cb is None
-         else f"{cb:.4g} nodes (communication >= {'hideable backward' if s['overlap'] else 'compute'})"),
+         else f"{count(cb, 'node', '.4g')} (communication >= "
+              f"{'hideable backward' if s['overlap'] else 'compute'})"),
         ("smallest efficient local batch", f"{s['local_batch_min']:.4g} "
                                            f"({s['local_efficiency']:.0%} of large-batch rate)"),
         ("max useful nodes", f"{s['max_useful_nodes']} (global batch {s['global_batch']} / "
                              f"({s['devices_per_node']} devices x the smallest efficient local "
                              f"batch): beyond it each device runs under "
                              f"{s['local_efficiency']:.0%} of its large-batch rate)"),
-        (f"efficiency at {eff['nodes']:g} nodes", f"{eff['efficiency']:.1%}"),
+        (f"efficiency at {count(eff['nodes'], 'node')}", f"{eff['efficiency']:.1%}"),
         (f"bandwidth for {s['target_efficiency']:.0%} efficiency",
          "unreachable at any bandwidth" if bw is None
          else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
@@ -50,7 +51,7 @@ def _solve_pairs(s: dict) -> list[tuple[str, str]]:
     def where(p: dict | None) -> str:
         if p is None:
             return "no plan fits"
-        return (f"{p['nodes']} nodes (local batch {p['local_batch']}, {p['collective']}, "
+        return (f"{count(p['nodes'], 'node')} (local batch {p['local_batch']}, {p['collective']}, "
                 f"{span(p['iteration_time_s'])} per iteration)")
 
     same, free, bounded = sv["same_collective"], sv["any_collective"], sv["with_local_batch_min"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from planner import switches
-from planner.report.render import duration, key_values, si, span, table, usd
+from planner.report.render import count, duration, key_values, si, span, table, usd
 
 
 def evaluation_doc(plan, pred) -> dict:
@@ -21,7 +21,8 @@ def _split(plan) -> str:
 
 
 def plan_text(plan) -> str:
-    where = (f"{plan.nodes} nodes x {plan.devices_per_node} devices = {plan.devices} devices")
+    where = (f"{count(plan.nodes, 'node')} x {plan.devices_per_node} devices = "
+             f"{count(plan.devices, 'device')}")
     if plan.collective is not None:  # data parallel, the collective chosen
         return (f"{where}, global batch {plan.global_batch} (local {plan.local_batch}), "
                 f"{plan.collective.value}, overlap {'on' if plan.overlap else 'off'}")
@@ -255,7 +256,8 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
     c, p = sol.config, sol.prediction
     head = (f"status: {sol.status} ({sol.strategy}; {sol.search['candidates']:,} points, "
             f"{sol.search['inner_solves']} solved by CP-SAT, the rest pruned by bound)")
-    where = (f"{c['nodes']} nodes x {c['devices_per_node']} devices = {c['devices']} devices, "
+    where = (f"{count(c['nodes'], 'node')} x {c['devices_per_node']} devices = "
+             f"{count(c['devices'], 'device')}, "
              f"global batch {c['global_batch']}, {c['collective']}")
     if "layers" in sol.plan:
         where += (f", local batch {c['local_batch']}" if "local_batch" in c
@@ -358,7 +360,7 @@ def sweep_text(sw) -> str:
                  "the points' plans with solve)")
     if sw.skipped:
         text += "\nno plan:\n" + "\n".join(
-            f"  {s.nodes} nodes, batch {s.global_batch}"
+            f"  {count(s.nodes, 'node')}, batch {s.global_batch}"
             + (f", {s.bandwidth_GBps:g} GB/s" if show_bw else "") + f": {s.reason}"
             for s in sw.skipped)
     return text

@@ -68,6 +68,11 @@ def duration(seconds: float) -> str:
     return f"{days:.3g} days" if abs(days) < 1000 else f"{days:,.0f} days"
 
 
+def count(n: float, word: str, spec: str = "g") -> str:
+    """`n word`, the word plural unless n is one: "1 node", "8 nodes", "1.5 nodes"."""
+    return f"{n:{spec}} {word}{'' if n == 1 else 's'}"
+
+
 def span(seconds: float) -> str:
     """A time as people read it: SI below two minutes (6.84 s, 393 ms, 932 us), minutes,
     hours or days above (`duration`)."""
