@@ -364,9 +364,12 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         problem.update(switches.framework_pins(problem, framework, prec.value,
                                                problem.get("zero")))
         _pin_for_form(problem, framework)
+        budget = problem.get("token_budget")
         training = training_of(system.device.price_per_hour_usd,
                                target_samples=samples_of_tokens(m, target_samples,
-                                                                target_tokens), **train)
+                                                                target_tokens),
+                               budget_samples=None if budget is None or critical_batch
+                               is not None else budget / m.seq_len, **train)
         q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                     objective=objective_for(objective, "transformer"), training=training,
                     searched=switches.left_to_search(problem, framework), framework=framework)

@@ -279,13 +279,26 @@ def is_transformer(model: str) -> bool:
 def training_of(device_price: float | None, critical_batch: float | None,
                 target_steps: float | None, target_samples: float | None,
                 price_per_device_hour: float | None, deadline_s: float | None,
-                budget_usd: float | None) -> Training | None:
+                budget_usd: float | None, budget_samples: float | None = None
+                ) -> Training | None:
     """The statistical-efficiency inputs as a checked `Training` (None without a critical
-    batch); the price defaults to the device spec's."""
+    batch); the price defaults to the device spec's. Without a critical batch, a token
+    budget (`budget_samples`: its tokens over the sequence length) is a fixed one, which the
+    deadline, the budget and the time / cost objectives read the same way."""
+    if critical_batch is None and budget_samples is not None:
+        if target_steps is not None or target_samples is not None:
+            raise SpecError("token_budget: --tokens fixes the tokens; --target-steps / "
+                            "--target-samples / --target-tokens need --critical-batch instead")
+        training = Training(None, target_samples=budget_samples,
+                            price_per_device_hour=price_per_device_hour or device_price,
+                            deadline_s=deadline_s, budget_usd=budget_usd)
+        training.check(wants_price=False)
+        return training
     if critical_batch is None:
         if any(x is not None for x in (target_steps, target_samples, deadline_s, budget_usd)):
             raise SpecError("critical_batch: --target-steps / --target-samples / "
-                            "--target-tokens / --deadline / --budget need --critical-batch")
+                            "--target-tokens / --deadline / --budget need --critical-batch "
+                            "(or, --deadline and --budget, a token budget: --tokens)")
         return None
     training = Training(critical_batch, target_steps, target_samples,
                         price_per_device_hour or device_price, deadline_s, budget_usd)

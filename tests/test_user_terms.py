@@ -59,6 +59,36 @@ def test_token_budget_prints_days_and_cost_at_the_device_price(run, run_json):
     assert tb["steps"] == math.ceil(1e12 / (doc["config"]["global_batch"] * 8192))
 
 
+def test_a_token_budget_takes_a_deadline_a_budget_and_the_cost_objective(run, run_json):
+    """--tokens fixes the samples, so the time and cost to train are known without
+    --critical-batch: --deadline and --budget gate them and --objective cost / time-to-train
+    and --pareto rank them (all had been refused as needing --critical-batch)."""
+    tokens = ["--tokens", "1e11"]
+    fastest = run_json("solve", *LLAMA, *tokens)
+    cost, days = fastest["token_budget"]["cost_usd"], fastest["token_budget"]["time_to_train_s"]
+    # the token-budget objective is the time to train on the budget
+    same = run_json("solve", *LLAMA, *tokens, "--objective", "time-to-train")
+    assert same["config"] == fastest["config"]
+    assert same["objective"]["value"] == pytest.approx(days, rel=1e-12)
+    # the cheapest plan within twice the fastest's time: no dearer, no slower than allowed
+    cheap = run_json("solve", *LLAMA, *tokens, "--objective", "cost", "--deadline",
+                     str(2 * days))
+    tb = cheap["token_budget"]
+    assert tb["cost_usd"] <= cost and tb["time_to_train_s"] <= 2 * days
+    assert cheap["objective"]["value"] == pytest.approx(tb["cost_usd"], rel=1e-12)
+    assert "training" not in cheap  # the token budget is the report
+    # a budget under the cheapest plan's cost: infeasible, naming the budget
+    code, _, err = run("solve", *LLAMA, *tokens, "--budget", str(tb["cost_usd"] / 2))
+    assert code == 1 and "cost to train" in err
+    code, _, err = run("solve", *LLAMA, *tokens, "--budget", str(cost * 1.01))
+    assert code == 0, err
+    front = run_json("solve", *LLAMA, *tokens, "--pareto")["pareto"]
+    assert len(front) >= 2
+    # what still needs the statistical-efficiency model says so
+    code, _, err = run("solve", *LLAMA, *tokens, "--target-steps", "1000")
+    assert code == 2 and "--critical-batch" in err
+
+
 def test_token_budget_honours_the_price_flag(run, run_json):
     doc = run_json("solve", *LLAMA, "--tokens", "1e12", "--price-per-device-hour", "2")
     tb = doc["token_budget"]

@@ -145,8 +145,8 @@ def solve(family: Family, ask: Ask, *,
     pred = family.predict(plan)
     alternatives = [(p, family.predict(p)) for p in map(family.plan, found.alternatives)]
     value = float(priced.table.objective[found.best])
-    report = None
-    if ask.training is not None:
+    report = None  # a fixed token budget reports as `Solution.token_budget`
+    if ask.training is not None and not ask.training.fixed:
         report = (training_report or _report(ask.training))(plan, pred.iteration_time_s)
     return Solution(
         status=found.status, plan=plan, prediction=pred,

@@ -17,9 +17,11 @@ from planner.errors import SpecError
 @dataclass(frozen=True)
 class Training:
     """Give the critical batch B_noise and one of S_min (target_steps) or E_min
-    (target_samples, in samples: sequences for a transformer)."""
+    (target_samples, in samples: sequences for a transformer). Without a critical batch,
+    `target_samples` is a fixed budget (a token budget over the sequence length): whole
+    steps of it whatever the batch, with no statistical-efficiency term."""
 
-    critical_batch: float
+    critical_batch: float | None
     target_steps: float | None = None
     target_samples: float | None = None
     price_per_device_hour: float | None = None
@@ -32,19 +34,28 @@ class Training:
             return self.target_steps
         return self.target_samples / self.critical_batch
 
+    @property
+    def fixed(self) -> bool:
+        """A fixed sample budget (no critical batch)."""
+        return self.critical_batch is None
+
     def steps(self, global_batch):
+        if self.fixed:
+            return whole_steps(self.target_samples / global_batch)
         return self.s_min * (1 + self.critical_batch / global_batch)
 
     def check(self, *, wants_price: bool) -> None:
         """One-line errors for inconsistent inputs (exit code 2)."""
+        if (wants_price or self.budget_usd is not None) and self.price_per_device_hour is None:
+            raise SpecError("price_per_device_hour: the device has no price; give "
+                            "--price-per-device-hour")
+        if self.fixed:
+            return
         if not (math.isfinite(self.critical_batch) and self.critical_batch > 0):
             raise SpecError(f"critical_batch: must be positive, got {self.critical_batch}")
         if (self.target_steps is None) == (self.target_samples is None):
             raise SpecError("target_steps: give exactly one of --target-steps (S_min) and "
                             "--target-samples / --target-tokens (E_min)")
-        if (wants_price or self.budget_usd is not None) and self.price_per_device_hour is None:
-            raise SpecError("price_per_device_hour: the device has no price; give "
-                            "--price-per-device-hour")
 
     def report(self, global_batch: int, devices: int, iteration_s: float) -> dict:
         """steps, samples, time_to_train_s (and cost_usd with a price) of one plan."""
@@ -61,8 +72,8 @@ def check_training(training: Training | None, objective, pareto: bool) -> None:
     needs = objective in ("time-to-train", "cost") or pareto
     if needs and training is None:
         raise SpecError("critical_batch: --objective time-to-train / cost and --pareto need "
-                        "--critical-batch and one of --target-steps / --target-samples / "
-                        "--target-tokens")
+                        "--tokens, or --critical-batch and one of --target-steps / "
+                        "--target-samples / --target-tokens")
     if training is not None:
         training.check(wants_price=objective == "cost" or pareto)
 
