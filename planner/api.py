@@ -489,9 +489,10 @@ def _solve_cluster(specs: Specs, *, objective: str = "throughput",
                         f"system)")
     m, cluster, prec = specs.model, specs.target, specs.precision
     problem.update(switches.framework_pins(problem, framework, prec.value, problem.get("zero")))
+    _pin_for_form(problem, framework)
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
-                searched=switches.left_to_search(problem, framework))
+                searched=switches.left_to_search(problem, framework), framework=framework)
     return ClusterSolver(m, cluster, prec, q).solve()
 
 

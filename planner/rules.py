@@ -154,6 +154,14 @@ def active(model, x, reads: frozenset[str] | None = None) -> list[Rule]:
             if r.active(model, x) and (reads is None or r.reads <= reads)]
 
 
+# the launcher forms that write each kind of plan across several pools (a pipeline of unequal
+# stages on different node kinds: Megatron-LM's --pipeline-model-parallel-layout, torchtitan's
+# pipeline and a heterogeneous Slurm job; replicas with different micro-batches per step:
+# none, every framework gives each replica the same), and so what `--framework` may pick
+MIXED_FORMS: dict[str, tuple[str, ...]] = {
+    "pipeline across pools": ("megatron", "torchtitan", "slurm"),
+    "replicas across pools": ()}
+
 # what a framework's search pins where the request leaves it unset: DeepSpeed's AutoTP runs
 # tensor parallelism without sequence parallelism (the search's default is with it)
 FORM_PINS: dict[str, dict[str, Any]] = {"deepspeed": {"sequence_parallel": False}}

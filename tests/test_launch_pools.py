@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from planner import rules
 from tests.test_launch import megatron_argv, megatron_flags
 
 LAB = ("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
@@ -134,7 +135,6 @@ def test_best_single_pool_plan_has_every_form(run):
 
 @pytest.mark.parametrize("fmt, message", [
     ("torchtitan", "has no flavor that builds 'gpt3-175b'"),  # torchtitan's own refusal
-    ("deepspeed", "cannot express a pipeline across pools"),
     ("env", "cannot express a pipeline across pools")])
 def test_pipeline_forms_refused_in_one_line(run, fmt, message):
     code, out, err = run(*LAB, "--format", fmt)
@@ -144,8 +144,27 @@ def test_pipeline_forms_refused_in_one_line(run, fmt, message):
 
 def test_replicas_across_pools_refused_naming_the_shares(run):
     code, _, err = run("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
-                       "--global-batch", "4096", "--format", "megatron")
+                       "--global-batch", "4096", "--format", "env")
     assert code == 2 and "same micro-batches" in err and "on dgx-b200" in err
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed"])
+def test_a_framework_picks_a_mix_its_form_writes(run, run_json, fmt):
+    """`--framework F` (and `--format F`) over a cluster searches the mixes F's form writes
+    (`planner.rules.MIXED_FORMS`: pipelines for Megatron-LM and torchtitan, no mix for
+    DeepSpeed, replicas for none), so the form then writes the pick; it had picked replicas
+    or a pipeline across pools the form refused."""
+    args = ("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell", "--global-batch",
+            "4096")
+    free = run_json(*args)["plan"]["kind"]
+    picked = run_json(*args, "--framework", fmt)
+    assert free == "replicas across pools"
+    writes = [kind for kind, forms in rules.MIXED_FORMS.items() if fmt in forms]
+    assert picked["plan"]["kind"] in ("one pool", *writes)
+    assert picked["plan"]["kind"] == ("pipeline across pools" if fmt == "megatron"
+                                      else "one pool")
+    code, out, err = run(*args, "--format", fmt)
+    assert code == 0 and out, err
 
 
 def test_slurm_components_take_the_pools_partitions(run, tmp_path):

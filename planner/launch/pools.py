@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from planner import switches
+from planner import rules, switches
 from planner.errors import SpecError
 from planner.launch.common import Target, job_name, max_connections, normalise, summary
 from planner.launch.megatron_lm import MEGATRON_COMMIT, megatron
@@ -29,7 +29,7 @@ from planner.launch.shell import (
 )
 from planner.launch.torchtitan_config import torchtitan
 
-PIPELINE_FORMS = ("megatron", "torchtitan", "slurm")
+PIPELINE_FORMS = rules.MIXED_FORMS["pipeline across pools"]
 
 
 def cluster_launch(fmt: str, sol, cluster, target: Target, model: str) -> str:

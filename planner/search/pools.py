@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner import switches
+from planner import rules, switches
 from planner.cost import pools as cost
 from planner.cost.pools import Group, MixedPlan, Shape, Stage
 from planner.cost.transformer import RECOMPUTE, Hardware, iteration
@@ -265,6 +265,8 @@ class ClusterSolver:
         best = None
         for form in (self._pipeline_rows, self._replica_rows):
             rows = form(subset, bound)
+            if self.q.framework and self.q.framework not in rules.MIXED_FORMS[rows["kind"]]:
+                continue  # a mix the framework's launcher form does not write
             self.priced += len(rows["lb"])
             for i in np.argsort(rows["lb"], kind="stable"):
                 if rows["lb"][i] >= bound * (1 - 1e-9):
