@@ -213,6 +213,17 @@ def test_auto_returns_the_best_strategy(run_json):
     assert docs["auto"]["objective"]["value"] == pytest.approx(docs[best]["objective"]["value"])
 
 
+def test_auto_takes_what_is_possible_when_a_strategy_is_not(run, run_json):
+    """On one device no pipeline exists: `pipeline` is infeasible (exit 1), `auto` returns
+    the best of the rest (it had failed with the pipeline's infeasibility)."""
+    args = ("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "64", "--devices", "1")
+    code, _, err = run(*args, "--strategy", "pipeline")
+    assert code == 1 and "pipeline" in err
+    auto, data = run_json(*args, "--strategy", "auto"), run_json(*args, "--strategy", "data")
+    assert auto["config"]["devices"] == 1
+    assert auto["objective"]["value"] <= data["objective"]["value"] * (1 + 1e-12)
+
+
 def test_cli_hybrid_json_keys(run_json):
     doc = run_json("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
                    "--nodes-max", "16", "--strategy", "hybrid")

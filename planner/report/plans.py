@@ -21,7 +21,7 @@ def _split(plan) -> str:
 
 
 def plan_text(plan) -> str:
-    where = (f"{count(plan.nodes, 'node')} x {plan.devices_per_node} devices = "
+    where = (f"{count(plan.nodes, 'node')} x {count(plan.devices_per_node, 'device')} = "
              f"{count(plan.devices, 'device')}")
     if plan.collective is not None:  # data parallel, the collective chosen
         return (f"{where}, global batch {plan.global_batch} (local {plan.local_batch}), "
@@ -256,7 +256,7 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
     c, p = sol.config, sol.prediction
     head = (f"status: {sol.status} ({sol.strategy}; {sol.search['candidates']:,} points, "
             f"{sol.search['inner_solves']} solved by CP-SAT, the rest pruned by bound)")
-    where = (f"{count(c['nodes'], 'node')} x {c['devices_per_node']} devices = "
+    where = (f"{count(c['nodes'], 'node')} x {count(c['devices_per_node'], 'device')} = "
              f"{count(c['devices'], 'device')}, "
              f"global batch {c['global_batch']}, {c['collective']}")
     if "layers" in sol.plan:

@@ -473,12 +473,19 @@ class SplitSearch:
         dp_sol = self._data_parallel()
         if strategy is Strategy.data:
             return dp_sol if dp_sol is not None else self.dp_solver.solve()
-        found = []
-        if strategy in (Strategy.hybrid, Strategy.auto):
-            found.append(self.hybrid(dp_sol))
-        if strategy in (Strategy.pipeline, Strategy.auto):
-            found.append(self.pipeline(dp_sol))
+        found, why = [], []
+        for kind, search in ((Strategy.hybrid, self.hybrid), (Strategy.pipeline, self.pipeline)):
+            if strategy not in (kind, Strategy.auto):
+                continue
+            try:
+                found.append(search(dp_sol))
+            except InfeasibleError as exc:
+                if strategy is not Strategy.auto:
+                    raise
+                why.append(exc)  # auto: the other strategies may still have a plan
         found = [f for f in found if f is not None]
+        if strategy is Strategy.auto and not found and dp_sol is None and why:
+            raise why[0]
         if strategy is Strategy.auto and dp_sol is not None:
             best_split = min(found, key=lambda f: f.objective["value"], default=None)
             if best_split is None or dp_sol.objective["value"] <= best_split.objective["value"]:
