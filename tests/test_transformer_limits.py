@@ -311,3 +311,16 @@ def test_transformer_latex_compiles_and_python_runs(run, tmp_path):
     done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "d.tex"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_limits_and_derive_at_zero_3_finish_with_their_closed_forms():
+    """ZeRO-3's gathers put the replicas in the form a second way; SymPy's check of each root
+    (simplify inside checksol) then ran for minutes. The roots are checked numerically on
+    their branch instead (`branches.solve_for`), so both finish, with the optimum's value
+    that of the engine at it."""
+    lim = api.limits("llama3-8b", "dgx-h100", global_batch=1024, zero=3)
+    s = lim.summary()
+    assert s["plan"]["zero"] == 3 and s["optimal_devices"]["devices"] > 0
+    names = {d.name for d in api.derive("llama3-8b", "dgx-h100", global_batch=1024, zero=3,
+                                        formula=("iteration_time", "optimal_devices"))}
+    assert names == {"iteration_time", "optimal_devices"}

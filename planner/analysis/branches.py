@@ -57,7 +57,7 @@ def solve_for(expr: sp.Expr, x: sp.Symbol) -> list[sp.Expr]:
         by_shape[shape] = by_shape.get(shape, sp.Integer(0)) + coeff
     coeffs = {sp.Dummy(f"c{i}", real=True): c for i, c in enumerate(by_shape.values())}
     reduced = sp.Add(*(k * shape for k, shape in zip(coeffs, by_shape, strict=True)))
-    return [root.subs(coeffs) for root in sp.solve(reduced, x)]
+    return [root.subs(coeffs) for root in sp.solve(reduced, x, check=False)]
 
 
 def real_in(root: sp.Expr, point: dict, lo: float, hi: float) -> float | None:
