@@ -12,7 +12,7 @@ from planner.analysis import branches as br
 from planner.analysis.branches import Closed
 from planner.analysis.transformer_limits import TransformerLimits, time_form
 from planner.analysis.transformer_lines import optimal_pp, tp_comm_bound_from
-from planner.errors import SpecError
+from planner.errors import InfeasibleError, SpecError
 from planner.expr import graph
 from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
@@ -145,8 +145,10 @@ def derive(lim: TransformerLimits, names: tuple[str, ...] = ()) -> list[Derived]
         if name == "time_to_train_batch" and lim.critical_batch is None:
             continue
         f = BUILDERS[name](lim)
-        if f is None and names:
-            raise SpecError(f"formula: '{name}' has no closed form for this plan")
+        if f is None and names:  # a well-formed problem: infeasible (exit 1), as for CNNs
+            raise InfeasibleError(f"infeasible: formula '{name}' has no closed form for this "
+                                  "plan (planner limits gives the bound on the full model, or "
+                                  "says it is never reached)", (name,))
         if f is not None:
             out.append(f)
     return out
