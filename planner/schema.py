@@ -417,8 +417,10 @@ def _list() -> dict:
     names = {"type": "array", "items": STR}
     return {"oneOf": [
         _envelope("list", {"models": names}, ["models"]),
-        _envelope("list", {"hardware": obj({"systems": names, "devices": names,
-                                            "links": names, "clusters": names})},
+        # every kind, or the one kind asked for (`planner list systems`)
+        _envelope("list", {"hardware": {**obj({"systems": names, "devices": names,
+                                               "links": names, "clusters": names}, []),
+                                        "minProperties": 1}},
                   ["hardware"]),
         _envelope("list", {"switches": {"type": "array", "items": obj({
             "name": STR, "flag": STR, "default": {}, "values": {"type": ["array", "null"]},

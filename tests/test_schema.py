@@ -35,6 +35,8 @@ CASES = [
     ("show", ("show", "model", "resnet50")),
     ("list", ("list", "models")),
     ("list", ("list", "hardware")),
+    ("list", ("list", "systems")),
+    ("list", ("list", "clusters")),
     ("list", ("list", "switches")),
     ("calibrate", ("calibrate",)),
     ("show", ("show", "model", "llama3-8b")),
@@ -59,6 +61,17 @@ def schemas():
 @pytest.mark.parametrize(("command", "args"), CASES)
 def test_outputs_validate(run_json, schemas, command, args):
     jsonschema.validate(run_json(*args), schemas[command])
+
+
+def test_list_of_one_kind_is_that_part_of_the_hardware_list(run, run_json):
+    """`planner list systems` (as the help's "hardware (systems, ...)" invites) lists the
+    systems of `planner list hardware`, a name a line."""
+    hw = run_json("list", "hardware")["hardware"]
+    for kind in ("systems", "devices", "links", "clusters"):
+        code, out, err = run("list", kind)
+        assert code == 0, err
+        assert out.split() == hw[kind]
+        assert run_json("list", kind)["hardware"] == {kind: hw[kind]}
 
 
 def test_schema_command_prints_every_schema(run, schemas):

@@ -11,11 +11,12 @@ from planner.report import render
 
 
 @click.command("list")
-@click.argument("what", type=click.Choice(["models", "hardware", "switches"]))
+@click.argument("what", type=click.Choice(["models", "hardware", "systems", "devices", "links",
+                                           "clusters", "switches"]))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def list_cmd(what, fmt):
-    """List built-in models or hardware (systems, devices, links), or the plan switches
-    (docs/switches.md)."""
+    """List built-in models or hardware (systems, devices, links, clusters; or one of those
+    kinds alone), or the plan switches (docs/switches.md)."""
     from planner.catalog import list_hardware, list_models
 
     if what == "switches":
@@ -32,6 +33,9 @@ def list_cmd(what, fmt):
         emit(render.document("list", {"models": names}), fmt, "\n".join(names))
         return
     hw = list_hardware()
+    if what != "hardware":  # one kind: a name a line, as the models
+        emit(render.document("list", {"hardware": {what: hw[what]}}), fmt, "\n".join(hw[what]))
+        return
     text = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in hw.items())
     emit(render.document("list", {"hardware": hw}), fmt, text)
 
