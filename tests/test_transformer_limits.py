@@ -324,3 +324,16 @@ def test_limits_and_derive_at_zero_3_finish_with_their_closed_forms():
     names = {d.name for d in api.derive("llama3-8b", "dgx-h100", global_batch=1024, zero=3,
                                         formula=("iteration_time", "optimal_devices"))}
     assert names == {"iteration_time", "optimal_devices"}
+
+
+def test_optimal_pp_past_the_last_layer_is_the_layer_count(run_json):
+    """Llama-3-8B at global batch 1,024: the relaxed T(p)'s stationary point sqrt(a_inv / a_1)
+    lies past the 32 layers, so the continuous optimum is p = L, a closed form derive prints
+    (it had said "no closed form" for every model tried) and limits reports beside the whole
+    p the layers' steps give."""
+    args = ("-m", "llama3-8b", "-H", "dgx-h100", "--global-batch", "1024")
+    (f,) = run_json("derive", *args, "--formula", "optimal_pp")["formulas"]
+    a_inv, a_1 = f["symbols"]["a_inv"]["value"], f["symbols"]["a_1"]["value"]
+    assert math.sqrt(a_inv / a_1) > 32 and f["value"] == 32
+    s = run_json("limits", *args)["optimal_pp"]
+    assert s["continuous"] == 32 and 1 <= s["pp"] <= 32

@@ -43,12 +43,20 @@ def optimal_pp(lim, d: int) -> tuple[int, Closed | None]:
         return p_int, None
     form = br.laurent_form(S.p, coeffs)
     values = br.laurent_values(coeffs)
-    for root in br.solve_for(sp.diff(form, S.p), S.p):
+    roots = br.solve_for(sp.diff(form, S.p), S.p)
+    for root in roots:
         z = br.real_in(root, values, 1.0, float(md.layers))
         if z is not None:
             return p_int, Closed("optimal_pp", root, values,
                                  "stationary point of T(p): the bubble against the stage "
                                  "time")
+    for root in roots:  # past the last layer: T(p) falls all the way to one layer a stage
+        z = br.real_in(root, values, float(md.layers), math.inf)
+        if z is not None:
+            return p_int, Closed("optimal_pp", sp.Min(root, md.layers), values,
+                                 f"the stationary point of T(p) lies past the model's "
+                                 f"{md.layers} layers, so the relaxed T(p) falls to p = L; "
+                                 "the layers' whole-stage steps set the best whole p")
     return p_int, None
 
 def tp_comm_bound_from(lim, d: int) -> tuple[int | None, Closed | None]:
