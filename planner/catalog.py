@@ -357,17 +357,21 @@ def load_target(ref: str) -> System | Cluster:
 def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
     spec = validate(ClusterSpec, data, where)
     base = path.parent if path is not None else None
-    pools = []
+    # every pool's system and the link between them are resolved before any error is raised,
+    # so a file with several wrong names names them all in one run
+    pools, errors = [], []
     for i, p in enumerate(spec.pools):
         try:
             system = load_system(str(_at(p.system, base)) if _is_path(p.system, base)
                                  else p.system)
         except SpecError as exc:
-            raise SpecError(f"{where}: key 'pools.{i}.system': {exc}") from None
+            errors.append(f"{where}: key 'pools.{i}.system': {exc}")
+            continue
         nodes = int(p.nodes * p.availability)
         if nodes < 1:
-            raise SpecError(f"{where}: key 'pools.{i}.availability': {p.availability:g} of "
-                            f"{p.nodes} nodes leaves none")
+            errors.append(f"{where}: key 'pools.{i}.availability': {p.availability:g} of "
+                          f"{p.nodes} nodes leaves none")
+            continue
         price = p.price_per_device_hour_usd or system.device.price_per_hour_usd
         pools.append(Pool(p.name or system.name, system, nodes, price, p.partition))
     between = None
@@ -375,7 +379,9 @@ def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
         try:
             between = load_link(spec.between_pools.link, base)
         except SpecError as exc:
-            raise SpecError(f"{where}: key 'between_pools.link': {exc}") from None
+            errors.append(f"{where}: key 'between_pools.link': {exc}")
+    if errors:
+        raise SpecError("\n".join(errors[:MAX_ERRORS]))
     return Cluster(spec.name, spec.description, tuple(pools), between,
                    spec.between_pools.count if spec.between_pools else 0)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.catalog import HARDWARE, load_hardware_any, load_model, load_system
+from planner.catalog import HARDWARE, load_hardware_any, load_model, load_system, load_target
 from planner.errors import SpecError
 from planner.spec.base import MAX_ERRORS
 
@@ -58,14 +58,14 @@ def test_every_error_of_a_spec_at_once_the_first_line_as_before(tmp_path):
     # one mistake: today's one-line message
     path.write_text(K80.replace("memory_GiB: 12", "memory_GiB: -12"))
     with pytest.raises(SpecError) as one:
-        load_hardware_any(str(path))
+        load_target(str(path))
     assert "\n" not in str(one.value) and "key 'memory_GiB'" in str(one.value)
     # three mistakes: three lines, the first the same message
     path.write_text(K80.replace("memory_GiB: 12", "memory_GiB: -12")
                     .replace("description:", "descripton:")
                     .replace("memory_bandwidth_GBps: 240", "memory_bandwidth_GBps: fast"))
     with pytest.raises(SpecError) as many:
-        load_hardware_any(str(path))
+        load_target(str(path))
     lines = str(many.value).splitlines()
     assert len(lines) == 3, lines  # memory_GiB, memory_bandwidth_GBps, the unknown key
     assert lines[0] == str(one.value)
@@ -94,6 +94,21 @@ def test_a_system_with_mistakes_in_several_parts_names_them_all(tmp_path):
     assert load_system(str(path)).devices_per_node == 8
 
 
+def test_a_cluster_with_several_wrong_names_names_them_all(tmp_path):
+    """Each pool's system and the link between the pools are resolved before an error is
+    raised: two misspelt names, two lines, each with its suggestion (it had named the first)."""
+    text = (HARDWARE / "clusters" / "lab-a100-h100.yaml").read_text()
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("dgx-a100-80gb,", "dgx-a100-80gbx,", 1)
+                    .replace("link: ndr-ib,", "link: ndr-ibx,", 1))
+    with pytest.raises(SpecError) as err:
+        load_target(str(path))
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2
+    assert "pools.0.system" in lines[0] and "did you mean 'dgx-a100-80gb'" in lines[0]
+    assert "between_pools.link" in lines[1] and "did you mean 'ndr-ib'" in lines[1]
+
+
 def test_a_renamed_key_names_its_new_name(tmp_path, run):
     """A device YAML written before stop 31 (`kernels.graph_floor_us`) is told the key's new
     name, in one line, exit 2."""
@@ -110,7 +125,7 @@ def test_at_most_ten_lines(tmp_path):
     path = tmp_path / "dev.yaml"
     path.write_text("kind: device\n" + "".join(f"extra_{i}: 1\n" for i in range(30)))
     with pytest.raises(SpecError) as err:
-        load_hardware_any(str(path))
+        load_target(str(path))
     lines = str(err.value).splitlines()
     assert len(lines) == MAX_ERRORS and "more errors" in lines[-1]
 
