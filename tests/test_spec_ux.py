@@ -58,14 +58,14 @@ def test_every_error_of_a_spec_at_once_the_first_line_as_before(tmp_path):
     # one mistake: today's one-line message
     path.write_text(K80.replace("memory_GiB: 12", "memory_GiB: -12"))
     with pytest.raises(SpecError) as one:
-        load_target(str(path))
+        load_hardware_any(str(path))
     assert "\n" not in str(one.value) and "key 'memory_GiB'" in str(one.value)
     # three mistakes: three lines, the first the same message
     path.write_text(K80.replace("memory_GiB: 12", "memory_GiB: -12")
                     .replace("description:", "descripton:")
                     .replace("memory_bandwidth_GBps: 240", "memory_bandwidth_GBps: fast"))
     with pytest.raises(SpecError) as many:
-        load_target(str(path))
+        load_hardware_any(str(path))
     lines = str(many.value).splitlines()
     assert len(lines) == 3, lines  # memory_GiB, memory_bandwidth_GBps, the unknown key
     assert lines[0] == str(one.value)
@@ -125,7 +125,7 @@ def test_at_most_ten_lines(tmp_path):
     path = tmp_path / "dev.yaml"
     path.write_text("kind: device\n" + "".join(f"extra_{i}: 1\n" for i in range(30)))
     with pytest.raises(SpecError) as err:
-        load_target(str(path))
+        load_hardware_any(str(path))
     lines = str(err.value).splitlines()
     assert len(lines) == MAX_ERRORS and "more errors" in lines[-1]
 
