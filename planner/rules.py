@@ -158,6 +158,7 @@ def active(model, x, reads: frozenset[str] | None = None) -> list[Rule]:
 # stages on different node kinds: Megatron-LM's --pipeline-model-parallel-layout, torchtitan's
 # pipeline and a heterogeneous Slurm job; replicas with different micro-batches per step:
 # none, every framework gives each replica the same), and so what `--framework` may pick
+# (`planner.search.pools` reads the two kinds from its keys)
 MIXED_FORMS: dict[str, tuple[str, ...]] = {
     "pipeline across pools": ("megatron", "torchtitan", "slurm"),
     "replicas across pools": ()}

@@ -53,6 +53,7 @@ MICRO_BATCHES = (1, 2, 4, 8)
 MAX_MODELS = 4000  # CP-SAT models one subset may solve before it reports `feasible`
 # switches a mixed plan prices (at the values given); the others must keep their defaults
 MIXED_SWITCHES = {s.name for s in switches.SWITCHES if s.mixed}
+PIPELINE, REPLICAS = rules.MIXED_FORMS  # the two kinds of mix (its keys, in that order)
 
 
 @dataclass
@@ -263,10 +264,10 @@ class ClusterSolver:
     def _mixed(self, subset, incumbent: Found | None) -> tuple[Found | None, str]:
         bound = incumbent.seconds_per_sample if incumbent else math.inf
         best = None
-        for form in (self._pipeline_rows, self._replica_rows):
+        for kind, form in ((PIPELINE, self._pipeline_rows), (REPLICAS, self._replica_rows)):
+            if self.q.framework and self.q.framework not in rules.MIXED_FORMS[kind]:
+                continue  # a mix the framework's launcher form does not write: not priced
             rows = form(subset, bound)
-            if self.q.framework and self.q.framework not in rules.MIXED_FORMS[rows["kind"]]:
-                continue  # a mix the framework's launcher form does not write
             self.priced += len(rows["lb"])
             for i in np.argsort(rows["lb"], kind="stable"):
                 if rows["lb"][i] >= bound * (1 - 1e-9):
@@ -406,7 +407,7 @@ class ClusterSolver:
                                     least[:, sharp], caps[:, sharp])
             lb[sharp] = np.maximum(lb[sharp], ((mcount + p - 1)[sharp] * slot + sync)
                                    / B[sharp])
-        return self._rows(rows, lb, shapes, subset, "pipeline across pools",
+        return self._rows(rows, lb, shapes, subset, PIPELINE,
                           self._solve_pipeline)
 
     def _sync_bound(self, shape, at, subset, tp, d, p, mcount, hold, least, caps):
@@ -535,7 +536,7 @@ class ClusterSolver:
                 bounds.append(np.where(ok, T / B, np.inf))
         rows = np.array(rows, dtype=np.int64).reshape(-1, 4)
         lb = np.concatenate(bounds) if bounds else np.zeros(0)
-        return self._rows(rows, lb, shapes, subset, "replicas across pools",
+        return self._rows(rows, lb, shapes, subset, REPLICAS,
                           self._solve_replicas)
 
     def _replica_memory(self, shape, si, values, subset, p, ranks) -> np.ndarray:
