@@ -144,7 +144,7 @@ class Node:
         return to_sympy(self)
 
     def subs(self, mapping, value=None) -> Node:
-        """This graph with symbols (or sub-graphs) replaced, constants folded as it goes;
+        """This graph with symbols replaced, constants folded as it goes;
         `subs(x, 1)` as SymPy's. A key may be a symbol of either algebra or a name."""
         if value is not None:
             mapping = {mapping: value}
@@ -392,35 +392,21 @@ def _rebuild(roots: list[Node], leaf) -> dict[Node, object]:
 
 
 def substitute(expr, mapping) -> Node:
-    """`expr` with each symbol of `mapping` (a node or its name) replaced by its value."""
+    """`expr` with each symbol of `mapping` (a node, a SymPy symbol or a name) replaced by its
+    value, constants folded as it goes."""
     if not isinstance(expr, Node):
         return expr
-    def named(k) -> str | None:
+
+    def named(k) -> str:
         if isinstance(k, str):
             return k
-        if isinstance(k, Node):
-            return k.name if k.op == "sym" else None
-        return k.name if getattr(k, "is_Symbol", False) else None  # a SymPy symbol
+        if isinstance(k, Node) and k.op == "sym":
+            return k.name
+        if getattr(k, "is_Symbol", False):  # a SymPy symbol, by its name
+            return k.name
+        raise TypeError(f"substitute: {k!r} is not a symbol")
 
-    by_name = {named(k): v for k, v in mapping.items() if named(k) is not None}
-    whole = {k: v for k, v in mapping.items() if named(k) is None}
-    if whole:  # sub-graphs too: rebuild top-down where a key matches
-        memo: dict[Node, Node] = {}
-
-        def walk(e):
-            if e in whole:
-                return _value(whole[e])
-            if e in memo:
-                return memo[e]
-            if e.op == "sym":
-                out = _value(by_name[e.name]) if e.name in by_name else e
-            elif e.op == "const":
-                out = e
-            else:
-                out = _BUILD[e.op](*(walk(a) for a in e.args))
-            memo[e] = out
-            return out
-        return walk(expr)
+    by_name = {named(k): v for k, v in mapping.items()}
     rebuilt = _rebuild([expr], lambda n: _value(by_name[n.name])
                        if n.op == "sym" and n.name in by_name else None)
     return rebuilt[expr]
