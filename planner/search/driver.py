@@ -26,7 +26,7 @@ from planner.prediction import Prediction
 from planner.search import table as core
 from planner.search.objective import Objective, other_objective
 from planner.search.solution import Solution, front_entry
-from planner.search.training import Training, whole_steps
+from planner.search.training import Training
 
 
 @dataclass
@@ -50,8 +50,8 @@ class Ask:
 
     objective: Objective
     training: Training | None = None
-    token_budget: float | None = None  # tokens, with the token-budget objective
-    tokens_per_sample: int | None = None  # the sequence length (transformers)
+    # a token budget as a fixed sample budget (its tokens over the sequence length)
+    token_budget: Training | None = None
     top: int = 0
     fewest_nodes_within: float | None = None
     time_limit_s: float = 10.0
@@ -84,7 +84,7 @@ def objective_arrays(ask: Ask, rows: Rows, train) -> tuple[np.ndarray, np.ndarra
     if obj is Objective.cost:
         return train[1], train[0]
     if obj is Objective.token_budget:
-        values = t * whole_steps(ask.token_budget / (b * ask.tokens_per_sample))
+        values = t * ask.token_budget.steps(b)
     elif obj is Objective.throughput:
         values = t / b  # seconds per sample: 1 / throughput
     elif obj is Objective.efficiency:

@@ -58,7 +58,7 @@ from planner.search.hybrid_space import Search, candidate_batches, choices, stru
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
 from planner.search.objective import Objective, objective_for
 from planner.search.solution import Solution
-from planner.search.training import check_training
+from planner.search.training import Training, check_training
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
@@ -506,8 +506,9 @@ class HybridSolver:
 
     def _ask(self) -> driver.Ask:
         q = self.q
-        return driver.Ask(q.objective, q.training, token_budget=q.token_budget,
-                          tokens_per_sample=self.m.seq_len, top=q.top,
+        budget = (None if q.token_budget is None
+                  else Training(None, target_samples=q.token_budget / self.m.seq_len))
+        return driver.Ask(q.objective, q.training, token_budget=budget, top=q.top,
                           fewest_nodes_within=q.fewest_nodes_within,
                           time_limit_s=q.time_limit_s, workers=q.workers, pareto=q.pareto,
                           knee_tolerance=q.knee_tolerance)
