@@ -14,8 +14,9 @@ every direction measured (A100 FA2: forward +316, backward +371; H100 cuDNN forw
 so one `causal_extra_keys` per device, fitted on the forward, stands in for the directions a
 source does not give (cuDNN's causal backward). Fitted by alternating the closed-form least
 squares of each R (mean log ratio, k_half fixed) with a log-grid search of each k_half, on the
-squared log error. The fp8 forward, where benchmarked (cuDNN on H100), is the same kernel
-with fp8 operands: its R[d] is fitted with the 16-bit forward's k_half and causal extra held.
+squared log error. The fp8 forward and backward, where benchmarked (cuDNN's forward on H100;
+both directions on GB200 and GB300), are the same kernel with fp8 operands: each direction's
+R[d] and k_half are fitted with the 16-bit fit's causal extra held.
 
     python -m planner.fit_flash          # the fitted blocks and their error per device
 """
@@ -34,22 +35,28 @@ _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 
 def rows(device: str, kernel: str, fp8: bool = False) -> list[dict]:
-    """The 16-bit forward and backward rows of one device and kernel (`fp8`: its fp8
-    forward rows, direction "fp8_fwd")."""
+    """The 16-bit forward and backward rows of one device and kernel (`fp8`: its fp8 rows,
+    directions "fp8_fwd" and "fp8_bwd")."""
     path = resources.files("planner") / "calibration" / "flash_attention.csv"
     with path.open(newline="", encoding="utf-8") as fh:
         if fp8:
-            return [{**r, "direction": "fp8_fwd"} for r in csv.DictReader(fh)
+            return [{**r, "direction": f"fp8_{r['direction']}"} for r in csv.DictReader(fh)
                     if r["device"] == device and r["kernel"] == kernel
-                    and r["precision"] == "fp8" and r["direction"] == "fwd"]
+                    and r["precision"] == "fp8" and r["direction"] in ("fwd", "bwd")]
         return [r for r in csv.DictReader(fh)
                 if r["device"] == device and r["kernel"] == kernel
                 and r["precision"] in ("fp16", "bf16") and r["direction"] in ("fwd", "bwd")]
 
 
 def fit_fp8(data: list[dict], fitted: dict) -> dict:
-    """R[d] and the half-rate keys of the fp8 forward rows `data` (fp8 operands saturate
-    later: the tiles finish sooner against the same softmax work), the 16-bit fit's causal
+    """Per fp8 direction in `data` ("fp8_fwd", "fp8_bwd"): R[d] and the half-rate keys (fp8
+    operands saturate later: the tiles finish sooner against the same softmax work)."""
+    return {w: _fit_fp8_direction([r for r in data if r["direction"] == w], fitted)
+            for w in ("fp8_fwd", "fp8_bwd") if any(r["direction"] == w for r in data)}
+
+
+def _fit_fp8_direction(data: list[dict], fitted: dict) -> dict:
+    """R[d] and the half-rate keys of one direction's fp8 rows, the 16-bit fit's causal
     extra held: the closed-form R per k_half on a log grid, the least squared log error."""
     extra = fitted["halves"][("fwd", True)] - fitted["halves"][("fwd", False)]
     keys = np.array([float(r["seq_len"]) for r in data])
@@ -108,9 +115,9 @@ def block(kernel: str, fitted: dict, fp8: dict | None = None) -> dict:
            "fwd_half_keys": round(halves[("fwd", False)]),
            "bwd_half_keys": round(halves[("bwd", False)]),
            "causal_extra_keys": round(extra)}
-    if fp8:
-        out["fp8_fwd_tflops"] = {d: round(v) for d, v in fp8["rates"].items()}
-        out["fp8_fwd_half_keys"] = round(fp8["half_keys"])
+    for w, f in (fp8 or {}).items():
+        out[f"{w}_tflops"] = {d: round(v) for d, v in f["rates"].items()}
+        out[f"{w}_half_keys"] = round(f["half_keys"])
     return out
 
 
@@ -132,7 +139,9 @@ def main() -> None:
         print(f"{device} ({kernel}, {len(data)} rows, {len(data8)} fp8): "
               f"{block(kernel, fitted, fp8)}")
         shipped = load_device(device).flash_attention
-        for what, rows_ in (("16-bit", data), ("fp8 forward", data8)):
+        fp8 = {w: [r for r in data8 if r["direction"] == f"fp8_{w}"] for w in ("fwd", "bwd")}
+        for what, rows_ in (("16-bit", data), ("fp8 forward", fp8["fwd"]),
+                            ("fp8 backward", fp8["bwd"])):
             if rows_:
                 err = np.abs(errors(shipped, rows_))
                 print(f"  shipped spec, {what}: MAPE {100 * err.mean():.1f} %, worst "

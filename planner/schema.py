@@ -401,7 +401,9 @@ def _show() -> dict:
             "bwd_tflops": {"type": "object", "additionalProperties": NUM},
             "fwd_half_keys": NUM, "bwd_half_keys": NUM, "causal_extra_keys": NUM,
             "fp8_fwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
-            "fp8_fwd_half_keys": {"type": ["number", "null"]}})]},
+            "fp8_fwd_half_keys": {"type": ["number", "null"]},
+            "fp8_bwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
+            "fp8_bwd_half_keys": {"type": ["number", "null"]}})]},
         "price_per_hour_usd": {"type": ["number", "null"]}, "default_precision": STR,
         "sources": {"type": "object", "additionalProperties": STR}},
         ["kind", "name", "peak_tflops", "memory_GiB"])

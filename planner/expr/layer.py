@@ -431,11 +431,14 @@ class LayerCosts:
                  * md.heads / t)
         width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / self.cp
         masked = 1 / self.cp if md.causal else 0
-        # fp8 dot-product attention: the kernel's fp8 forward where benchmarked; its backward
-        # has no published fp8 rate and keeps the 16-bit one
-        fp8 = self.choices.fp8_attention and self.hw.gemm_only and curve.fp8_fwd
-        fwd = flops / curve.achieved("fp8_fwd" if fp8 else "fwd", width, per_call, masked)
-        bwd = G.Rational(5, 2) * flops / curve.achieved("bwd", width, per_call, masked)
+        # fp8 dot-product attention: the kernel's fp8 forward and backward where benchmarked
+        # (Transformer Engine runs the backward in fp8 too unless NVTE_FP8_DPA_BWD=0:
+        # pytorch/attention/dot_product_attention/backends.py at d0067d0), else 16-bit
+        fp8 = self.choices.fp8_attention and self.hw.gemm_only
+        fwd = flops / curve.achieved("fp8_fwd" if fp8 and curve.fp8_fwd else "fwd", width,
+                                     per_call, masked)
+        bwd = G.Rational(5, 2) * flops / curve.achieved(
+            "fp8_bwd" if fp8 and curve.fp8_bwd else "bwd", width, per_call, masked)
         return self._kernel(fwd), self._kernel(bwd)
 
     def elementwise_kernels(self, kind=None) -> int:

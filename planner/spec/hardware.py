@@ -170,14 +170,17 @@ class FlashAttention(Spec):
     (backward: bwd_*), causal masking adding causal_extra_keys to k_half; FLOPs counted as
     the benchmarks count them (4 s k d per head forward, half of that causal; backward 2.5x
     the forward). Head dimensions between two given interpolate; beyond them, the nearest.
-    `fp8_fwd_tflops` and `fp8_fwd_half_keys`: the same kernel's fp8 forward (Transformer
-    Engine's fp8 dot-product attention); None where no fp8 benchmark is published."""
+    `fp8_fwd_tflops` and `fp8_fwd_half_keys` (`fp8_bwd_*`): the same kernel's fp8 forward
+    (backward) (Transformer Engine's fp8 dot-product attention); None where no fp8 benchmark
+    is published."""
 
     kernel: str = Field(min_length=1)
     fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
     bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
     fp8_fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
     fp8_fwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
+    fp8_bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
+    fp8_bwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
     fwd_half_keys: float = Field(ge=0, le=1e6)
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
@@ -192,7 +195,9 @@ class FlashAttention(Spec):
                           tuple(sorted(self.bwd_tflops.items())), self.fwd_half_keys,
                           self.bwd_half_keys, self.causal_extra_keys,
                           tuple(sorted((self.fp8_fwd_tflops or {}).items())),
-                          self.fp8_fwd_half_keys or 0.0)
+                          self.fp8_fwd_half_keys or 0.0,
+                          tuple(sorted((self.fp8_bwd_tflops or {}).items())),
+                          self.fp8_bwd_half_keys or 0.0)
 
 
 @dataclass(frozen=True)
@@ -209,10 +214,13 @@ class FlashCurve:
     causal_extra_keys: float
     fp8_fwd: tuple[tuple[int, float], ...] = ()  # the fp8 forward ("fp8_fwd"), if measured
     fp8_fwd_half_keys: float = 0.0
+    fp8_bwd: tuple[tuple[int, float], ...] = ()  # the fp8 backward ("fp8_bwd"), if measured
+    fp8_bwd_half_keys: float = 0.0
 
     def rate(self, direction: str, head_dim: float) -> float:
-        """`direction`: "fwd", "bwd" or "fp8_fwd"."""
-        table = {"fwd": self.fwd, "bwd": self.bwd, "fp8_fwd": self.fp8_fwd}[direction]
+        """`direction`: "fwd", "bwd", "fp8_fwd" or "fp8_bwd"."""
+        table = {"fwd": self.fwd, "bwd": self.bwd, "fp8_fwd": self.fp8_fwd,
+                 "fp8_bwd": self.fp8_bwd}[direction]
         return 1e12 * float(np.interp(head_dim, [d for d, _ in table], [r for _, r in table]))
 
     def achieved(self, direction: str, head_dim: float, keys, causal_share=0.0):
@@ -220,7 +228,7 @@ class FlashCurve:
         R[d] k / (k + k_half + causal_share x causal_extra_keys); `causal_share` the part of
         the calls under a causal mask (1, or 1 / c_p with ring attention, 0 without one)."""
         half = {"fwd": self.fwd_half_keys, "bwd": self.bwd_half_keys,
-                "fp8_fwd": self.fp8_fwd_half_keys}[direction]
+                "fp8_fwd": self.fp8_fwd_half_keys, "fp8_bwd": self.fp8_bwd_half_keys}[direction]
         return (self.rate(direction, head_dim) * keys
                 / (keys + half + causal_share * self.causal_extra_keys))
 
