@@ -28,31 +28,38 @@ from importlib import resources
 
 import numpy as np
 
+from planner.spec.hardware import FlashCurve
+
 # (device spec, kernel in the CSV): the kernel the device's usual training stack runs
 SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"), ("b200", "cudnn"),
            ("gb200", "cudnn"), ("gb300", "cudnn"))
 _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 
+# the quantized directions a block may carry (`FlashCurve.DIRECTIONS` beyond fwd and bwd)
+LOW = tuple(w for w in FlashCurve.DIRECTIONS if w not in ("fwd", "bwd"))
+
+
 def rows(device: str, kernel: str, fp8: bool = False) -> list[dict]:
-    """The 16-bit forward and backward rows of one device and kernel (`fp8`: its fp8 rows,
-    directions "fp8_fwd" and "fp8_bwd")."""
+    """The 16-bit forward and backward rows of one device and kernel (`fp8`: its fp8 and
+    MXFP8 rows, directions "fp8_fwd", "fp8_bwd", "mxfp8_fwd", "mxfp8_bwd")."""
     path = resources.files("planner") / "calibration" / "flash_attention.csv"
     with path.open(newline="", encoding="utf-8") as fh:
         if fp8:
-            return [{**r, "direction": f"fp8_{r['direction']}"} for r in csv.DictReader(fh)
+            return [{**r, "direction": f"{r['precision']}_{r['direction']}"}
+                    for r in csv.DictReader(fh)
                     if r["device"] == device and r["kernel"] == kernel
-                    and r["precision"] == "fp8" and r["direction"] in ("fwd", "bwd")]
+                    and r["precision"] in ("fp8", "mxfp8") and r["direction"] in ("fwd", "bwd")]
         return [r for r in csv.DictReader(fh)
                 if r["device"] == device and r["kernel"] == kernel
                 and r["precision"] in ("fp16", "bf16") and r["direction"] in ("fwd", "bwd")]
 
 
 def fit_fp8(data: list[dict], fitted: dict) -> dict:
-    """Per fp8 direction in `data` ("fp8_fwd", "fp8_bwd"): R[d] and the half-rate keys (fp8
-    operands saturate later: the tiles finish sooner against the same softmax work)."""
+    """Per quantized direction in `data` (`LOW`): R[d] and the half-rate keys (fp8 operands
+    saturate later: the tiles finish sooner against the same softmax work)."""
     return {w: _fit_fp8_direction([r for r in data if r["direction"] == w], fitted)
-            for w in ("fp8_fwd", "fp8_bwd") if any(r["direction"] == w for r in data)}
+            for w in LOW if any(r["direction"] == w for r in data)}
 
 
 def _fit_fp8_direction(data: list[dict], fitted: dict) -> dict:
@@ -139,9 +146,8 @@ def main() -> None:
         print(f"{device} ({kernel}, {len(data)} rows, {len(data8)} fp8): "
               f"{block(kernel, fitted, fp8)}")
         shipped = load_device(device).flash_attention
-        fp8 = {w: [r for r in data8 if r["direction"] == f"fp8_{w}"] for w in ("fwd", "bwd")}
-        for what, rows_ in (("16-bit", data), ("fp8 forward", fp8["fwd"]),
-                            ("fp8 backward", fp8["bwd"])):
+        for what, rows_ in (("16-bit", data), *((w, [r for r in data8 if r["direction"] == w])
+                                                for w in LOW)):
             if rows_:
                 err = np.abs(errors(shipped, rows_))
                 print(f"  shipped spec, {what}: MAPE {100 * err.mean():.1f} %, worst "

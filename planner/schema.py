@@ -403,7 +403,11 @@ def _show() -> dict:
             "fp8_fwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
             "fp8_fwd_half_keys": {"type": ["number", "null"]},
             "fp8_bwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
-            "fp8_bwd_half_keys": {"type": ["number", "null"]}})]},
+            "fp8_bwd_half_keys": {"type": ["number", "null"]},
+            "mxfp8_fwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
+            "mxfp8_fwd_half_keys": {"type": ["number", "null"]},
+            "mxfp8_bwd_tflops": {"type": ["object", "null"], "additionalProperties": NUM},
+            "mxfp8_bwd_half_keys": {"type": ["number", "null"]}})]},
         "price_per_hour_usd": {"type": ["number", "null"]}, "default_precision": STR,
         "sources": {"type": "object", "additionalProperties": STR}},
         ["kind", "name", "peak_tflops", "memory_GiB"])

@@ -83,6 +83,26 @@ def test_fp8_attention_backward_runs_at_the_fp8_backward_curve_where_measured(s)
     assert faster == (s > 2048)
 
 
+def test_an_mxfp8_recipe_runs_fp8_attention_on_mxfp8_operands():
+    """Under an MXFP8 recipe Transformer Engine's fp8 attention takes MXFP8 tensors: both
+    directions at cuDNN's MXFP8 curves (GB300), slower than per-tensor fp8's at 8k keys; an
+    fp8 recipe keeps the per-tensor curves."""
+    fa = load_device("gb300").flash_attention
+    m, s = _bench_model(False), 4096
+    at = {t: 1, b: 4, c_p: 1, e_p: 1, e_t: 1}
+    flops = 4 * s * s * 128 * 16 * 4
+    parts = {p: LayerCosts(m, Hardware.of(load_system("gb300-nvl72"), p),
+                           Choices(flash_attention=True, fp8_attention=True)).parts()
+             for p in (Precision.fp8, Precision.mxfp8)}
+    fwd = flops / (fa.mxfp8_fwd_tflops[128] * 1e12 * s / (s + fa.mxfp8_fwd_half_keys))
+    bwd = 2.5 * flops / (fa.mxfp8_bwd_tflops[128] * 1e12 * s / (s + fa.mxfp8_bwd_half_keys))
+    mx, per_tensor = parts[Precision.mxfp8], parts[Precision.fp8]
+    assert float(mx[1].subs(at)) == pytest.approx(fwd, rel=1e-12)
+    assert float(mx[6].subs(at)) == pytest.approx(bwd, rel=1e-12)
+    for i in (1, 6):
+        assert float(mx[i].subs(at)) > float(per_tensor[i].subs(at))
+
+
 def test_unfused_attention_keeps_16_bits_under_an_fp8_or_fp4_recipe():
     """Without a fused kernel curve (MI355X) attention's two products are GEMMs at the device's
     16-bit rate in an fp8 or fp4 recipe, at the fp8 rate with fp8 attention: the same time

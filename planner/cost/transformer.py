@@ -66,6 +66,10 @@ class Hardware:
     # the fused attention kernel's measured rate curve (the device spec's `flash_attention`);
     # None: attention priced as two thin GEMMs
     flash: FlashCurve | None = None
+    # the operands of fp8 dot-product attention: Transformer Engine quantizes them as the
+    # recipe does, per tensor ("fp8"), or per 32-value block under an MXFP8 recipe ("mxfp8":
+    # pytorch/attention/dot_product_attention/backends.py at d0067d0, MXFP8Tensor inputs)
+    attention_format: str = "fp8"
     # the rate of what an fp8 / fp4 recipe keeps in 16 bits (attention's products without a
     # fused curve, the SSM scan), and of attention's products in fp8 (`fp8_attention`); both
     # `matmul_flops` for a 16-bit or wider precision (0: take `matmul_flops`)
@@ -130,6 +134,7 @@ class Hardware:
             flash=(dev.flash_attention.curve()
                    if dev.flash_attention and precision.storage_bytes == 2 else None),
             attention_flops=attention, attention_fp8_flops=attention_fp8,
+            attention_format="mxfp8" if precision is Precision.mxfp8 else "fp8",
         )
 
 

@@ -417,6 +417,19 @@ class LayerCosts:
         k = self.model.attention_keys_computed(kind.mixer)
         return G.Rational(k.numerator, k.denominator)
 
+    def _flash_direction(self, direction: str) -> str:
+        """The curve a fused attention's `direction` ("fwd", "bwd") runs at: with fp8
+        dot-product attention the kernel's rate on the recipe's operands (`attention_format`:
+        per-tensor fp8, or MXFP8's blocks) where benchmarked, else its per-tensor fp8 rate
+        where that is, else the 16-bit one. Transformer Engine runs the backward in fp8 too
+        unless NVTE_FP8_DPA_BWD=0 (pytorch/attention/dot_product_attention/backends.py at
+        d0067d0)."""
+        if self.choices.fp8_attention and self.hw.gemm_only:
+            for fmt in dict.fromkeys((self.hw.attention_format, "fp8")):
+                if self.hw.flash.has(f"{fmt}_{direction}"):
+                    return f"{fmt}_{direction}"
+        return direction
+
     def _flash(self, kind, queries, keys):
         """Forward and backward time of a fused attention kernel (FlashAttention, cuDNN) at
         the device's measured rate (`Hardware.flash`, fitted by `planner.fit_flash`): the
@@ -431,14 +444,9 @@ class LayerCosts:
                  * md.heads / t)
         width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / self.cp
         masked = 1 / self.cp if md.causal else 0
-        # fp8 dot-product attention: the kernel's fp8 forward and backward where benchmarked
-        # (Transformer Engine runs the backward in fp8 too unless NVTE_FP8_DPA_BWD=0:
-        # pytorch/attention/dot_product_attention/backends.py at d0067d0), else 16-bit
-        fp8 = self.choices.fp8_attention and self.hw.gemm_only
-        fwd = flops / curve.achieved("fp8_fwd" if fp8 and curve.fp8_fwd else "fwd", width,
-                                     per_call, masked)
-        bwd = G.Rational(5, 2) * flops / curve.achieved(
-            "fp8_bwd" if fp8 and curve.fp8_bwd else "bwd", width, per_call, masked)
+        fwd = flops / curve.achieved(self._flash_direction("fwd"), width, per_call, masked)
+        bwd = G.Rational(5, 2) * flops / curve.achieved(self._flash_direction("bwd"), width,
+                                                         per_call, masked)
         return self._kernel(fwd), self._kernel(bwd)
 
     def elementwise_kernels(self, kind=None) -> int:

@@ -170,9 +170,10 @@ class FlashAttention(Spec):
     (backward: bwd_*), causal masking adding causal_extra_keys to k_half; FLOPs counted as
     the benchmarks count them (4 s k d per head forward, half of that causal; backward 2.5x
     the forward). Head dimensions between two given interpolate; beyond them, the nearest.
-    `fp8_fwd_tflops` and `fp8_fwd_half_keys` (`fp8_bwd_*`): the same kernel's fp8 forward
-    (backward) (Transformer Engine's fp8 dot-product attention); None where no fp8 benchmark
-    is published."""
+    `fp8_fwd_tflops` and `fp8_fwd_half_keys` (and `fp8_bwd_*`, `mxfp8_fwd_*`,
+    `mxfp8_bwd_*`): the same kernel's forward (backward) on fp8 operands with one scale per
+    tensor (per 32-value block: MXFP8), Transformer Engine's fp8 dot-product attention; None
+    where no such benchmark is published."""
 
     kernel: str = Field(min_length=1)
     fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] = Field(min_length=1)
@@ -181,6 +182,10 @@ class FlashAttention(Spec):
     fp8_fwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
     fp8_bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
     fp8_bwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
+    mxfp8_fwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
+    mxfp8_fwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
+    mxfp8_bwd_tflops: dict[HeadDim, Annotated[float, Field(gt=0, le=1e6)]] | None = None
+    mxfp8_bwd_half_keys: float | None = Field(default=None, ge=0, le=1e6)
     fwd_half_keys: float = Field(ge=0, le=1e6)
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
@@ -191,44 +196,41 @@ class FlashAttention(Spec):
 
     def curve(self) -> FlashCurve:
         """The same rates as a hashable value (what the cost model's `Hardware` keeps)."""
-        return FlashCurve(tuple(sorted(self.fwd_tflops.items())),
-                          tuple(sorted(self.bwd_tflops.items())), self.fwd_half_keys,
-                          self.bwd_half_keys, self.causal_extra_keys,
-                          tuple(sorted((self.fp8_fwd_tflops or {}).items())),
-                          self.fp8_fwd_half_keys or 0.0,
-                          tuple(sorted((self.fp8_bwd_tflops or {}).items())),
-                          self.fp8_bwd_half_keys or 0.0)
+        return FlashCurve(tuple(
+            (w, tuple(sorted(rates.items())), getattr(self, f"{w}_half_keys"))
+            for w in FlashCurve.DIRECTIONS
+            if (rates := getattr(self, f"{w}_tflops")) is not None), self.causal_extra_keys)
 
 
 @dataclass(frozen=True)
 class FlashCurve:
-    """A `FlashAttention` block's rates: ((head dim, TFLOP/s), ...) per direction, the
-    half-rate keys per direction and the causal mask's extra keys. `achieved` is the one
-    place the rate curve is written: the cost model prices kernels with it and
-    `planner.fit_flash` checks it against the benchmarks."""
+    """A `FlashAttention` block's rates: per measured direction ("fwd", "bwd", "fp8_fwd",
+    ...) its ((head dim, TFLOP/s), ...) and half-rate keys, and the causal mask's extra
+    keys. `achieved` is the one place the rate curve is written: the cost model prices
+    kernels with it and `planner.fit_flash` checks it against the benchmarks."""
 
-    fwd: tuple[tuple[int, float], ...]
-    bwd: tuple[tuple[int, float], ...]
-    fwd_half_keys: float
-    bwd_half_keys: float
+    DIRECTIONS = ("fwd", "bwd", "fp8_fwd", "fp8_bwd", "mxfp8_fwd", "mxfp8_bwd")
+
+    directions: tuple[tuple[str, tuple[tuple[int, float], ...], float], ...]
     causal_extra_keys: float
-    fp8_fwd: tuple[tuple[int, float], ...] = ()  # the fp8 forward ("fp8_fwd"), if measured
-    fp8_fwd_half_keys: float = 0.0
-    fp8_bwd: tuple[tuple[int, float], ...] = ()  # the fp8 backward ("fp8_bwd"), if measured
-    fp8_bwd_half_keys: float = 0.0
+
+    def has(self, direction: str) -> bool:
+        """Whether `direction` is measured on this kernel."""
+        return any(w == direction for w, _, _ in self.directions)
+
+    def _of(self, direction: str) -> tuple[tuple[tuple[int, float], ...], float]:
+        return next((table, half) for w, table, half in self.directions if w == direction)
 
     def rate(self, direction: str, head_dim: float) -> float:
-        """`direction`: "fwd", "bwd", "fp8_fwd" or "fp8_bwd"."""
-        table = {"fwd": self.fwd, "bwd": self.bwd, "fp8_fwd": self.fp8_fwd,
-                 "fp8_bwd": self.fp8_bwd}[direction]
+        """FLOP/s of `direction` at long sequences and this head dimension."""
+        table = self._of(direction)[0]
         return 1e12 * float(np.interp(head_dim, [d for d, _ in table], [r for _, r in table]))
 
     def achieved(self, direction: str, head_dim: float, keys, causal_share=0.0):
         """FLOP/s of one kernel call over `keys` keys per query (a number or an expression):
         R[d] k / (k + k_half + causal_share x causal_extra_keys); `causal_share` the part of
         the calls under a causal mask (1, or 1 / c_p with ring attention, 0 without one)."""
-        half = {"fwd": self.fwd_half_keys, "bwd": self.bwd_half_keys,
-                "fp8_fwd": self.fp8_fwd_half_keys, "fp8_bwd": self.fp8_bwd_half_keys}[direction]
+        half = self._of(direction)[1]
         return (self.rate(direction, head_dim) * keys
                 / (keys + half + causal_share * self.causal_extra_keys))
 
