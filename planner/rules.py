@@ -102,6 +102,14 @@ FORM_RULES: tuple[Rule, ...] = (
          lambda r, x: f"{_DS}'s AutoTP (tensor_parallel.autotp_size) does not run under its "
                    f"pipeline engine (this plan: tp {r.t} x pp {r.p}); use --format megatron "
                    "or torchtitan"),
+    # activation checkpointing is the model code's call (deepspeed.checkpointing.checkpoint,
+    # or Hugging Face's gradient_checkpointing_enable): a ds_config's activation_checkpointing
+    # block only configures it (runtime/activation_checkpointing/config.py)
+    Rule("recompute", frozenset({"rec"}), _form("deepspeed"), lambda r, x: r.rec == 0,
+         lambda r, x: "a ds_config cannot turn on activation recomputation (the model code "
+                   "calls deepspeed.checkpointing.checkpoint); this plan recomputes "
+                   f"{('', 'selectively', 'every layer', 'some layers of each chunk')[r.rec]}:"
+                   " plan with --recompute none, or use --format megatron or torchtitan"),
     Rule("sequence_parallel", frozenset({"t", "sp"}), _form("deepspeed"),
          lambda r, x: (r.t == 1) | (r.sp == 0),
          lambda r, x: f"{_DS}'s AutoTP has no sequence parallelism as the plan prices it; use "

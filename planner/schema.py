@@ -162,9 +162,10 @@ def _solve() -> dict:
         # a transformer pick no calibration run covers (planner.search.support)
         "support": obj({"note": STR, "taken": BOOL, "rule": {"enum": ["band", "fraction"]},
                         "tolerance": {"type": ["number", "null"]},
-                        "fastest_iteration_time_s": NUM,
+                        "fastest_iteration_time_s": NUM, "objective": STR,
+                        "fastest_objective": NUM,
                         "alternative": {"oneOf": [{"type": "null"}, obj({
-                            "config": CONFIG, "iteration_time_s": NUM,
+                            "config": CONFIG, "iteration_time_s": NUM, "objective": NUM,
                             "time_band": {"oneOf": [{"type": "null"},
                                                     PREDICTION["properties"]["time_band"]]}})]}}),
         "search": obj({"points": INT, "rows": INT, "branches": INT, "gap": NUM,

@@ -91,3 +91,46 @@ def test_the_note_of_an_as_fast_covered_twin_says_nothing_was_given_up(run):
     code, _, err = run("solve", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "64",
                        "--global-batch", "256")
     assert code == 0 and re.search(r"ZeRO 1, \+[1-9]\d*\.\d% time, within its error band", err)
+
+
+def test_an_as_fast_zero1_twin_of_a_moe_pick_is_taken_though_no_band_covers_either(run):
+    """A mixture-of-experts plan has no band at any ZeRO stage: the default rule then takes
+    the ZeRO 1 twin only where it is as fast (tolerance 0), as --prefer-supported 0 does;
+    before, the default kept the ZeRO 2 plan that 0 gave up."""
+    from planner.search.support import supported_solve
+
+    m, system = load_model("mixtral-8x7b"), load_system("dgx-h100")
+    q = Search(global_batch=256, devices_max=64, searched=switches.SEARCHED)
+    fast, pick = supported_solve(m, system, Precision.bf16, q)
+    zero0 = supported_solve(m, system, Precision.bf16, q, prefer=0.0)[1]
+    assert pick.plan.zero == zero0.plan.zero
+    assert pick.objective.value == pytest.approx(zero0.objective.value, rel=1e-12)
+    if fast.plan.zero >= 2:
+        assert pick.support["tolerance"] == 0.0 and pick.support["taken"] == (
+            pick.plan.zero == 1)
+
+
+def test_the_covered_plan_is_compared_in_the_searchs_objective():
+    """Under --objective cost the covered plan is weighed by its cost, not its step time (a
+    ZeRO 1 plan on 4x the devices is faster and dearer): --prefer-supported 0 keeps the
+    cheapest plan, and a taken plan is within the band of the cheapest's cost."""
+    from planner.search.support import supported_solve
+    from planner.search.training import Training
+
+    m, system = load_model("llama3-70b"), load_system("dgx-h100")
+    q = Search(global_batch=512, devices_max=512, objective="cost",
+               training=Training(critical_batch=None, target_samples=512_000,
+                                 price_per_device_hour=2.0),
+               searched=switches.SEARCHED)
+    fast, pick = supported_solve(m, system, Precision.bf16, q)
+    kept = supported_solve(m, system, Precision.bf16, q, prefer=0.0)[1]
+    assert kept.objective.value == pytest.approx(fast.objective.value, rel=1e-12)
+    sup = pick.support
+    cost = sup["alternative"]["objective"]
+    assert sup["fastest_objective"] == fast.objective.value
+    assert sup["taken"] == (cost <= (1 + sup["tolerance"]) * fast.objective.value)
+    # here (ZeRO 2 on 256 GPUs, ZeRO 1 on 72) the covered plan is within the band in cost
+    # and far outside it in step time: a step-time rule would not have taken it
+    assert sup["taken"] and pick.plan.zero == 1 and pick.plan.devices < fast.plan.devices
+    assert pick.prediction.iteration_time_s > (1 + sup["tolerance"]) * \
+        fast.prediction.iteration_time_s

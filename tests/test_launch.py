@@ -311,11 +311,12 @@ def test_a_cnn_plan_carries_its_optimizer_and_its_pipeline_schedule(run, run_jso
 
 
 # Llama-3-8B on 2 DGX H100 with a 2-stage pipeline; on one with tp 2 (DeepSpeed AutoTP)
+# (sequence 2,048: no recomputation, which a ds_config cannot turn on)
 DS_PP = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--pp", "2",
-         "--micro-batch", "1", "--global-batch", "64", "--recompute", "full", "--precision",
+         "--micro-batch", "1", "--global-batch", "64", "--seq-len", "2048", "--precision",
          "bf16")
 DS_TP = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8", "--tp", "2",
-         "--global-batch", "64", "--zero", "1", "--recompute", "full", "--precision", "bf16")
+         "--global-batch", "64", "--zero", "1", "--seq-len", "2048", "--precision", "bf16")
 
 
 def test_deepspeed_config_parses_and_batch_is_micro_x_accumulation_x_dp(run, run_json):
@@ -353,12 +354,14 @@ def test_deepspeed_config_parses_and_batch_is_micro_x_accumulation_x_dp(run, run
     (("--pp", "2", "--interleave", "2"), "interleaved"),
     (("--precision", "fp8"), "fp8"),
     (("--precision", "mxfp8"), "mxfp8"),
+    (("--recompute", "full"), "activation recomputation"),  # the model code's call
+    (("--recompute", "selective"), "activation recomputation"),
 ])
 def test_deepspeed_expresses_the_plan_or_refuses_it(run, extra, names):
     """One rule for every format: what the ds_config cannot say is refused (exit 2) with a
     one-line message naming the format that can, never dropped."""
     base = ("evaluate", "-m", "llama3-8b", "-H", "dgx-b200" if "mxfp8" in extra else "dgx-h100",
-            "--devices", "16", "--global-batch", "64", "--recompute", "full", "--zero", "1")
+            "--devices", "16", "--global-batch", "64", "--seq-len", "2048", "--zero", "1")
     code, _, err = run(*base, *extra, "--format", "deepspeed")
     assert code == 2 and names in err and "--format megatron" in err, err
     assert len(err.strip().splitlines()) == 1
@@ -663,6 +666,7 @@ def test_solve_for_a_form_picks_a_plan_the_form_writes(run, run_json, form, args
     rules.check_form(form, plan)  # what the writer checks too
     if form == "deepspeed":
         assert plan["cp"] == 1 and plan["ep"] == 1 and not (plan["tp"] > 1 and plan["pp"] > 1)
+        assert plan["recompute"] == "none" and not plan.get("recompute_layers")
         assert not (plan["tp"] > 1 and plan["sequence_parallel"])
     else:
         assert not plan.get("recompute_layers")

@@ -184,8 +184,9 @@ def check_ds_config(cfg: dict) -> None:
         "bfloat16 and fp16 modes cannot be simultaneously enabled"
 
 
-LLAMA = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--global-batch", "64", "--recompute",
-         "full")
+# no recomputation (a ds_config cannot turn it on): short sequences, one per micro-batch
+LLAMA = ("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--global-batch", "64",
+         "--seq-len", "1024", "--micro-batch", "1")
 PLANS = {
     "zero0-bf16-pp": ("--devices", "16", "--pp", "2", "--micro-batch", "1", "--zero", "0",
                       "--precision", "bf16"),

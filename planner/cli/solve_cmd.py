@@ -274,25 +274,32 @@ def _support_line(sol) -> str:
     --prefer-supported took, or the one a user may pin beside the fastest."""
     sup = sol.support
     why, alt = sup["note"], sup["alternative"]
+    # the objective's words: the best plan, its measure, "as <good> as"
+    best, what, good = {"cost": ("cheapest", "cost", "cheap"),
+                        "time-to-train": ("fastest to train", "time to train", "fast")}.get(
+        sup["objective"], ("fastest", "time", "fast"))
+    keeps = ("" if sup["rule"] == "fraction" and sup["tolerance"] == 0
+             else " (--prefer-supported 0 keeps it)")
     if sup["taken"]:
-        change = sol.prediction.iteration_time_s / sup["fastest_iteration_time_s"] - 1
+        change = sol.objective.value / sup["fastest_objective"] - 1
         if abs(change) < 5e-4:  # the twin of the fastest: nothing was given up
-            return (f"planner: note: took ZeRO {sol.plan.zero}, as fast as the fastest plan, "
-                    f"which has {why.removeprefix('not covered: ')} (--prefer-supported 0 "
-                    "keeps it)")
+            # (--prefer-supported 0 takes it too: nothing to keep)
+            return (f"planner: note: took ZeRO {sol.plan.zero}, as {good} as the {best} plan, "
+                    f"which has {why.removeprefix('not covered: ')}")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
-        return (f"planner: note: took the fastest plan with its gradients and weights whole "
-                f"(ZeRO {sol.plan.zero}, {change:+.1%} time, {within}) over the fastest, which "
-                f"has {why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
+        return (f"planner: note: took the {best} plan with its gradients and weights whole "
+                f"(ZeRO {sol.plan.zero}, {change:+.1%} {what}, {within}) over the {best}, which"
+                f" has {why.removeprefix('not covered: ')}{keeps}")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
-        line += (f"; with gradients and weights whole the fastest plan is tp {c['tp']} x cp "
-                 f"{c['cp']} x pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely} (--zero "
-                 f"{c['zero']} pins it; --prefer-supported F takes it when within F of the "
-                 f"fastest)")
+        change = alt["objective"] / sup["fastest_objective"] - 1
+        line += (f"; with gradients and weights whole the {best} plan is tp {c['tp']} x cp "
+                 f"{c['cp']} x pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}"
+                 f", {change:+.1%} {what} (--zero {c['zero']} pins it; --prefer-supported F "
+                 f"takes it when within F of the {best})")
     return line
 
 

@@ -1,7 +1,8 @@
 """Where the chosen plan has no calibration run behind it (its `likely` band says "not
 covered": weights sharded with ZeRO-3 / FSDP, gradients sharded with ZeRO-2, or a
 mixture-of-experts model; `planner.bands`), the fastest plan the data does cover beside it,
-and the preference for it. For a ZeRO-2 or ZeRO-3 pick the covered plan is the fastest ZeRO 1
+and the preference for it, compared in what the search minimised (the time per sample, the cost
+or the time to train). For a ZeRO-2 or ZeRO-3 pick the covered plan is the fastest ZeRO 1
 plan (gradients and weights whole, Megatron-LM's distributed optimizer, what every calibration
 run holds): the search itself offers stages 2 and 3 only, stage 2 moving what stages 0 and 1
 move and holding less (its dominance rule, `planner.search.hybrid`), so a pick holds its
@@ -32,7 +33,7 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
     ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick (None where none fits), the tolerance and whether
     the plan was taken: when its iteration time is within 1 + tolerance of the fastest plan's, the
     tolerance being `prefer` F or, with None, the covered plan's band spread (high / low - 1;
-    none where it has no band)."""
+    0 where it has no band). Compared in the search's objective."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
@@ -42,16 +43,19 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
             alt = solve_covered()
         except (SpecError, InfeasibleError):
             alt = None
-    fastest = sol.prediction.iteration_time_s
     tolerance = prefer if prefer is not None else band_tolerance(alt)
+    # compared in what the search minimised (time per sample, cost, time to train: each
+    # proportional to the iteration time of its plan, so the band's spread carries over)
     taken = (alt is not None and tolerance is not None
-             and alt.prediction.iteration_time_s <= (1 + tolerance) * fastest)
+             and alt.objective.value <= (1 + tolerance) * sol.objective.value)
     record = {"note": band["note"], "taken": taken,
               "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
-              "fastest_iteration_time_s": fastest,
+              "fastest_iteration_time_s": sol.prediction.iteration_time_s,
+              "objective": sol.objective.name, "fastest_objective": sol.objective.value,
               "alternative": None if alt is None else {
                   "config": alt.plan.to_json(),
                   "iteration_time_s": alt.prediction.iteration_time_s,
+                  "objective": alt.objective.value,
                   "time_band": alt.prediction.time_band}}
     chosen = alt if taken else sol
     return dataclasses.replace(chosen, support=record)
@@ -59,10 +63,13 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
 
 def band_tolerance(alt: Solution | None) -> float | None:
     """How much slower than the fastest plan the covered `alt` may be predicted and still lie
-    within the fastest plan's band: its own band's spread high / low - 1 (None: no band)."""
-    band = alt.prediction.time_band if alt is not None else None
-    if not band or "low_ratio" not in band:
+    within the fastest plan's band: its own band's spread high / low - 1; 0 where it has no
+    band either (a mixture-of-experts plan: taken only as fast); None without `alt`."""
+    if alt is None:
         return None
+    band = alt.prediction.time_band
+    if not band or "low_ratio" not in band:
+        return 0.0
     return band["high_ratio"] / band["low_ratio"] - 1
 
 
