@@ -215,7 +215,7 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
              "seq_len": specs.seq_len, **switch_values}
     chosen = switches.given(switch_values)
     if specs.family == "transformer":
-        only_for("transformer", given, CNN_ONLY)
+        only_for("transformer", given, CNN_ONLY, specs.system.devices_per_node)
         chosen.update(switches.framework_pins(chosen, framework, specs.precision.value,
                                               zero or 0))
         return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
@@ -356,7 +356,9 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     if specs.family == "transformer":
         only_for("transformer", {"optimizer": optimizer, "servers": servers,
                                  "collective": collective, "strategy": strategy,
-                                 "stages": stages, **problem}, CNN_ONLY)
+                                 "stages": stages, **problem}, CNN_ONLY,
+                 specs.system.devices_per_node)
+        problem.pop("devices_per_node", None)  # the whole node, as every transformer plan
         from planner.search.hybrid import Search
 
         m, system, prec = specs.transformer()

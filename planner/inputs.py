@@ -109,9 +109,16 @@ def enum_value(cls, value, key: str):
     return None if value is None else choice(cls, value, key)
 
 
-def only_for(family: str, given: dict, keys) -> None:
-    """One-line error for an argument the other family takes."""
+def only_for(family: str, given: dict, keys, node: int | None = None) -> None:
+    """One-line error for an argument the other family takes. `node`: a transformer's whole
+    node, which a devices_per_node equal to it names (what `solve`'s JSON config carries)."""
+    if node is not None and given.get("devices_per_node") not in (None, node):
+        raise SpecError(f"devices_per_node: a transformer plan runs whole nodes of {node} "
+                        f"devices (--devices-per-node {node}, or leave it out); got "
+                        f"{given['devices_per_node']}")
     for key in keys:
+        if node is not None and key == "devices_per_node":
+            continue
         if given.get(key) is not None:
             other = "CNN" if family == "transformer" else "transformer"
             raise SpecError(f"{key}: --{cli_flag(key)} applies to {other} models only")

@@ -257,12 +257,12 @@ def check_lora(model, rank: int) -> None:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= model.hidden:
         raise SpecError(f"lora_rank: must be an integer in [1, {model.hidden}] (the hidden "
                         f"size), got {rank!r}")
-    why = ("a mixture-of-experts model" if model.experts > 1 else
-           "multi-latent attention" if model.mla else
-           "no attention layers" if not model.lora_params(rank) else None)
+    why = ("is a mixture-of-experts model" if model.experts > 1 else
+           "has multi-latent attention" if model.mla else
+           "has no attention layers" if not model.lora_params(rank) else None)
     if why:
         raise SpecError(f"lora_rank: LoRA is priced on the attention projections of dense "
-                        f"models; '{model.name}' has {why}")
+                        f"models; '{model.name}' {why}")
 
 
 def check_for_model(model, plan: Plan) -> None:
@@ -338,7 +338,13 @@ def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
         raise SpecError(f"pp: pinning the first / last stage layers needs pp >= {least} "
                         f"(got {pp})")
     others = pp - len(pinned)
-    if bool(rest) != bool(others) or (others and rest % others):
+    if others and not rest:
+        raise SpecError(f"pp: the pinned first / last stages hold all {m.layers} layers of "
+                        f"'{m.name}', none left for the {others} other stages")
+    if rest and not others:
+        raise SpecError(f"pp: the pinned first / last stages leave {rest} of the {m.layers} "
+                        f"layers of '{m.name}' and no other stage to hold them")
+    if others and rest % others:
         raise SpecError(f"pp: the {rest} layers left of '{m.name}' ({m.layers} minus the pinned "
                         f"first / last stages) do not split evenly over the {others} other "
                         f"stages")

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 
 def test_solve_json_contract(run_json):
     doc = run_json("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256")
@@ -103,3 +105,31 @@ def test_the_text_names_the_sequence_length_and_explains_superlinear_scaling(run
     assert code == 0, err
     likely = next(line for line in out.splitlines() if line.startswith("likely"))
     assert likely.endswith("such runs measured slower than predicted)")
+
+
+def test_a_transformer_takes_its_whole_node_as_devices_per_node(run):
+    """`solve`'s JSON config carries devices_per_node; fed back to `evaluate` (or `solve`) for
+    a transformer, the whole node is accepted, any other count is one line, exit 2."""
+    base = ("-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch", "64")
+    code, out, err = run("evaluate", *base, "--tp", "2", "--devices-per-node", "8")
+    assert code == 0 and "2 nodes x 8 devices" in out, err
+    assert run("solve", *base, "--devices-per-node", "8")[0] == 0
+    code, _, err = run("evaluate", *base, "--devices-per-node", "4")
+    assert code == 2 and "whole nodes of 8 devices" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("pins, named", [
+    (("--tp", "4", "--cp", "4", "--pp", "8"), ["tp", "cp", "pp"]),  # 128 ranks > 64 devices
+    (("--tp", "8", "--cp", "8", "--pp", "2"), ["tp", "cp", "pp"]),
+])
+def test_infeasible_pins_name_the_smallest_set_that_conflicts_together(run, pins, named):
+    """No split of 64 devices holds tp x cp x pp = 128: the error names the three pins
+    together (the smallest set no plan meets), not one that alone would be feasible."""
+    base = ("solve", "-m", "llama3-8b", "-H", "dgx-h100", "--devices-max", "64",
+            "--global-batch", "64", "--format", "json")
+    code, out, _ = run(*base, *pins)
+    error = json.loads(out)["error"]
+    assert code == 1 and error["kind"] == "infeasible" and error["constraints"] == named
+    for one in named:  # each alone is feasible
+        i = pins.index(f"--{one}")
+        assert run(*base, *pins[i:i + 2])[0] == 0

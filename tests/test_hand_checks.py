@@ -113,6 +113,17 @@ def test_knee_line_says_why_a_doubling_beats_2x():
                       "tolerance": 0.1, "best_time_s": 0.9, "best_devices": 32,
                       "last_doubling_speedup": 1.9, "last_doubling_from_devices": 16})[1]
     assert "memory" not in line
+    # 2.0003 prints as 2.00: no claim that it beats 2
+    line = knee_pair({"devices": 16, "time_s": 1.0, "measure": "time per sample",
+                      "tolerance": 0.1, "best_time_s": 0.9, "best_devices": 32,
+                      "last_doubling_speedup": 2.0003, "last_doubling_from_devices": 16})[1]
+    assert "2.00 x" in line and "memory" not in line
+    # from 5 to 40 devices (the best plan on at most half) 6.3 x is 8 x the devices: no claim
+    line = knee_pair({"devices": 40, "time_s": 1.0, "measure": "time per sample",
+                      "tolerance": 0.1, "best_time_s": 1.0, "best_devices": 40,
+                      "last_doubling_speedup": 6.3, "last_doubling_from_devices": 5})[1]
+    assert "8 x the devices (5 -> 40 devices)" in line and "doubling" not in line
+    assert "memory" not in line
 
 
 def test_an_overlapped_sync_costs_the_compute_it_slows():

@@ -116,13 +116,14 @@ def test_launchers_write_instances_replicate_degrees_and_mics(run):
 
     par = torchtitan_config(_ok(run, *args, "--zero", "3", "--format", "torchtitan")).parallelism
     assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (4, 8)
-    ds = json.loads(_ok(run, *args, "--zero", "3", "--format", "deepspeed"))
+    ds_args = (*args, "--recompute", "none", "--seq-len", "2048")  # a ds_config recomputes not
+    ds = json.loads(_ok(run, *ds_args, "--zero", "3", "--format", "deepspeed"))
     assert ds["zero_optimization"] == {"stage": 3, "overlap_comm": True,
                                        "mics_shard_size": 8}
-    code, _, err = run(*args, "--zero", "1", "--format", "deepspeed")
+    code, _, err = run(*ds_args, "--zero", "1", "--format", "deepspeed")
     assert code == 2 and "MiCS" in err
     # MiCS groups are counted over the whole world: with tp 2 they are not the plan's groups
-    code, _, err = run(*args, "--zero", "3", "--tp", "2", "--dp-shard", "4", "--format",
+    code, _, err = run(*ds_args, "--zero", "3", "--tp", "2", "--dp-shard", "4", "--format",
                        "deepspeed")
     assert code == 2 and "MiCS shard groups are counted over all ranks" in err
 

@@ -54,6 +54,23 @@ def test_spec_error_names_file_key_and_value(run, tmp_path):
     assert (e["file"], e["key"], e["value"]) == (str(spec), "layers", "0")
 
 
+def test_an_unknown_key_is_the_key_named(run, tmp_path):
+    """"unknown key 'x'" names the key x (no value): in a spec file and in a batch line."""
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("kind: transformer\nname: x\nlayers: 2\nhidden: 64\nheads: 4\n"
+                    "seq_len: 8\nvocab: 10\nbogus_key: 1\n")
+    code, out, _ = run("evaluate", "-m", str(spec), "-H", "dgx-a100-80gb", "--devices", "8",
+                       "--global-batch", "8", "--format", "json")
+    e = json.loads(out)["error"]
+    assert code == 2 and (e["file"], e["key"], e["value"]) == (str(spec), "bogus_key", None)
+    lines = tmp_path / "b.jsonl"
+    lines.write_text(json.dumps({"model": "llama3-8b", "hardware": "dgx-h100", "devices": 8,
+                                 "global_batch": 64, "bogus_key": 1}) + "\n")
+    code, out, _ = run("evaluate", "--batch", str(lines))
+    e = json.loads(out)["error"]
+    assert code == 2 and (e["key"], e["value"]) == ("bogus_key", None)
+
+
 def test_internal_error_is_json_too(run, monkeypatch):
     import planner.api
 

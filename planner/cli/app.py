@@ -75,7 +75,9 @@ def error_doc(command: str, kind: str, message: str, exc: BaseException) -> dict
     if (m := _GOT.search(message)) is not None:
         value = m.group(1)
     if (m := _NAMED.search(message)) is not None:  # unknown model 'x', Invalid value for '--k': 'x'
-        key, value = m.group(1) or m.group(2), m.group(3)
+        # "unknown key 'x'" names the key itself (no value)
+        key, value = ((m.group(3), None) if m.group(1) == "key"
+                      else (m.group(1) or m.group(2), m.group(3)))
     elif (m := _FLAG_NUMBER.match(message)) is not None:
         key, value = m.group(1), m.group(2)
     elif value is None and key is not None and (m := _LEAD_NUMBER.match(message)) is not None:

@@ -35,7 +35,7 @@ EVAL_KEYS = {"model", "hardware", "nodes", "devices", "devices_per_node", "globa
 @click.option("--nodes", type=DecimalInt(1, 2**20), help="Nodes.")
 @click.option("--devices", type=DecimalInt(1, 2**23), help="Devices in total (instead of --nodes).")
 @click.option("--devices-per-node", type=DecimalInt(1, 1024),
-              help="Devices used per node [default: all].")
+              help="Devices used per node [default: all; a transformer plan uses all].")
 @click.option("--global-batch", type=DecimalInt(1, 2**40), help="Global batch (strong scaling).")
 @click.option("--local-batch", type=DecimalInt(1, 2**30), help="Local batch (weak scaling).")
 @click.option("--collective", type=click.Choice(COLLECTIVES), default=None,

@@ -38,7 +38,8 @@ from planner.search.objective import Objective
 @click.option("--nodes-max", type=DecimalInt(1, 2**20), help="Node budget.")
 @click.option("--devices", type=DecimalInt(1, 2**23), help="Pin the device count.")
 @click.option("--devices-max", type=DecimalInt(1, 2**23), help="Device budget.")
-@click.option("--devices-per-node", type=DecimalInt(1, 1024), help="Pin devices used per node.")
+@click.option("--devices-per-node", type=DecimalInt(1, 1024),
+              help="Pin devices used per node (a transformer plan uses all).")
 @click.option("--global-batch", type=DecimalInt(1, 2**40), help="Fixed global batch.")
 @click.option("--global-batch-max", type=DecimalInt(1, 2**40),
               help="Global batch up to this (same as --global-batch-range 1:MAX).")

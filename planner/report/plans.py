@@ -4,6 +4,7 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 from planner import switches
 from planner.report.render import count, duration, key_values, si, span, table, usd
@@ -14,10 +15,13 @@ def evaluation_doc(plan, pred) -> dict:
 
 
 def _split(plan) -> str:
-    return (f"{plan.tp}x" + (f"cp{plan.cp}x" if plan.cp > 1 else "")
-            + (f"ep{plan.ep}x" if plan.ep > 1 else "")
-            + (f"etp{plan.etp}x" if plan.etp != plan.tp else "") + f"{plan.pp}"
-            + (f"(v{plan.interleave})" if plan.interleave > 1 else "") + f"x{plan.dp}")
+    """The split in the plan line's words, compact: tp 2 cp 2 ep 8 pp 2x16 dp 8 (cp, ep, etp
+    where they are not the default; the interleave after pp)."""
+    return " ".join([f"tp {plan.tp}", *([f"cp {plan.cp}"] if plan.cp > 1 else []),
+                     *([f"ep {plan.ep}"] if plan.ep > 1 else []),
+                     *([f"etp {plan.etp}"] if plan.etp != plan.tp else []),
+                     f"pp {plan.pp}" + (f"x{plan.interleave}" if plan.interleave > 1 else ""),
+                     f"dp {plan.dp}"])
 
 
 def plan_text(plan) -> str:
@@ -157,12 +161,15 @@ def solution_doc(sol) -> dict:
 
 def knee_pair(knee: dict) -> tuple[str, str]:
     """Where scaling stops: the knee and the last doubling's speed-up, as one text line."""
-    last = knee["last_doubling_speedup"]
-    doubling = ("" if last is None else
-                f"; the last doubling ({knee['last_doubling_from_devices']} -> "
-                f"{knee['best_devices']} devices) speeds up {last:.2f} x"
-                + (" (above 2 x: the fewer devices' memory held them to a slower plan)"
-                   if last > 2 + 1e-9 else ""))
+    last, doubling = knee["last_doubling_speedup"], ""
+    if last is not None:
+        a, b = knee["last_doubling_from_devices"], knee["best_devices"]
+        # the best plan on at most half the devices: a doubling where it has exactly half
+        step = "the last doubling" if b == 2 * a else f"{b / a:.3g} x the devices"
+        doubling = (f"; {step} ({a} -> {b} devices) speeds up {last:.2f} x"
+                    # faster than the devices grew (as printed): memory, not compute
+                    + (f" (above {b / a:.3g} x: the fewer devices' memory held them to a "
+                       "slower plan)" if round(last, 2) > b / a else ""))
     return ("knee", f"{knee['devices']} devices reach {span(knee['time_s'])} "
                     f"{knee['measure']}, within {knee['tolerance']:.0%} of the best "
                     f"({span(knee['best_time_s'])} on {knee['best_devices']} devices)"
@@ -201,10 +208,14 @@ def _training_text(training: dict | None, pareto: list[dict] | None,
     out = [key_values([time_to_train_pair(training, price)])] if training else []
     if pareto:
         rows = [[p["config"]["nodes"], p["config"]["devices"],
-                 f"{p['config']['tp']}x{p['config']['pp']}x{p['config']['dp']}",
+                 _split(SimpleNamespace(tp=p["config"]["tp"], pp=p["config"]["pp"],
+                                        dp=p["config"]["dp"], cp=p["config"].get("cp", 1),
+                                        ep=p["config"].get("ep", 1),
+                                        etp=p["config"].get("etp") or p["config"]["tp"],
+                                        interleave=p["config"].get("interleave", 1))),
                  p["config"]["global_batch"], duration(p["time_to_train_s"]),
                  usd(p["cost_usd"])] for p in pareto]
-        head = ["nodes", "devices", "tp x pp x dp", "batch", "time to train", "cost"]
+        head = ["nodes", "devices", "split", "batch", "time to train", "cost"]
         shown = rows if len(rows) <= 12 else rows[:6] + [["..."] * len(head)] + rows[-5:]
         out.append(f"Pareto front ({len(rows)} plans, fastest first):\n" + table(head, shown))
     return out
@@ -235,12 +246,14 @@ def solution_text(sol, precision: dict | None = None, token_budget: dict | None 
         out.append(key_values([knee_pair(sol.knee)]))
     out += _training_text(sol.training, sol.pareto, price)
     if sol.alternatives:
+        # a transformer's plans have no collective choice: its column only for CNNs
+        collective = any(p.collective for p, _ in sol.alternatives)
         rows = [[p.nodes, p.devices_per_node, _split(p), p.global_batch, p.micro_batch,
-                 p.collective.value if p.collective else "-", span(pr.iteration_time_s),
-                 _rate(pr), _use(pr)] for p, pr in sol.alternatives]
+                 *([p.collective.value if p.collective else "-"] if collective else []),
+                 span(pr.iteration_time_s), _rate(pr), _use(pr)] for p, pr in sol.alternatives]
         out.append("runners-up:\n" + table(
-            ["nodes", "dev/node", "tp x pp x dp", "batch", "micro", "collective", "iteration",
-             "throughput", "use"], rows))
+            ["nodes", "dev/node", "split", "batch", "micro",
+             *(["collective"] if collective else []), "iteration", "throughput", "use"], rows))
     return "\n\n".join(out)
 
 
@@ -347,7 +360,7 @@ def sweep_text(sw) -> str:
                     "n/a" if cost is None else f"{cost:,.0f}"]
         rows.append(row + ["yes" if pred.fits_memory else "NO"])
     head = ["nodes", "devices", "batch"] + (["GB/s"] if show_bw else [])
-    head += ["tp x pp x dp", "micro"] if show_split else ["local"]
+    head += ["split", "micro"] if show_split else ["local"]
     head += ["iteration", "compute", "exposed comm", "throughput"]
     head += ["MFU", "scaling"] if show_split else ["speed-up", "eff."]
     head += (["to train", "cost USD"] if show_train else []) + ["fits"]

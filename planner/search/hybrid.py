@@ -442,16 +442,21 @@ class HybridSolver:
         return sizes[inverse.ravel()]
 
     def _explain_empty(self) -> InfeasibleError:
-        """No structure meets the pins: name the smallest set of pins whose removal helps."""
+        """No structure meets the pins: name the smallest set of pins no split meets together
+        (with the batch, the model's shape and the device budget; every other pin freed)."""
         pins = [k for k in ("devices", "tp", "cp", "ep", "etp", "pp", "dp", "micro_batch",
                             "interleave", "dp_shard", "framework")
                 if getattr(self.q, k)]
         batch = (f"global_batch = {self.q.global_batch}" if self.q.global_batch else
                  f"the global batches {', '.join(map(str, self.batches))}")
-        for size in range(1, len(pins) + 1):
+
+        def feasible(kept) -> bool:
+            free = dataclasses.replace(self.q, **{k: None for k in pins if k not in kept})
+            return any(len(structures(self.m, self.hw.g, free, B)) for B in self.batches)
+
+        for size in range(1, len(pins) + 1) if feasible(()) else ():
             for combo in itertools.combinations(pins, size):
-                free = dataclasses.replace(self.q, **{k: None for k in combo})
-                if any(len(structures(self.m, self.hw.g, free, B)) for B in self.batches):
+                if not feasible(combo):
                     what = ", ".join(f"{k} = {getattr(self.q, k)}" for k in combo)
                     grid = ""
                     if self.m.experts > 1 and (self.q.ep or self.q.etp):
