@@ -328,9 +328,10 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     run covers carries `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the
     fastest ZeRO 1 plan beside it, taken by default where it lies within the fastest plan's
     error band (the covered plan's high / low - 1), or with `prefer_supported` F within 1 + F
-    (0: keep the fastest). `framework` (megatron, torchtitan, deepspeed): the plan is priced
-    as that framework runs it (`switches.framework_pins`) and must be one its launcher form
-    writes, so the switches it cannot write are not tried (`switches.left_to_search`)."""
+    (0: only one as good), in the objective's value. `framework` (megatron, torchtitan,
+    deepspeed): the plan is priced as that framework runs it (`switches.framework_pins`) and
+    must be one its launcher form writes, so the switches it cannot write are not tried
+    (`switches.left_to_search`)."""
     if objective is None:
         objective = "token-budget" if problem.get("token_budget") is not None else "throughput"
     nodes = specs.pool_nodes

@@ -15,8 +15,8 @@ so one `causal_extra_keys` per device, fitted on the forward, stands in for the 
 source does not give (cuDNN's causal backward). Fitted by alternating the closed-form least
 squares of each R (mean log ratio, k_half fixed) with a log-grid search of each k_half, on the
 squared log error. The fp8 forward and backward, where benchmarked (cuDNN's forward on H100;
-both directions on GB200 and GB300), are the same kernel with fp8 operands: each direction's
-R[d] and k_half are fitted with the 16-bit fit's causal extra held.
+both directions on GB200 and GB300, per-tensor fp8 and MXFP8), are the same kernel with fp8
+operands: each direction's R[d] and k_half are fitted with the 16-bit fit's causal extra held.
 
     python -m planner.fit_flash          # the fitted blocks and their error per device
 """
@@ -113,7 +113,8 @@ def fit(data: list[dict]) -> dict:
 
 
 def block(kernel: str, fitted: dict, fp8: dict | None = None) -> dict:
-    """The device spec's `flash_attention:` block from a fit (and its fp8 forward's)."""
+    """The device spec's `flash_attention:` block from a fit (and its quantized directions',
+    `fit_fp8`)."""
     rates, halves = fitted["rates"], fitted["halves"]
     extra = halves[("fwd", True)] - halves[("fwd", False)]
     out = {"kernel": kernel,

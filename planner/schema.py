@@ -165,7 +165,7 @@ def _solve() -> dict:
                         "fastest_iteration_time_s": NUM, "objective": STR,
                         "fastest_objective": NUM,
                         "alternative": {"oneOf": [{"type": "null"}, obj({
-                            "config": CONFIG, "iteration_time_s": NUM, "objective": NUM,
+                            "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM,
                             "time_band": {"oneOf": [{"type": "null"},
                                                     PREDICTION["properties"]["time_band"]]}})]}}),
         "search": obj({"points": INT, "rows": INT, "branches": INT, "gap": NUM,

@@ -118,6 +118,17 @@ def test_a_transformer_takes_its_whole_node_as_devices_per_node(run):
     assert code == 2 and "whole nodes of 8 devices" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_batch_line_takes_a_transformers_whole_node_too(run, tmp_path):
+    lines = tmp_path / "b.jsonl"
+    line = {"model": "llama3-8b", "hardware": "dgx-h100", "devices": 16, "global_batch": 64}
+    lines.write_text(json.dumps({**line, "devices_per_node": 8}) + "\n"
+                     + json.dumps({**line, "devices_per_node": 4}) + "\n")
+    code, out, _ = run("evaluate", "--batch", str(lines))
+    first, second = (json.loads(x) for x in out.splitlines())
+    assert code == 2 and first["config"]["devices_per_node"] == 8
+    assert "whole nodes of 8 devices" in second["error"]["message"]
+
+
 @pytest.mark.parametrize("pins, named", [
     (("--tp", "4", "--cp", "4", "--pp", "8"), ["tp", "cp", "pp"]),  # 128 ranks > 64 devices
     (("--tp", "8", "--cp", "8", "--pp", "2"), ["tp", "cp", "pp"]),

@@ -124,6 +124,11 @@ def test_knee_line_says_why_a_doubling_beats_2x():
                       "last_doubling_speedup": 6.3, "last_doubling_from_devices": 5})[1]
     assert "8 x the devices (5 -> 40 devices)" in line and "doubling" not in line
     assert "memory" not in line
+    # 24 -> 64 devices is 2.67 x: a speed-up printed as 2.67 is not above it
+    line = knee_pair({"devices": 24, "time_s": 1.0, "measure": "time per sample",
+                      "tolerance": 0.1, "best_time_s": 0.9, "best_devices": 64,
+                      "last_doubling_speedup": 2.6667, "last_doubling_from_devices": 24})[1]
+    assert "speeds up 2.67 x" in line and "memory" not in line
 
 
 def test_an_overlapped_sync_costs_the_compute_it_slows():

@@ -160,8 +160,9 @@ def _evaluate_jsonl(path: str) -> None:
             _check_batch_values(req, f"{path}:{k}")
             model, hardware = req.pop("model"), req.pop("hardware")
             if api.is_transformer(model):
-                cnn_only = sorted(set(req) & {"devices_per_node", "local_batch", "collective",
-                                             "servers", *switches.CNN_ONLY})
+                # devices_per_node: `api.evaluate` takes the whole node (`only_for`)
+                cnn_only = sorted(set(req) & {"local_batch", "collective", "servers",
+                                             *switches.CNN_ONLY})
                 if cnn_only:
                     raise SpecError(f"{path}:{k}: key '{cnn_only[0]}' applies to CNN models only")
                 if not isinstance(req.get("global_batch"), int):

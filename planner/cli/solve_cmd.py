@@ -84,9 +84,10 @@ from planner.search.objective import Objective
                    "this fraction of the best plan's (0.10 = 10%).")
 @click.option("--prefer-supported", type=FiniteFloat(0, 1), default=None,
               help="Transformers: when no calibration run resembles the fastest plan "
-                   "(ZeRO-2 / -3), take the fastest ZeRO 1 plan if it is within "
-                   "this fraction of its time (0: keep the fastest). Default: when it is "
-                   "within the fastest plan's error band (the two bands overlap).")
+                   "(ZeRO-2 / -3), take the best ZeRO 1 plan if it is within this "
+                   "fraction of the best plan's objective (time per sample, cost, time to "
+                   "train; 0: only one as good). Default: when it is within the best "
+                   "plan's error band (the two bands overlap).")
 @click.option("--top", type=DecimalInt(0, 100), default=0, show_default=True,
               help="Also return this many runners-up, each a different split, device count or "
                    "batch (not the same plan with another collective or micro-batch).")
@@ -279,8 +280,6 @@ def _support_line(sol) -> str:
     best, what, good = {"cost": ("cheapest", "cost", "cheap"),
                         "time-to-train": ("fastest to train", "time to train", "fast")}.get(
         sup["objective"], ("fastest", "time", "fast"))
-    keeps = ("" if sup["rule"] == "fraction" and sup["tolerance"] == 0
-             else " (--prefer-supported 0 keeps it)")
     if sup["taken"]:
         change = sol.objective.value / sup["fastest_objective"] - 1
         if abs(change) < 5e-4:  # the twin of the fastest: nothing was given up
@@ -291,12 +290,12 @@ def _support_line(sol) -> str:
                   else f"within --prefer-supported {sup['tolerance']:g}")
         return (f"planner: note: took the {best} plan with its gradients and weights whole "
                 f"(ZeRO {sol.plan.zero}, {change:+.1%} {what}, {within}) over the {best}, which"
-                f" has {why.removeprefix('not covered: ')}{keeps}")
+                f" has {why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
-        change = alt["objective"] / sup["fastest_objective"] - 1
+        change = alt["objective_value"] / sup["fastest_objective"] - 1
         line += (f"; with gradients and weights whole the {best} plan is tp {c['tp']} x cp "
                  f"{c['cp']} x pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}"
                  f", {change:+.1%} {what} (--zero {c['zero']} pins it; --prefer-supported F "

@@ -95,8 +95,9 @@ class Hardware:
         eff = eff8 if precision in (Precision.fp8, Precision.mxfp8) else eff16
         matmul = dev.peak_flops(precision) * eff
         # Transformer Engine runs only the linear layers' GEMMs in fp8 / fp4: attention's
-        # products stay 16-bit unless its fp8 dot-product attention is on (fp8, whatever the
-        # GEMMs' format), as does the Mamba-2 scan (Micikevicius et al. 2022, sec. 4)
+        # products stay 16-bit unless its fp8 dot-product attention is on (at the fp8 GEMM
+        # rate without a fused curve; a fused curve's fp8 / MXFP8 directions where measured,
+        # `attention_format`), as does the Mamba-2 scan (Micikevicius et al. 2022, sec. 4)
         attention, attention_fp8 = matmul, matmul
         if precision.gemm_only:
             attention = dev.peak_flops(Precision.bf16) * eff16
@@ -129,8 +130,8 @@ class Hardware:
             domain=system.devices_per_scale_up_domain,
             host_bw=(system.host_link.bandwidth_Bps / system.devices_per_host_link
                      if system.host_link else 0.0),
-            # the fitted kernels are 16-bit ones (fp8 training keeps 16-bit attention); fp32 /
-            # tf32 attention has no such kernel
+            # the fitted kernels are 16-bit ones, with their fp8 / MXFP8 directions where
+            # measured (`--fp8-attention`); fp32 / tf32 attention has no such kernel
             flash=(dev.flash_attention.curve()
                    if dev.flash_attention and precision.storage_bytes == 2 else None),
             attention_flops=attention, attention_fp8_flops=attention_fp8,

@@ -4,7 +4,6 @@ plan with its prediction, a solution, and a sweep (JSON documents and text for p
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 from planner import switches
 from planner.report.render import count, duration, key_values, si, span, table, usd
@@ -14,14 +13,14 @@ def evaluation_doc(plan, pred) -> dict:
     return {"config": plan.to_json(), "prediction": pred.to_json()}
 
 
-def _split(plan) -> str:
-    """The split in the plan line's words, compact: tp 2 cp 2 ep 8 pp 2x16 dp 8 (cp, ep, etp
-    where they are not the default; the interleave after pp)."""
-    return " ".join([f"tp {plan.tp}", *([f"cp {plan.cp}"] if plan.cp > 1 else []),
-                     *([f"ep {plan.ep}"] if plan.ep > 1 else []),
-                     *([f"etp {plan.etp}"] if plan.etp != plan.tp else []),
-                     f"pp {plan.pp}" + (f"x{plan.interleave}" if plan.interleave > 1 else ""),
-                     f"dp {plan.dp}"])
+def _split(c: dict) -> str:
+    """A plan's split (its JSON config `c`), compact: tp 2 cp 2 ep 8 pp 2 (x16) dp 8; cp, ep
+    and etp where they are not the default, the interleaved chunks after pp."""
+    tp, v = c["tp"], c.get("interleave") or 1
+    return " ".join([f"tp {tp}", *([f"cp {c['cp']}"] if c.get("cp", 1) > 1 else []),
+                     *([f"ep {c['ep']}"] if c.get("ep", 1) > 1 else []),
+                     *([f"etp {c['etp']}"] if (c.get("etp") or tp) != tp else []),
+                     f"pp {c['pp']}" + (f" (x{v})" if v > 1 else ""), f"dp {c['dp']}"])
 
 
 def plan_text(plan) -> str:
@@ -164,12 +163,13 @@ def knee_pair(knee: dict) -> tuple[str, str]:
     last, doubling = knee["last_doubling_speedup"], ""
     if last is not None:
         a, b = knee["last_doubling_from_devices"], knee["best_devices"]
+        grew = round(b / a, 2)  # as printed, so "above" never names an equal number
         # the best plan on at most half the devices: a doubling where it has exactly half
-        step = "the last doubling" if b == 2 * a else f"{b / a:.3g} x the devices"
+        step = "the last doubling" if b == 2 * a else f"{grew:g} x the devices"
         doubling = (f"; {step} ({a} -> {b} devices) speeds up {last:.2f} x"
-                    # faster than the devices grew (as printed): memory, not compute
-                    + (f" (above {b / a:.3g} x: the fewer devices' memory held them to a "
-                       "slower plan)" if round(last, 2) > b / a else ""))
+                    # faster than the devices grew: memory, not compute
+                    + (f" (above {grew:g} x: the fewer devices' memory held them to a "
+                       "slower plan)" if round(last, 2) > grew else ""))
     return ("knee", f"{knee['devices']} devices reach {span(knee['time_s'])} "
                     f"{knee['measure']}, within {knee['tolerance']:.0%} of the best "
                     f"({span(knee['best_time_s'])} on {knee['best_devices']} devices)"
@@ -208,11 +208,7 @@ def _training_text(training: dict | None, pareto: list[dict] | None,
     out = [key_values([time_to_train_pair(training, price)])] if training else []
     if pareto:
         rows = [[p["config"]["nodes"], p["config"]["devices"],
-                 _split(SimpleNamespace(tp=p["config"]["tp"], pp=p["config"]["pp"],
-                                        dp=p["config"]["dp"], cp=p["config"].get("cp", 1),
-                                        ep=p["config"].get("ep", 1),
-                                        etp=p["config"].get("etp") or p["config"]["tp"],
-                                        interleave=p["config"].get("interleave", 1))),
+                 _split(p["config"]),
                  p["config"]["global_batch"], duration(p["time_to_train_s"]),
                  usd(p["cost_usd"])] for p in pareto]
         head = ["nodes", "devices", "split", "batch", "time to train", "cost"]
@@ -248,7 +244,7 @@ def solution_text(sol, precision: dict | None = None, token_budget: dict | None 
     if sol.alternatives:
         # a transformer's plans have no collective choice: its column only for CNNs
         collective = any(p.collective for p, _ in sol.alternatives)
-        rows = [[p.nodes, p.devices_per_node, _split(p), p.global_batch, p.micro_batch,
+        rows = [[p.nodes, p.devices_per_node, _split(p.to_json()), p.global_batch, p.micro_batch,
                  *([p.collective.value if p.collective else "-"] if collective else []),
                  span(pr.iteration_time_s), _rate(pr), _use(pr)] for p, pr in sol.alternatives]
         out.append("runners-up:\n" + table(
@@ -349,7 +345,7 @@ def sweep_text(sw) -> str:
         plan, pred = p.plan, p.prediction
         row = [plan.nodes, plan.devices, plan.global_batch]
         row += [f"{p.bandwidth_GBps:g}"] if show_bw else []
-        row += [_split(plan), plan.micro_batch] if show_split else [plan.local_batch]
+        row += [_split(plan.to_json()), plan.micro_batch] if show_split else [plan.local_batch]
         row += [span(pred.iteration_time_s), span(pred.compute_time_s),
                 span(pred.exposed_communication_time_s), _rate(pred)]
         row += ([f"{pred.mfu:.1%}", f"{eff:.1%}"] if pred.mfu is not None

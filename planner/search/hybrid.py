@@ -467,7 +467,7 @@ class HybridSolver:
                         f"layers, {self.m.heads} heads and the device budget: {what}{grid}",
                         combo)
         return InfeasibleError(
-            f"infeasible: no tp x pp x dp split of at most "
+            f"infeasible: no tp x cp x pp x dp split of at most "
             f"{self.q.devices or self.q.devices_max} devices divides {batch} (whole nodes of "
             f"{self.hw.g} beyond one node)", ("global_batch",))
 

@@ -16,7 +16,7 @@ plan is taken when alt x low <= fastest x high, that is within high / low - 1 of
 predictions differ by less than the model's own 10th-90th percentile spread on such runs are
 not told apart by the model, and then the one the data checks is the safer pick (a search
 otherwise walks into the corner its cost model is most optimistic about: the optimizer's
-curse). A fraction F instead takes it within 1 + F (0: keep the fastest)."""
+curse). A fraction F instead takes it within 1 + F (0: only a ZeRO 1 plan as good)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
                  prefer: float | None = None) -> Solution:
     """`sol` with its `support` record where its band is not covered: the note, the fastest
     ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick (None where none fits), the tolerance and whether
-    the plan was taken: when its iteration time is within 1 + tolerance of the fastest plan's, the
-    tolerance being `prefer` F or, with None, the covered plan's band spread (high / low - 1;
-    0 where it has no band). Compared in the search's objective."""
+    the plan was taken: when its objective value (time per sample, cost, time to train) is
+    within 1 + tolerance of the fastest plan's, the tolerance being `prefer` F or, with None,
+    the covered plan's band spread (high / low - 1; 0 where it has no band)."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
@@ -55,7 +55,7 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
               "alternative": None if alt is None else {
                   "config": alt.plan.to_json(),
                   "iteration_time_s": alt.prediction.iteration_time_s,
-                  "objective": alt.objective.value,
+                  "objective_value": alt.objective.value,
                   "time_band": alt.prediction.time_band}}
     chosen = alt if taken else sol
     return dataclasses.replace(chosen, support=record)

@@ -190,6 +190,13 @@ class FlashAttention(Spec):
     bwd_half_keys: float = Field(ge=0, le=1e6)
     causal_extra_keys: float = Field(ge=0, le=1e6)
 
+    @model_validator(mode="after")
+    def _pairs(self):
+        for w in FlashCurve.DIRECTIONS[2:]:  # each quantized direction: its rates and half keys
+            if (getattr(self, f"{w}_tflops") is None) != (getattr(self, f"{w}_half_keys") is None):
+                raise ValueError(f"{w}_tflops and {w}_half_keys: give both or neither")
+        return self
+
     def rate(self, direction: str, head_dim: float) -> float:
         """FLOP/s at long sequences for `direction` ("fwd", "bwd") at this head dimension."""
         return self.curve().rate(direction, head_dim)
@@ -219,7 +226,11 @@ class FlashCurve:
         return any(w == direction for w, _, _ in self.directions)
 
     def _of(self, direction: str) -> tuple[tuple[tuple[int, float], ...], float]:
-        return next((table, half) for w, table, half in self.directions if w == direction)
+        found = next(((table, half) for w, table, half in self.directions if w == direction),
+                     None)
+        if found is None:
+            raise ValueError(f"flash_attention: no {direction!r} rates on this kernel")
+        return found
 
     def rate(self, direction: str, head_dim: float) -> float:
         """FLOP/s of `direction` at long sequences and this head dimension."""
