@@ -103,6 +103,24 @@ def test_an_mxfp8_recipe_runs_fp8_attention_on_mxfp8_operands():
         assert float(mx[i].subs(at)) > float(per_tensor[i].subs(at))
 
 
+def test_an_mxfp8_recipe_without_mxfp8_rates_takes_the_per_tensor_fp8_curve():
+    """A kernel benchmarked in per-tensor fp8 only: an MXFP8 recipe's fp8 attention runs at
+    those curves (the nearest measured), not at the 16-bit ones."""
+    import dataclasses
+
+    fa = load_device("gb300").flash_attention
+    per_tensor = fa.model_copy(update={k: None for k in (
+        "mxfp8_fwd_tflops", "mxfp8_fwd_half_keys", "mxfp8_bwd_tflops", "mxfp8_bwd_half_keys")})
+    m, at = _bench_model(False), {t: 1, b: 4, c_p: 1, e_p: 1, e_t: 1}
+    system = load_system("gb300-nvl72")
+    mx = dataclasses.replace(Hardware.of(system, Precision.mxfp8), flash=per_tensor.curve())
+    fp8 = Hardware.of(system, Precision.fp8)
+    on = Choices(flash_attention=True, fp8_attention=True)
+    for i in (1, 6):  # forward, backward
+        assert float(LayerCosts(m, mx, on).parts()[i].subs(at)) == pytest.approx(
+            float(LayerCosts(m, fp8, on).parts()[i].subs(at)), rel=1e-12)
+
+
 def test_unfused_attention_keeps_16_bits_under_an_fp8_or_fp4_recipe():
     """Without a fused kernel curve (MI355X) attention's two products are GEMMs at the device's
     16-bit rate in an fp8 or fp4 recipe, at the fp8 rate with fp8 attention: the same time
