@@ -10,17 +10,19 @@ single-device rows are fitted (one compute efficiency per device), so every mult
 already out of sample. MLPerf Training: every pretraining submission at the plan its config
 pins (`planner.mlperf`); the Blackwell and AMD rows fitted one GEMM share per family
 (`planner.fit_mlperf`), so their out-of-sample column refits it without the row's benchmark;
-nothing is fitted to the Hopper rows. Recommendation: MLPerf's DLRM-DCNv2 runs
-against the table placement's prediction (`benchmarks/dlrm_accuracy.py`). 3-D CNNs: MLPerf
-HPC's CosmoFlow runs against the data-parallel prediction.
+nothing is fitted to the Hopper rows; then the same rows by one feature at a time (precision,
+model size, scale, CUDA graphs, LoRA, context parallelism, framework). Recommendation:
+MLPerf's DLRM-DCNv2 runs against the table placement's prediction
+(`benchmarks/dlrm_accuracy.py`). 3-D CNNs: MLPerf HPC's CosmoFlow runs against the
+data-parallel prediction.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from planner import bands, fit_mlperf, mlperf
 from planner import calibrate as cal
-from planner import fit_mlperf, mlperf
 from planner import fit_transformer as ft
 from planner.bands import family
 from planner.catalog import load_system
@@ -80,12 +82,47 @@ def mlperf_training() -> None:
     for group, rs in groups:
         held_mape = sum(abs(out[id(r["run"])]) for r in rs) / len(rs)
         print(f"{group:<36} {_stats([r['error'] for r in rs])} {held_mape:>13.1%}")
+    by_feature(priced, out)
     skipped: dict[str, int] = defaultdict(int)
     for r in rows:
         if r["error"] is None:
             skipped[r["why_not"]] += 1
     for why, n in sorted(skipped.items(), key=lambda x: -x[1]):
         print(f"  not priced ({n}): {why}")
+
+
+def _feature_values(run: mlperf.Run) -> dict[str, str]:
+    """One run's features: those its error band is looked up by (`planner.bands.features`:
+    precision, model size, scale) and the recipe's (CUDA graphs, LoRA, context parallelism,
+    the framework it names)."""
+    from planner.catalog import load_model
+
+    r = run.row
+    feat = bands.features(load_model(run.model), load_system(run.system).device.name,
+                          run.precision, devices=int(r["gpus"]))
+    framework = r["framework"].lower()
+    return {"precision": feat["precision"], "size": feat["size"], "scale": feat["scale"],
+            "CUDA graphs": "CUDA graphs" if r["cuda_graph"] not in ("", "0") else "no graphs",
+            "fine-tuning": "LoRA" if r["benchmark"] in mlperf.LORA else "pretraining",
+            "context parallel": "cp > 1" if int(r["cp"]) > 1 else "cp 1",
+            "framework": ("NeMo" if "nemo" in framework else "PyTorch (other)"
+                          if "pytorch" in framework else "other")}
+
+
+def by_feature(priced: list[dict], held: dict) -> None:
+    """The MLPerf rows grouped by one feature at a time (every family together): in sample
+    and out of sample, as the table above."""
+    print(f"\nby feature (all families){'':<10} {'rows':>4} {'MAPE':>7} {'bias':>7} "
+          f"{'worst':>7} {'held-out MAPE':>13}")
+    values = [(_feature_values(r["run"]), r) for r in priced]
+    for name in values[0][0]:
+        by: dict[str, list[dict]] = defaultdict(list)
+        for feat, r in values:
+            by[feat[name]].append(r)
+        for value, rs in sorted(by.items()):
+            held_mape = sum(abs(held[id(r["run"])]) for r in rs) / len(rs)
+            label = f"{name}: {value}"
+            print(f"{label:<36} {_stats([r['error'] for r in rs])} {held_mape:>13.1%}")
 
 
 def recommendation() -> None:
