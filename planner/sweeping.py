@@ -80,6 +80,20 @@ def with_inter_node_bandwidth(system, gbps: float):
     return dataclasses.replace(system, inter_node=link)
 
 
+# the most points one sweep prices: each list is capped alone (`planner.cli.params`), their
+# product here, so a grid of two long ranges is refused at once instead of running for hours
+MAX_POINTS = 100_000
+
+
+def check_grid(nodes, batches, bandwidths) -> None:
+    """One line (exit 2) for a grid of more than `MAX_POINTS` combinations."""
+    n = len(nodes) * len(batches) * len(bandwidths or [None])
+    if n > MAX_POINTS:
+        raise SpecError(f"nodes: the sweep has {n:,} points ({len(nodes):,} node counts x "
+                        f"{len(batches):,} batches x {len(bandwidths or [None]):,} "
+                        f"bandwidths); at most {MAX_POINTS:,}: narrow a range or give a step")
+
+
 def sweep(specs: Specs, *, nodes: list[int],
           global_batch: int | list[int] | None = None, local_batch: int | None = None,
           bandwidths_GBps: list[float] | None = None, overlap: bool = True,
@@ -100,6 +114,7 @@ def sweep(specs: Specs, *, nodes: list[int],
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=None, budget_usd=None)
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
+    check_grid(nodes, batches, bandwidths_GBps)
     for key, values in (("nodes", nodes), ("global_batch", [b for b in batches if b is not None])):
         for value in values if isinstance(values, list | tuple) else [values]:
             check_type(key, value, int)
@@ -199,6 +214,7 @@ def sweep_in_parallel(specs: Specs, *, nodes: list[int],
     from planner.parallel import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_STALL_TIMEOUT_S, parallel_map
 
     batches = global_batch if isinstance(global_batch, list) else [global_batch]
+    check_grid(nodes, batches, bandwidths_GBps)
     tasks = [dict(specs=specs, nodes=[n_val], global_batch=batch,
                   bandwidths_GBps=None if bw is None else [bw], **kwargs)
              for bw in bandwidths_GBps or [None] for n_val in nodes for batch in batches]

@@ -144,3 +144,11 @@ def test_infeasible_pins_name_the_smallest_set_that_conflicts_together(run, pins
     for one in named:  # each alone is feasible
         i = pins.index(f"--{one}")
         assert run(*base, *pins[i:i + 2])[0] == 0
+
+
+def test_a_sweep_grid_over_the_cap_is_refused_at_once(run):
+    """Each list is capped alone; their product too: two long ranges are one line, exit 2,
+    not hours of pricing."""
+    code, out, err = run("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch",
+                         "1:99999", "--nodes", "1:99999")
+    assert code == 2 and "at most 100,000" in err and len(err.strip().splitlines()) == 1

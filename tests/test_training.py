@@ -349,3 +349,25 @@ def test_time_to_train_formula_needs_the_critical_batch(run):
     code, _, err = run("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
                        "--formula", "time_to_train_batch")
     assert code == 2 and "needs --critical-batch" in err
+
+
+def test_sweep_scaling_is_per_bandwidth_and_batch_whatever_their_order(run_json):
+    """Each swept bandwidth and global batch is its own series: its fewest-devices point is
+    100 %, no point is measured against another network or batch, and the order the lists are
+    given in changes nothing (a CNN sweep too, and a weak-scaling one over bandwidth)."""
+    def eff(*args):
+        doc = run_json("sweep", *args)
+        return {(p["bandwidth_GBps"], p["global_batch"], p["nodes"]): p["scaling_efficiency"]
+                for p in doc["points"]}
+
+    a = eff("-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256,1024", "--nodes", "2,8",
+            "--bandwidth", "2,20")
+    b = eff("-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024,256", "--nodes", "8,2",
+            "--bandwidth", "20,2")
+    assert a == b and len(a) == 8
+    assert all(v == 1.0 for (bw, batch, n), v in a.items() if n == 2)
+    weak = eff("-m", "alexnet", "-H", "k80-fdr", "--local-batch", "64", "--nodes", "2,8",
+               "--bandwidth", "2,20")
+    assert all(v == 1.0 for (bw, batch, n), v in weak.items() if n == 2)
+    assert all(v <= 1.0 for (bw, batch, n), v in weak.items() if n == 8)
+    assert weak[2, 1024, 8] < 1.0  # the slow network's exposed sync

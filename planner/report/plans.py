@@ -314,11 +314,20 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
 
 
 def scaling(points) -> list[float]:
-    """Samples/s per device at each point over that of the point with the fewest devices (1.0
-    = linear scaling from there)."""
-    base = min(points, key=lambda p: p.plan.devices)
-    rate = base.prediction.samples_per_s / base.plan.devices
-    return [p.prediction.samples_per_s / p.plan.devices / rate for p in points]
+    """Samples/s per device at each point over that of the point with the fewest devices of
+    its series (1.0 = linear scaling from there): one series per swept bandwidth and global
+    batch (per bandwidth in a weak-scaling sweep, whose one local batch grows the global
+    one), so no point is measured against another network or batch."""
+    weak = (len({p.plan.local_batch for p in points}) == 1
+            and len({p.plan.global_batch for p in points}) > 1)
+
+    def series(p):
+        return (p.bandwidth_GBps,) if weak else (p.bandwidth_GBps, p.plan.global_batch)
+
+    rate = {}
+    for p in sorted(points, key=lambda p: p.plan.devices):
+        rate.setdefault(series(p), p.prediction.samples_per_s / p.plan.devices)
+    return [p.prediction.samples_per_s / p.plan.devices / rate[series(p)] for p in points]
 
 
 def sweep_doc(sw) -> dict:
