@@ -85,8 +85,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     g: Meaning("devices used per node", "devices/node"),
     b: Meaning("local batch per device", "samples"),
     B: Meaning("global batch", "samples"),
-    t0: Meaning("compute time per iteration independent of the local batch (weight traffic, "
-                "and the kernels' issue floor where it binds)", "s"),
+    t0: Meaning("compute time per iteration independent of the local batch (the optimizer "
+                "step, weight traffic, and the kernels' issue floor where it binds)", "s"),
     c: Meaning("compute time per sample per device (forward + backward, roofline)", "s/sample"),
     alpha: Meaning("latency per step of the collective on its bottleneck link", "s"),
     beta: Meaning("achievable bandwidth per device of the collective's bottleneck link", "B/s"),

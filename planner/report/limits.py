@@ -106,7 +106,8 @@ def transformer_limits_text(s: dict) -> str:
                                f"{s['max_useful_devices']['local_efficiency']:.0%} of the "
                                f"large-batch rate)"),
         (f"optimal pp at dp {pp['at_dp']}", f"{pp['pp']}" + (
-            "" if pp["continuous"] is None else f" (stationary point {pp['continuous']:.4g})")),
+            "" if pp["continuous"] is None else f" (continuous optimum {pp['continuous']:.4g}: "
+            "the stationary point, at most the layers)")),
         (f"tp comm-bound from (dp {s['plan']['dp']})", "never (every tp dividing the heads)"
          if tpb is None else f"tp {tpb['tp']}" + (
              "" if tpb["continuous"] is None else f" ({tpb['reason']})")),
