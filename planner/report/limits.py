@@ -7,6 +7,10 @@ from __future__ import annotations
 from planner.report.plans import spatial_pair
 from planner.report.render import count, key_values, si, span
 
+# what the bandwidth lines count: the collective's bottleneck link as achieved, not the
+# datasheet rate per NIC that `sweep --bandwidth` sets (it is that times the link's efficiency)
+ACHIEVED = "achieved on the bottleneck link: sweep --bandwidth sets the datasheet rate per NIC"
+
 
 def limits_text(s: dict) -> str:
     eff = s["efficiency_at_nodes"]
@@ -35,7 +39,7 @@ def limits_text(s: dict) -> str:
         (f"efficiency at {count(eff['nodes'], 'node')}", f"{eff['efficiency']:.1%}"),
         (f"bandwidth for {s['target_efficiency']:.0%} efficiency",
          "unreachable at any bandwidth" if bw is None
-         else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
+         else f"{bw:.4g} GB/s (available {s['available_bandwidth_GBps']:.4g} GB/s; {ACHIEVED})"),
         *extra,
         *([spatial_pair(s["spatial"])] if s.get("spatial") else []),
         *_solve_pairs(s),
@@ -87,7 +91,8 @@ def transformer_limits_text(s: dict) -> str:
     ttt = s.get("time_to_train")
     rows = [
         ("at the plan", f"tp {p['tp']} x pp {p['pp']} x dp {p['dp']} = {p['devices']} devices, "
-                        f"micro-batch {p['micro_batch']}, {p['recompute']} recompute, ZeRO "
+                        f"micro-batch {p['micro_batch']}, {p['recompute']} recompute, "
+                        f"sequence parallel {'on' if p['sequence_parallel'] else 'off'}, ZeRO "
                         f"{p['zero']}: {span(s['iteration_time_s'])} per iteration, "
                         f"{si(s['memory_bytes_per_device'], 'B')} of "
                         f"{si(s['memory_capacity_bytes'], 'B')}"),
@@ -113,7 +118,8 @@ def transformer_limits_text(s: dict) -> str:
              "" if tpb["continuous"] is None else f" ({tpb['reason']})")),
         (f"bandwidth for {s['target_efficiency']:.0%} efficiency at dp {s['bandwidth_at_dp']}",
          "unreachable at any bandwidth" if bw is None else
-         f"{bw:.4g} GB/s per device (available {s['available_bandwidth_GBps']:.4g} GB/s)"),
+         f"{bw:.4g} GB/s per device (available {s['available_bandwidth_GBps']:.4g} GB/s; "
+         f"{ACHIEVED})"),
     ]
     if ttt is not None:
         rows.append((f"time-to-train batch at dp {ttt['dp']}",
