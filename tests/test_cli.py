@@ -152,3 +152,15 @@ def test_a_sweep_grid_over_the_cap_is_refused_at_once(run):
     code, out, err = run("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch",
                          "1:99999", "--nodes", "1:99999")
     assert code == 2 and "at most 100,000" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("nodes, says", [
+    ("1:2000000", "1 <= A <= B <= 1,000,000"),
+    ("1:64:x4", "no other step"),
+    ("1:200000", "at most 100,000 values"),
+    ("abc", "with positive integers"),
+])
+def test_a_bad_node_range_says_what_is_wrong(run, nodes, says):
+    code, _, err = run("sweep", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+                       "--nodes", nodes)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

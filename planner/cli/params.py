@@ -110,10 +110,14 @@ def int_list(value: str | None, key: str) -> list[int] | None:
     if ":" in value:
         parts = value.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "x2"):
-            raise bad
+            raise SpecError(f"{key}: a range is 'A:B' (every integer) or 'A:B:x2' (doubling; "
+                            f"no other step), got {short(value)}")
         lo, hi = decimal_int(parts[0]), decimal_int(parts[1])
-        if lo is None or hi is None or not 1 <= lo <= hi <= 1_000_000:
+        if lo is None or hi is None:
             raise bad
+        if not 1 <= lo <= hi <= 1_000_000:
+            raise SpecError(f"{key}: a range 'A:B' needs 1 <= A <= B <= 1,000,000, got "
+                            f"{short(value)}")
         if len(parts) == 3:
             out, x = [], lo
             while x <= hi:
@@ -121,7 +125,9 @@ def int_list(value: str | None, key: str) -> list[int] | None:
                 x *= 2
             return out
         if hi - lo >= MAX_LIST_ITEMS:
-            raise bad
+            raise SpecError(f"{key}: a range 'A:B' of every integer holds at most "
+                            f"{MAX_LIST_ITEMS:,} values, got {hi - lo + 1:,} ({short(value)}); "
+                            "'A:B:x2' doubles")
         return list(range(lo, hi + 1))
     out = [decimal_int(x) for x in value.split(",")]
     if not all(x is not None and 1 <= x <= 2**40 for x in out):
