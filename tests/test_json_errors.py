@@ -43,26 +43,26 @@ def test_error_document_on_stdout(run, args, code, kind, constraints, file, key,
         jsonschema.validate(doc, schemas()[args[0]])
 
 
-def test_spec_error_names_file_key_and_value(run, tmp_path):
+def _spec_error(run, tmp_path, extra: str) -> tuple[str, dict]:
+    """(the spec's path, the JSON error of evaluating a small model spec with `extra` lines)."""
     spec = tmp_path / "bad.yaml"
-    spec.write_text("kind: transformer\nname: x\nlayers: 0\nhidden: 64\nheads: 4\nseq_len: 8\n"
-                    "vocab: 10\n")
+    spec.write_text("kind: transformer\nname: x\nhidden: 64\nheads: 4\nseq_len: 8\n"
+                    "vocab: 10\n" + extra)
     code, out, _ = run("evaluate", "-m", str(spec), "-H", "dgx-a100-80gb", "--devices", "8",
                        "--global-batch", "8", "--format", "json")
-    e = json.loads(out)["error"]
-    assert code == 2 and e["kind"] == "bad_input"
-    assert (e["file"], e["key"], e["value"]) == (str(spec), "layers", "0")
+    assert code == 2
+    return str(spec), json.loads(out)["error"]
+
+
+def test_spec_error_names_file_key_and_value(run, tmp_path):
+    spec, e = _spec_error(run, tmp_path, "layers: 0\n")
+    assert e["kind"] == "bad_input" and (e["file"], e["key"], e["value"]) == (spec, "layers", "0")
 
 
 def test_an_unknown_key_is_the_key_named(run, tmp_path):
     """"unknown key 'x'" names the key x (no value): in a spec file and in a batch line."""
-    spec = tmp_path / "bad.yaml"
-    spec.write_text("kind: transformer\nname: x\nlayers: 2\nhidden: 64\nheads: 4\n"
-                    "seq_len: 8\nvocab: 10\nbogus_key: 1\n")
-    code, out, _ = run("evaluate", "-m", str(spec), "-H", "dgx-a100-80gb", "--devices", "8",
-                       "--global-batch", "8", "--format", "json")
-    e = json.loads(out)["error"]
-    assert code == 2 and (e["file"], e["key"], e["value"]) == (str(spec), "bogus_key", None)
+    spec, e = _spec_error(run, tmp_path, "layers: 2\nbogus_key: 1\n")
+    assert (e["file"], e["key"], e["value"]) == (spec, "bogus_key", None)
     lines = tmp_path / "b.jsonl"
     lines.write_text(json.dumps({"model": "llama3-8b", "hardware": "dgx-h100", "devices": 8,
                                  "global_batch": 64, "bogus_key": 1}) + "\n")

@@ -131,6 +131,8 @@ def test_best_single_pool_plan_has_every_form(run):
     for fmt in ("slurm", "env", "torchrun"):  # the forms any plan on one system has
         code, out, err = run(*args, fmt)
         assert code == 0 and out, (fmt, err)
+        # stderr says where (a ds_config, say, has no comment to)
+        assert "runs on pool dgx-b200 alone" in err and "of mixed-hopper-blackwell" in err
 
 
 @pytest.mark.parametrize("fmt, message", [

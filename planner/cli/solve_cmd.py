@@ -264,6 +264,11 @@ def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, train
         from planner.launch import Target
         from planner.launch.pools import cluster_launch
 
+        if sol.best.kind == "one pool":  # a form with no comment (a ds_config) cannot say where
+            pool = next(p for p in cluster.pools if p.name == sol.best.pools[0])
+            plan = sol.best.solution.plan
+            click.echo(f"planner: note: the plan runs on pool {pool.name} alone: "
+                       f"{plan.nodes} nodes of {pool.system.name} (of {cluster.name})", err=True)
         click.echo(cluster_launch(fmt, sol, cluster, Target(specs.model, used),
                                   specs.model_ref))
         return
