@@ -30,8 +30,8 @@ from planner import switches
 from planner.catalog import load_model, load_system, pool_nodes  # noqa: F401  (planner.load_model, ...)
 from planner.errors import SpecError
 from planner.inputs import (
-    CNN_ONLY,
     TRANSFORMER_ONLY,
+    TRANSFORMER_REFUSES,
     Specs,
     build,
     check_type,
@@ -45,6 +45,7 @@ from planner.inputs import (
     samples_of_tokens,
     training_of,
     type_hints,
+    whole_node,
 )
 from planner.plan import Plan, check_softsync
 from planner.prediction import Prediction, predict
@@ -215,7 +216,8 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
              "seq_len": specs.seq_len, **switch_values}
     chosen = switches.given(switch_values)
     if specs.family == "transformer":
-        only_for("transformer", given, CNN_ONLY, specs.system.devices_per_node)
+        only_for("transformer", given, TRANSFORMER_REFUSES)
+        whole_node(devices_per_node, specs.system.devices_per_node)
         chosen.update(switches.framework_pins(chosen, framework, specs.precision.value,
                                               zero or 0))
         return _evaluate_transformer(specs, global_batch=global_batch, devices=devices,
@@ -357,9 +359,8 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     if specs.family == "transformer":
         only_for("transformer", {"optimizer": optimizer, "servers": servers,
                                  "collective": collective, "strategy": strategy,
-                                 "stages": stages, **problem}, CNN_ONLY,
-                 specs.system.devices_per_node)
-        problem.pop("devices_per_node", None)  # the whole node, as every transformer plan
+                                 "stages": stages, **problem}, TRANSFORMER_REFUSES)
+        whole_node(problem.pop("devices_per_node", None), specs.system.devices_per_node)
         from planner.search.hybrid import Search
 
         m, system, prec = specs.transformer()

@@ -22,8 +22,21 @@ from planner.spec.hardware import Precision
 if TYPE_CHECKING:
     from planner.expr.cnn import DataParallelModel
 
+
+def whole_node(devices_per_node: int | None, node: int) -> None:
+    """A transformer plan runs whole nodes: a devices_per_node other than the node's (what
+    `solve`'s JSON config carries) is one line."""
+    if devices_per_node not in (None, node):
+        raise SpecError(f"devices_per_node: a transformer plan runs whole nodes of {node} "
+                        f"devices (--devices-per-node {node}, or leave it out); got "
+                        f"{devices_per_node}")
+
+
 CNN_ONLY = ("devices_per_node", "local_batch", "local_batch_min", "collective", "servers",
             "strategy", "stages", *switches.CNN_ONLY)
+# what a transformer plan refuses of them: devices_per_node it takes as its whole node
+# (`whole_node`), as `solve`'s JSON config carries it
+TRANSFORMER_REFUSES = tuple(k for k in CNN_ONLY if k != "devices_per_node")
 TRANSFORMER_ONLY = ("tp", "cp", "ep", "etp", "pp", "dp", "micro_batch", "interleave",
                     "recompute", "sequence_parallel", "zero", "schedule", "seq_len",
                     "token_budget", "target_tokens", "recompute_layers",
@@ -109,16 +122,9 @@ def enum_value(cls, value, key: str):
     return None if value is None else choice(cls, value, key)
 
 
-def only_for(family: str, given: dict, keys, node: int | None = None) -> None:
-    """One-line error for an argument the other family takes. `node`: a transformer's whole
-    node, which a devices_per_node equal to it names (what `solve`'s JSON config carries)."""
-    if node is not None and given.get("devices_per_node") not in (None, node):
-        raise SpecError(f"devices_per_node: a transformer plan runs whole nodes of {node} "
-                        f"devices (--devices-per-node {node}, or leave it out); got "
-                        f"{given['devices_per_node']}")
+def only_for(family: str, given: dict, keys) -> None:
+    """One-line error for an argument the other family takes."""
     for key in keys:
-        if node is not None and key == "devices_per_node":
-            continue
         if given.get(key) is not None:
             other = "CNN" if family == "transformer" else "transformer"
             raise SpecError(f"{key}: --{cli_flag(key)} applies to {other} models only")

@@ -265,7 +265,7 @@ def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, train
         from planner.launch.pools import cluster_launch
 
         if sol.best.kind == "one pool":  # a form with no comment (a ds_config) cannot say where
-            pool = next(p for p in cluster.pools if p.name == sol.best.pools[0])
+            pool = cluster.pool(sol.best.pools[0])
             plan = sol.best.solution.plan
             click.echo(f"planner: note: the plan runs on pool {pool.name} alone: "
                        f"{plan.nodes} nodes of {pool.system.name} (of {cluster.name})", err=True)

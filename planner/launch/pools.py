@@ -39,7 +39,7 @@ def cluster_launch(fmt: str, sol, cluster, target: Target, model: str) -> str:
 
     best = sol.best
     if best.kind == "one pool":
-        pool = next(p for p in cluster.pools if p.name == best.pools[0])
+        pool = cluster.pool(best.pools[0])
         body = {"model": model, "hardware": f"{pool.system.name} ({pool.name} of "
                 f"{cluster.name})", "precision": target.precision,
                 **solution_doc(best.solution)}

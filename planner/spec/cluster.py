@@ -86,6 +86,10 @@ class Cluster:
     # a what-if (`at_between`): the links between pools at this many bytes/s per node
     between_Bps: float | None = None
 
+    def pool(self, name: str) -> Pool:
+        """The pool named `name`."""
+        return next(p for p in self.pools if p.name == name)
+
     def between_node_Bps(self, a: Pool, b: Pool) -> float:
         """Achievable bandwidth per direction of one node's traffic to the other pool: its
         links to the other pools, never faster than either pool's own NICs."""
