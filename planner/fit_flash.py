@@ -36,8 +36,7 @@ SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"),
 _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 
-# the quantized directions a block may carry (`FlashCurve.DIRECTIONS` beyond fwd and bwd)
-LOW = tuple(w for w in FlashCurve.DIRECTIONS if w not in ("fwd", "bwd"))
+LOW = FlashCurve.QUANTIZED  # the quantized directions a block may carry
 
 
 def rows(device: str, kernel: str, fp8: bool = False) -> list[dict]:

@@ -192,7 +192,7 @@ class FlashAttention(Spec):
 
     @model_validator(mode="after")
     def _pairs(self):
-        for w in FlashCurve.DIRECTIONS[2:]:  # each quantized direction: its rates and half keys
+        for w in FlashCurve.QUANTIZED:  # each quantized direction: its rates and half keys
             if (getattr(self, f"{w}_tflops") is None) != (getattr(self, f"{w}_half_keys") is None):
                 raise ValueError(f"{w}_tflops and {w}_half_keys: give both or neither")
         return self
@@ -216,7 +216,8 @@ class FlashCurve:
     keys. `achieved` is the one place the rate curve is written: the cost model prices
     kernels with it and `planner.fit_flash` checks it against the benchmarks."""
 
-    DIRECTIONS = ("fwd", "bwd", "fp8_fwd", "fp8_bwd", "mxfp8_fwd", "mxfp8_bwd")
+    QUANTIZED = ("fp8_fwd", "fp8_bwd", "mxfp8_fwd", "mxfp8_bwd")  # fp8 attention's operands
+    DIRECTIONS = ("fwd", "bwd", *QUANTIZED)
 
     directions: tuple[tuple[str, tuple[tuple[int, float], ...], float], ...]
     causal_extra_keys: float
