@@ -15,8 +15,10 @@ is generic: it reads `Derived` and nothing about the model family.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import keyword
+import math
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -36,6 +38,51 @@ DIMENSIONLESS = "dimensionless"
 
 
 @dataclass(frozen=True)
+class Holds:
+    """Where a formula's values hold: low <= expression <= high (an expression of its free
+    symbols), and why not beyond."""
+
+    expression: sp.Expr
+    low: float
+    high: float  # inf: no upper end
+    why: str
+
+    def text(self, values: dict) -> str:
+        """'0.111 <= B/(g*n) <= 18.4, n from 27.8 to 4606 here' (the range of the formula's
+        n or d at the other symbols' values)."""
+        lo, hi, e = self.low, self.high, self.expression
+        out = f"{lo:.6g} <= {text(e)}" + (f" <= {hi:.6g}" if hi < math.inf else "")
+        var = next((x for x in (S.n, S.d) if x in e.free_symbols and x in values), None)
+        if var is not None and len(e.free_symbols - set(values)) == 0:
+            at = {k: v for k, v in values.items() if k != var}
+
+            def solved(bound):
+                if not 0 < bound < math.inf:
+                    return None
+                roots = sp.solve(sp.Eq(e.subs(at), bound), var)
+                return float(roots[0]) if roots else None
+
+            ends = sorted(x for x in (solved(lo), solved(hi)) if x is not None)
+            if len(ends) == 2 and ends[0] != ends[1]:
+                out += f", {var.name} from {ends[0]:.6g} to {ends[1]:.6g} here"
+            elif ends:
+                falls = sp.diff(e.subs(at), var).subs(var, ends[0]) < 0
+                up = (falls if ends[0] == solved(lo) else not falls) if lo != hi else None
+                out += (f", {var.name} = {ends[0]:.6g} here" if up is None else
+                        f", {var.name} {'<=' if up else '>='} {ends[0]:.6g} here")
+        return out
+
+    def python(self, printer) -> str:
+        lo, hi = self.low, self.high
+        return (f"{lo!r} <= {printer.doprint(self.expression)}"
+                + (f" <= {hi!r}" if hi < math.inf else ""))
+
+    def to_json(self) -> dict:
+        return {"expression": text(self.expression), "low": self.low,
+                "high": None if self.high == math.inf else self.high, "why": self.why}
+
+
+@dataclass(frozen=True)
 class Derived:
     name: str
     description: str
@@ -45,6 +92,9 @@ class Derived:
     note: str = ""
     display: sp.Expr | None = None  # `expression` written with the names defined in `where`
     where: tuple = field(default=())  # ((name symbol, expression), ...), in order of use
+    # where `values` hold (`Holds`: e.g. the roofline piece t_0, c, h_0, h_1 read at one local
+    # batch B / (g n)); empty: everywhere
+    holds: tuple = field(default=())
 
     @property
     def value(self) -> float | None:
@@ -67,7 +117,9 @@ class Derived:
         where = tuple((sym, put(e)) for sym, e in self.where)
         return Derived(self.name, self.description, self.unit, put(self.expression),
                        {s: v for s, v in self.values.items() if s not in subs}, self.note,
-                       display, where)
+                       display, where,
+                       tuple(dataclasses.replace(h, expression=put(h.expression))
+                             for h in self.holds if not put(h.expression).is_number))
 
     @functools.cached_property
     def tidied(self) -> sp.Expr:
@@ -137,16 +189,29 @@ def derive(lim: Limits) -> list[Derived]:
         out.append(Derived("time_to_train_batch", "global batch minimising the time to train "
                            "(1 + B_noise / B) T(n, B) at n nodes", "samples", f.expression,
                            f.values, f.note))
+    # a formula in the roofline piece's values (t_0, c, h_0, h_1) with n free holds at the
+    # local batches B / (g n) of that piece
+    piece = {S.t0, S.c, S.h0, S.h1}
+    out = [dataclasses.replace(d, holds=(Holds(S.B / (S.g * S.n),
+                                               *lim.piece_batches(d.values[S.n]), PIECE),))
+           if S.n in d.values and piece & uses(d) else d for d in out]
     return [_only_free(d) for d in out]
 
 
-def _only_free(d: Derived) -> Derived:
-    """Only the values of symbols the formula uses (in `expression` or its display form)."""
+def uses(d: Derived) -> set:
+    """The symbols `d` is a function of: those of its expression, display form, named parts
+    (less the names) and ranges."""
     free = set(d.expression.free_symbols)
     for e in ([] if d.display is None else [d.display]) + [e for _, e in d.where]:
         free |= e.free_symbols
-    return Derived(d.name, d.description, d.unit, d.expression,
-                   {s: v for s, v in d.values.items() if s in free}, d.note, d.display, d.where)
+    for h in d.holds:
+        free |= h.expression.free_symbols
+    return free - {name for name, _ in d.where}
+
+
+def _only_free(d: Derived) -> Derived:
+    """Only the values of symbols the formula uses (`uses`)."""
+    return dataclasses.replace(d, values={s: v for s, v in d.values.items() if s in uses(d)})
 
 
 def select(formulas: list[Derived], names: tuple[str, ...]) -> list[Derived]:
@@ -204,12 +269,22 @@ def latex_equation(d: Derived) -> str:
     return tex.environment(latex_rows(d))
 
 
+def holds_text(d: Derived) -> str:
+    """Each range the formula's values hold on, with why ('' when everywhere)."""
+    return "; ".join(f"{h.text(d.values)} ({h.why})" for h in d.holds)
+
+
+PIECE = ("the local batches of the roofline piece t_0, c, h_0, h_1; planner evaluate --nodes "
+         "N prices any other n")
+
+
 def as_json(d: Derived) -> dict:
     full = d.tidied
     return {"name": d.name, "description": d.description, "unit": d.unit,
             "expression": text(full), "latex": tex.latex(full), "latex_lhs": tex.lhs(d.name),
             "latex_equation": latex_equation(d), "python": _python_printer().doprint(full),
-            "symbols": glossary(d), "value": d.value, "note": d.note}
+            "symbols": glossary(d), "value": d.value, "note": d.note,
+            "holds": [h.to_json() for h in d.holds]}
 
 
 class _PythonPrinter(PythonCodePrinter):
@@ -241,7 +316,10 @@ def python_module(formulas: list[Derived]) -> str:
         rhs, where = d.shown()
         symbols = sorted(d.values, key=lambda x: x.name)
         params = [f"    {_identifier(x.name)}={float(d.values[x])!r}," for x in symbols]
+        params += ["    strict=True,"] if d.holds else []
         summary = f"{d.description} [{d.unit}]" + (f" ({d.note})" if d.note else "")
+        if d.holds:
+            summary += f"; holds for {holds_text(d)}"
         head = ([f"def {_identifier(d.name)}(", *params, "):"] if params
                 else [f"def {_identifier(d.name)}():"])
         lines = [*head, f'    """{_doc(summary)}']
@@ -250,6 +328,11 @@ def python_module(formulas: list[Derived]) -> str:
                              for x in symbols] + ['    """']
         else:
             lines[-1] += '"""'
+        for h in d.holds:  # the defaults' own range: refuse another unless told
+            why = (f"the defaults hold for {holds_text(d)}; strict=False evaluates the "
+                   "formula as written")
+            lines += [f"    if strict and not {h.python(printer)}:",
+                      f"        raise ValueError({why!r})"]
         lines += [f"    {_identifier(x.name)} = {printer.doprint(e)}" for x, e in where]
         lines.append(f"    return {printer.doprint(rhs)}")
         functions.append("\n".join(lines))
@@ -295,6 +378,8 @@ def text_block(d: Derived) -> str:
     tail = f"  value = {value:.6g} {d.unit}" if value is not None else ""
     note = f"  [{d.note}]" if d.note else ""
     lines.append(f"where{note}{tail}")
+    if d.holds:
+        lines.append(f"  holds for {holds_text(d)}")
     lines += [f"    {k} = {v['value']:.6g} {v['unit']}  ({v['description']})"
               for k, v in glossary(d).items()]
     return "\n".join(lines)

@@ -387,7 +387,8 @@ def paper_block(formulas, budget: int = COLUMN_CHARS) -> str:
         value = d.value
         head = f"% {d.name}: {d.description}"
         head += f"; value {value:.6g} {d.unit}" if value is not None else ""
-        comments.append(head + (f" [{d.note}]" if d.note else ""))
+        comments.append(head + (f" [{d.note}]" if d.note else "")
+                        + (f"; holds for {der.holds_text(d)}" if d.holds else ""))
         for k, v in der.glossary(d).items():
             symbols.setdefault(k, {**v, "uses": {}})["uses"].setdefault(v["value"], []).append(
                 d.name)

@@ -347,11 +347,15 @@ def _sweep() -> dict:
 
 def _derive() -> dict:
     symbol = obj({"value": NUM, "unit": STR, "description": STR, "latex": STR})
+    # where the values hold: low <= expression <= high (null: no upper end)
+    holds = obj({"expression": STR, "low": NUM, "high": {"type": ["number", "null"]},
+                 "why": STR})
     # latex: the right-hand side; latex_equation: a complete equation / align environment
     formula = obj({"name": STR, "description": STR, "unit": STR, "expression": STR,
                    "latex": STR, "latex_lhs": STR, "latex_equation": STR, "python": STR,
                    "value": {"type": ["number", "null"]}, "note": STR,
-                   "symbols": {"type": "object", "additionalProperties": symbol}})
+                   "symbols": {"type": "object", "additionalProperties": symbol},
+                   "holds": {"type": "array", "items": holds}})
     return _envelope("derive", {"model": STR, "hardware": STR,
                                 "formulas": {"type": "array", "items": formula}}, ["formulas"])
 

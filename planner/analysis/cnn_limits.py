@@ -143,6 +143,16 @@ class Limits(TimeToTrain):
         edges = sorted(cuts)
         return list(zip(edges, edges[1:], strict=False)) or [(1.0, 1.0)]
 
+    def piece_batches(self, n: float) -> tuple[float, float]:
+        """The local batches b of the roofline pieces (compute, and the backward that hides
+        the sync) that hold at n nodes: where the closed forms' t_0, c, h_0, h_1 stay those of
+        n (b_hi inf: every larger b)."""
+        b = self.global_batch / (self.g * n)
+        pieces = [piece_at(self.compute_pieces, b)]
+        if self.overlap:
+            pieces.append(piece_at(self.hide_pieces, b))
+        return max(p.b_lo for p in pieces), min(p.b_hi for p in pieces)
+
     @functools.cached_property
     def _step_points(self) -> frozenset[float]:
         """Node counts where a ceiling in C(n) steps (tree allreduce: g n a power of two)."""

@@ -4,8 +4,11 @@ when asked for: the limits behind some of them search the full model."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 
+import numpy as np
 import sympy as sp
 
 from planner.analysis import branches as br
@@ -17,16 +20,16 @@ from planner.expr import graph
 from planner.expr import symbols as S
 from planner.expr.rewrite import substitute
 from planner.expr.transformer import memory_form
-from planner.formulas import Derived
+from planner.formulas import Derived, Holds, uses
 
 DIMENSIONLESS = "dimensionless"
 
 
 def _derived(name: str, description: str, unit: str, expr: sp.Expr, values: dict,
-             note: str = "") -> Derived:
-    free = expr.free_symbols
-    return Derived(name, description, unit, expr, {k: v for k, v in values.items()
-                                                   if k in free}, note)
+             note: str = "", display: sp.Expr | None = None, where: tuple = (),
+             holds: tuple = ()) -> Derived:
+    d = Derived(name, description, unit, expr, values, note, display, where, holds)
+    return dataclasses.replace(d, values={k: v for k, v in values.items() if k in uses(d)})
 
 
 def _closed(description: str, unit: str, scale: sp.Expr | int = 1):
@@ -40,12 +43,24 @@ def _closed(description: str, unit: str, scale: sp.Expr | int = 1):
     return build
 
 
+def _of_d(lim: TransformerLimits) -> tuple[sp.Expr, tuple, dict]:
+    """The iteration time as a function of the data-parallel degree d at this t x p and
+    micro-batch: (its form in the aggregates, the parts that move with d, the values). The
+    aggregates (tau, H, M, ...) do not depend on d; the micro-batches m = B / (d b) and the
+    replicas sharing a node r = min(d, max(floor(u / (t p)), 1)) do (with r = 1 at every d
+    where t p fills the scale-up domain)."""
+    where = [(S.m, S.B / (S.d * S.b))]
+    if lim.aggregates[S.r] != 1:
+        where.append((S.r, sp.Min(S.d, sp.Max(sp.floor(S.u / (S.t * S.p)), 1))))
+    form = lim._one_replica_per_node(time_form(lim.choices))
+    return form, tuple(where), {**lim.plan_point, S.u: float(lim.hw.scale_up)}
+
+
 def _iteration_time(lim: TransformerLimits) -> Derived:
-    form = time_form(lim.choices)
-    if lim.aggregates[S.r] == 1:
-        form = substitute(form, {S.r: sp.Integer(1)})
+    form, where, values = _of_d(lim)
     return _derived("iteration_time", "iteration time of the plan: pipeline slots, exposed "
-                    "data-parallel communication, optimizer step", "s", form, lim.plan_point)
+                    "data-parallel communication, optimizer step", "s",
+                    substitute(form, dict(where)), values, display=form, where=where)
 
 
 def _bubble(lim: TransformerLimits) -> Derived:
@@ -58,17 +73,40 @@ def _bubble(lim: TransformerLimits) -> Derived:
 def _memory(lim: TransformerLimits) -> Derived:
     return _derived("memory", "bytes per device: weights, gradients, optimizer state by ZeRO "
                     "stage, first-stage activations", "B",
-                    graph.to_sympy(memory_form(lim.choices)),
-                    lim.plan_point)
+                    graph.to_sympy(memory_form(lim.choices)), lim.plan_point,
+                    holds=_in_flight(lim))
+
+
+def _in_flight(lim: TransformerLimits) -> tuple[Holds, ...]:
+    """With a pipeline the first stage holds the activations of the micro-batches in flight,
+    which grow with m = B / (d b) until the schedule's warm-up is full: A_act holds for every
+    m from that point on (found on the full model), else only at the plan's own m."""
+    if lim.pp == 1:
+        return ()
+    m0 = lim.B / (lim.dp * lim.b)
+
+    def acts(m: float) -> float:
+        return float(np.asarray(lim.run(d=lim.B / (m * lim.b))["activations"]))
+
+    full = acts(1e6)
+    m_full = next((m for m in range(1, 4 * lim.pp * lim.v + 1)
+                   if math.isclose(acts(m), full, rel_tol=1e-12)), None)
+    why = ("the activations of the micro-batches in flight on the first stage, read at this "
+           "m; planner evaluate prices any other d")
+    if m_full is not None and m0 >= m_full:
+        return (Holds(S.B / (S.d * S.b), float(m_full), math.inf, why),)
+    return (Holds(S.B / (S.d * S.b), m0, m0, why),)
 
 
 def _mfu(lim: TransformerLimits) -> Derived:
-    expr = S.F_seq * S.B / (S.t * S.p * S.d * S.T_iter * S.P_peak)
-    values = {**lim.plan_point, S.F_seq: float(lim.model.model_flops()),
-              S.P_peak: lim.system.device.peak_flops(lim.precision),
-              S.T_iter: float(lim.run(d=float(lim.dp))["time"])}
+    form, where, values = _of_d(lim)
+    shown = S.F_seq * S.B / (S.t * S.p * S.d * S.T_iter * S.P_peak)
+    values = {**values, S.F_seq: float(lim.model.model_flops()),
+              S.P_peak: lim.system.device.peak_flops(lim.precision)}
     return _derived("mfu", "model FLOPs utilisation: model FLOPs of the batch over devices x "
-                    "time x peak (PaLM, appendix B)", DIMENSIONLESS, expr, values)
+                    "time x peak (PaLM, appendix B)", DIMENSIONLESS,
+                    substitute(shown, {S.T_iter: substitute(form, dict(where))}), values,
+                    display=shown, where=(*where, (S.T_iter, form)))
 
 
 def _optimal_devices(lim: TransformerLimits) -> Derived:

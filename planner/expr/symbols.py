@@ -53,6 +53,7 @@ d_s = sp.Symbol("d_s", positive=True)
 tau = sp.Symbol("tau", positive=True)  # one micro-batch through the slowest stage
 tau_p2p = sp.Symbol("tau_p2p", nonnegative=True)  # pipeline sends per micro-batch slot
 r = sp.Symbol("r", positive=True)  # data-parallel replicas on one node
+u = sp.Symbol("u", positive=True)  # devices of one scale-up domain (r = min(d, u / (t p)))
 H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
 ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
@@ -126,6 +127,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     tau_p2p: Meaning("pipeline point-to-point sends per micro-batch slot", "s"),
     r: Meaning("data-parallel replicas on one node (their traffic shares its NICs)",
                "replicas"),
+    u: Meaning("devices of one scale-up domain: those the intra-node link joins (a node; an "
+               "NVL72 rack)", "devices"),
     H: Meaning("one micro-batch's backward on a stage: what hides the gradient sync", "s"),
     ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
