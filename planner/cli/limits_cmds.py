@@ -141,17 +141,7 @@ def derive(specs, model, hardware, precision, optimizer, servers, overlap, fmt, 
     if specs.family == "transformer":
         kw.pop("seq_len")  # applied to the model's spec (`specs`)
     formulas = api.derive(specs, optimizer=optimizer, servers=servers, overlap=overlap,
-                          names=names, **kw)
-    if substitute:
-        wanted = None if substitute == "all" else {x.strip() for x in substitute.split(",")}
-        if wanted is not None:
-            from planner.expr.symbols import GLOSSARY
-
-            unknown = sorted(wanted - {s.name for s in GLOSSARY})
-            if unknown:
-                raise SpecError(f"substitute: unknown symbol '{unknown[0]}' (known: "
-                                f"{', '.join(sorted(s.name for s in GLOSSARY))})")
-        formulas = [f.substituted(wanted) for f in formulas]
+                          names=names, substitute=substitute, **kw)
     if fmt == "json":
         doc = render.document("derive", {"model": model, "hardware": hardware,
                                          "formulas": [der.as_json(f) for f in formulas]})
