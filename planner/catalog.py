@@ -251,7 +251,7 @@ def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
 def _without_envelope(data: dict, where: str) -> dict:
     """A spec as `planner show hardware --format yaml|json` prints it, without the document's
     envelope (`schema_version: 1`, `command: show`), so what `show` prints loads back."""
-    if "schema_version" not in data and "command" not in data:
+    if not isinstance(data, dict) or ("schema_version" not in data and "command" not in data):
         return data
     if data.get("command", "show") != "show":
         raise SpecError(f"{where}: key 'command': a spec document is `planner show`'s output "
@@ -349,6 +349,7 @@ HARDWARE_FOLDERS = [HARDWARE / "systems", HARDWARE / "clusters"]
 def load_target(ref: str) -> System | Cluster:
     """What `--hardware` names: a system, or a cluster of pools (`planner.spec.cluster`)."""
     data, where, path = _resolve(ref, HARDWARE_FOLDERS, "hardware")
+    data = _without_envelope(data, where)  # `planner show hardware --format yaml` output
     if isinstance(data, dict) and data.get("kind") == "cluster":
         return _cluster(data, where, path)
     return load_system(ref)
@@ -383,7 +384,8 @@ def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
     if errors:
         raise SpecError("\n".join(errors[:MAX_ERRORS]))
     return Cluster(spec.name, spec.description, tuple(pools), between,
-                   spec.between_pools.count if spec.between_pools else 0)
+                   spec.between_pools.count if spec.between_pools else 0,
+                   sources=dict(spec.sources))
 
 
 def load_system(ref: str) -> System:
@@ -490,20 +492,18 @@ def one_system(target: System | Cluster) -> System:
     return target.pools[0].system
 
 
-def load_hardware_any(ref: str) -> Device | Link | System:
-    """For `show hardware`: a system, device or link, whichever the name or file is."""
+def load_hardware_any(ref: str) -> Device | Link | System | Cluster:
+    """For `show hardware`: a system, device, link or cluster, whichever the name or file
+    is."""
     if _is_path(ref):
         data, where, _ = _resolve(ref, [], "hardware")
-        kind = _expect_kind(data, where, ("system", "device", "link"))
-        return {"system": load_system, "device": load_device, "link": load_link}[kind](ref)
+        kind = _expect_kind(data, where, ("system", "device", "link", "cluster"))
+        return {"system": load_system, "device": load_device, "link": load_link,
+                "cluster": load_target}[kind](ref)
     for kind, loader in (("systems", load_system), ("devices", load_device),
-                         ("links", load_link)):
+                         ("links", load_link), ("clusters", load_target)):
         if path_exists(HARDWARE / kind / f"{ref}.yaml"):
             return loader(ref)
-    if path_exists(HARDWARE / "clusters" / f"{ref}.yaml"):
-        pools = ", ".join(p.system.name for p in load_target(ref).pools)
-        raise SpecError(f"hardware: '{ref}' is a cluster; show hardware shows a system, "
-                        f"device or link (its pools' systems: {pools})")
     names = [n for kind_names in list_hardware().values() for n in kind_names]
     raise SpecError(f"unknown hardware {short(ref)}{did_you_mean(ref, names)} (built-in "
                     f"systems: {', '.join(list_hardware()['systems'])}; devices and links: "

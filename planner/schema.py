@@ -421,7 +421,16 @@ def _show() -> dict:
         "latency_us": NUM, "efficiency": NUM,
         "sources": {"type": "object", "additionalProperties": STR}},
         ["kind", "name", "bandwidth_GBps", "latency_us"])
-    return {"oneOf": [cnn, transformer, recommendation, system, device, link]}
+    # a cluster as its YAML writes it (the nodes a job can have; no between_pools: one fabric)
+    pool = obj({"name": STR, "system": STR, "nodes": INT, "price_per_device_hour_usd": NUM,
+                "partition": STR}, ["name", "system", "nodes"])
+    cluster = _envelope("show", {
+        "kind": {"const": "cluster"}, "name": STR, "description": STR,
+        "pools": {"type": "array", "items": pool},
+        "between_pools": obj({"link": STR, "count": INT}),
+        "sources": {"type": "object", "additionalProperties": STR}},
+        ["kind", "name", "pools"])
+    return {"oneOf": [cnn, transformer, recommendation, system, device, link, cluster]}
 
 
 def _list() -> dict:

@@ -139,3 +139,21 @@ def test_cli_accepts_new_precisions_and_smoke_evaluate(run):
     code, out, err = run("evaluate", "-m", "llama3-70b", "-H", "dgx-h100", "--devices", "64",
                          "--tp", "8", "--pp", "2", "--global-batch", "512", "--precision", "nvfp4")
     assert code == 2 and "no peak for precision 'nvfp4'" in err, (out, err)
+
+
+@pytest.mark.parametrize("name", ["lab-a100-h100", "mixed-hopper-blackwell"])
+def test_show_a_cluster_and_load_its_yaml_back(tmp_path, run, run_json, name):
+    from planner.catalog import load_target
+
+    code, out, err = run("show", "hardware", name)
+    assert code == 0, err
+    cluster = load_target(name)
+    for pool in cluster.pools:
+        assert f"pool {pool.name}" in out and f"{pool.nodes} x {pool.system.name}" in out
+    doc = run_json("show", "hardware", name)
+    assert doc["kind"] == "cluster" and [p["nodes"] for p in doc["pools"]] == [
+        p.nodes for p in cluster.pools]
+    code, out, err = run("show", "hardware", name, "--format", "yaml")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(out)
+    assert load_target(str(path)) == cluster

@@ -45,14 +45,16 @@ def list_cmd(what, fmt):
 @click.argument("name")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def show(what, name, fmt):
-    """Show a model's per-layer table and totals, or a hardware spec. NAME is a built-in, a
-    YAML path, or a Hugging Face config.json (or a folder holding one): shown as understood.
+    """Show a model's per-layer table and totals, or a hardware spec (a system, device, link
+    or cluster of pools). NAME is a built-in, a YAML path, or a Hugging Face config.json (or a
+    folder holding one): shown as understood; the yaml / json form of a spec loads back.
 
     \b
     Examples:
       planner show model alexnet
       planner show model path/to/config.json
       planner show hardware dgx-a100-80gb --format json
+      planner show hardware lab-a100-h100
     """
     from planner.catalog import load_hardware_any, load_model
     from planner.report import (

@@ -4,6 +4,7 @@ JSON documents and text for people."""
 from __future__ import annotations
 
 from planner.report.render import key_values, si, table
+from planner.spec.cluster import Cluster
 from planner.spec.cnn import CNN
 from planner.spec.hardware import Device, Link, System
 
@@ -52,9 +53,19 @@ def model_text(cnn: CNN) -> str:
     return head + table(["layer", "type", "output", "params", "FLOPs", "activations"], rows)
 
 
-def hardware_doc(spec: Device | Link | System) -> dict:
+def hardware_doc(spec: Device | Link | System | Cluster) -> dict:
     """A spec as understood, every part written out; `planner.catalog` loads it back (a
-    system's device and links inline, `inter_node` a link with `nics_per_node` beside it)."""
+    system's device and links inline, `inter_node` a link with `nics_per_node` beside it; a
+    cluster's pools by their systems' names, with the nodes a job can have)."""
+    if isinstance(spec, Cluster):
+        between = (None if spec.between is None else
+                   {"link": spec.between.name, "count": spec.between_count})
+        pools = [{"name": p.name, "system": p.system.name, "nodes": p.nodes,
+                  "price_per_device_hour_usd": p.price_per_device_hour,
+                  "partition": p.partition} for p in spec.pools]
+        return {"kind": "cluster", "name": spec.name, "description": spec.description,
+                "pools": [{k: v for k, v in p.items() if v is not None} for p in pools],
+                **({"between_pools": between} if between else {}), "sources": spec.sources}
     if isinstance(spec, System):
         doc = {"kind": "system", "name": spec.name, "description": spec.description,
                "devices_per_node": spec.devices_per_node,
@@ -72,7 +83,22 @@ def hardware_doc(spec: Device | Link | System) -> dict:
     return spec.model_dump(mode="json")
 
 
-def hardware_text(spec: Device | Link | System) -> str:
+def hardware_text(spec: Device | Link | System | Cluster) -> str:
+    if isinstance(spec, Cluster):
+        pairs = [("cluster", f"{spec.name}: {spec.description}".rstrip(": "))]
+        for p in spec.pools:
+            price = (f", ${p.price_per_device_hour:g} per device-hour"
+                     if p.price_per_device_hour else "")
+            part = f", partition {p.partition}" if p.partition else ""
+            pairs.append((f"pool {p.name}", f"{p.nodes} x {p.system.name} ({p.devices} "
+                                            f"{p.system.device.name}){price}{part}"))
+        if spec.between is None:
+            pairs.append(("between pools", "one fabric: each pool's own NICs"))
+        else:
+            pairs.append(("between pools", f"{spec.between_count} x {spec.between.name} per "
+                                           f"node ({spec.between.bandwidth_GBps:g} GB/s, "
+                                           f"{spec.between.latency_us:g} us each)"))
+        return key_values(pairs + [(f"source ({k})", v) for k, v in spec.sources.items()])
     if isinstance(spec, System):
         d = spec.device
         return key_values([

@@ -17,7 +17,7 @@ pool's own NICs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic import Field, model_validator
 
@@ -85,6 +85,7 @@ class Cluster:
     between_count: int = 0
     # a what-if (`at_between`): the links between pools at this many bytes/s per node
     between_Bps: float | None = None
+    sources: dict = field(default_factory=dict, compare=False)
 
     def pool(self, name: str) -> Pool:
         """The pool named `name`."""
