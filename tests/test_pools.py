@@ -453,3 +453,20 @@ def test_a_cluster_trains_in_one_precision_whatever_the_order_of_its_pools(tmp_p
     h100 = next(e for e in docs[0]["subsets"] if e["pools"] == ["dgx-h100"])
     assert h100["iteration_time_s"] == pytest.approx(alone["prediction"]["iteration_time_s"],
                                                      rel=1e-9)
+
+
+def test_a_capped_search_says_feasible_not_optimal(monkeypatch):
+    """Past MAX_MODELS CP-SAT models the rows left are unproven: the subset's plan (and the
+    solution) is `feasible`, never claimed optimal."""
+    from planner import api
+    from planner.search import pools
+
+    full = api.solve("gpt2", "lab-a100-h100", global_batch=256)
+    mixed = full.of(("dgx-a100-80gb", "dgx-h100"))
+    assert full.status == "optimal" and mixed.status == "optimal" and full.models_solved > 1
+    monkeypatch.setattr(pools, "MAX_MODELS", 1)
+    capped = api.solve("gpt2", "lab-a100-h100", global_batch=256)
+    assert capped.models_solved == 1
+    assert capped.status == "feasible"
+    assert capped.of(("dgx-a100-80gb", "dgx-h100")).status == "feasible"
+    assert capped.best.seconds_per_sample >= full.best.seconds_per_sample * (1 - 1e-9)

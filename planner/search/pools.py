@@ -263,32 +263,40 @@ class ClusterSolver:
 
     def _mixed(self, subset, incumbent: Found | None) -> tuple[Found | None, str]:
         bound = incumbent.seconds_per_sample if incumbent else math.inf
-        best = None
-        for kind, form in ((PIPELINE, self._pipeline_rows), (REPLICAS, self._replica_rows)):
-            if self.q.framework and self.q.framework not in rules.MIXED_FORMS[kind]:
-                continue  # a mix the framework's launcher form does not write: not priced
-            rows = form(subset, bound)
-            self.priced += len(rows["lb"])
-            for i in np.argsort(rows["lb"], kind="stable"):
-                if rows["lb"][i] >= bound * (1 - 1e-9):
-                    break
-                if self.models >= MAX_MODELS:
-                    if best is not None:
-                        best.status = "feasible"
-                    break
-                self.models += 1
-                plan = rows["solve"](i, bound)
-                if plan is None:
-                    continue
-                priced = cost.price(self.m, self.cluster, self.precision, plan, self.caps)
-                value = priced.iteration_time_s / plan.global_batch
-                if priced.fits and value < bound:
-                    bound, best = value, (plan, priced, rows["kind"])
+        best, capped = None, False
+        # both kinds' rows in one best-first order of their lower bounds: a cheap replica
+        # plan found early rules out pipelines whose models would take long to refute
+        forms = [form(subset, bound) for kind, form in ((PIPELINE, self._pipeline_rows),
+                                                        (REPLICAS, self._replica_rows))
+                 if not self.q.framework or self.q.framework in rules.MIXED_FORMS[kind]]
+        self.priced += sum(len(rows["lb"]) for rows in forms)
+        lbs = np.concatenate([rows["lb"] for rows in forms]) if forms else np.array([])
+        which = np.concatenate([np.full(len(rows["lb"]), j) for j, rows in enumerate(forms)]
+                               ) if forms else np.array([], dtype=int)
+        index = np.concatenate([np.arange(len(rows["lb"])) for rows in forms]
+                               ) if forms else np.array([], dtype=int)
+        for o in np.argsort(lbs, kind="stable"):
+            if lbs[o] >= bound * (1 - 1e-9):
+                break
+            if self.models >= MAX_MODELS:  # rows left unproven: the best found, not proven
+                capped = True
+                break
+            self.models += 1
+            rows = forms[which[o]]
+            plan = rows["solve"](index[o], bound)
+            if plan is None:
+                continue
+            priced = cost.price(self.m, self.cluster, self.precision, plan, self.caps)
+            value = priced.iteration_time_s / plan.global_batch
+            if priced.fits and value < bound:
+                bound, best = value, (plan, priced, rows["kind"])
         names = [p.name for p in self.cluster.pools]
         if best is None:  # no mix beats the best of the smaller subsets: that is this one's
             if incumbent is None:
-                return None, "no mixed plan fits"
-            return replace(incumbent, subset=tuple(names[k] for k in subset)), ""
+                return None, (f"no mixed plan found within {MAX_MODELS} CP-SAT models" if capped
+                              else "no mixed plan fits")
+            return replace(incumbent, subset=tuple(names[k] for k in subset),
+                           status="feasible" if capped else incumbent.status), ""
         plan, priced, kind = best
         memory = {}
         for g, mem in zip(plan.groups, priced.memory_bytes, strict=True):
@@ -298,8 +306,8 @@ class ClusterSolver:
 
         return Found(tuple(names[k] for k in subset), kind, plan, priced.iteration_time_s,
                      plan.global_batch, {names[k]: plan.devices_on(k) for k in subset},
-                     memory, time_band=time_band(self.m, self.cluster, self.precision,
-                                                 plan)), ""
+                     memory, status="feasible" if capped else "optimal",
+                     time_band=time_band(self.m, self.cluster, self.precision, plan)), ""
 
     # --- the shapes, priced in numpy with their lower bounds ---------------------------------
 
