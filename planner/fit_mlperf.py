@@ -42,6 +42,7 @@ MICROBENCHMARK = {
     "b200": (0.776, 0.763), "gb200": (0.729, 0.723), "b300": (0.786, 0.745),
     "gb300": (0.729, 0.723),
     "mi300x": (0.511, None), "mi325x": (0.6, None), "mi355x": (0.622, None),
+    "mi350x": (0.622, None),  # MI355X's: the same die at a lower clock, no row of its own
 }
 # the families as the error bands group devices (`planner.bands.family`)
 FAMILIES = {fam: tuple(d for d in MICROBENCHMARK if family(d) == fam)

@@ -39,7 +39,8 @@ LORA = {"llama2_70b_lora": (16, 8192)}
 # NVL72 racks as trays of 4)
 SYSTEMS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"),
            ("B200", "dgx-b200"), ("H200-SXM", "hgx-h200"), ("H100-SXM", "dgx-h100"),
-           ("MI355X", "mi355x-8"), ("MI325X", "mi325x-8"), ("MI300X", "mi300x-8"))
+           ("MI355X", "mi355x-8"), ("MI350X", "mi350x-8"), ("MI325X", "mi325x-8"),
+           ("MI300X", "mi300x-8"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,11 +9,12 @@ from planner.catalog import list_hardware, load_device, load_link, load_system
 from planner.errors import SpecError
 from planner.spec.hardware import Precision
 
-DEVICES = ["b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi355x", "h200-sxm-141gb"]
+DEVICES = ["b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x",
+           "h200-sxm-141gb"]
 LINKS = ["nvlink5-nvswitch", "xdr-ib", "roce-400g", "roce-800g", "infinity-fabric-cdna3",
          "infinity-fabric-cdna4", "nvlink-c2c"]
 SYSTEMS = ["dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72", "hgx-h200", "mi300x-8",
-           "mi325x-8", "mi355x-8"]
+           "mi325x-8", "mi350x-8", "mi355x-8"]
 
 
 def test_builtins_listed_and_load():
@@ -60,6 +61,10 @@ def test_datasheet_peaks():
     assert load_device("gb300").peak_flops(Precision.fp4) == 15000e12
     assert load_device("mi300x").peak_flops(Precision.bf16) == pytest.approx(1307.4e12)
     assert load_device("mi355x").peak_flops(Precision.fp4) == pytest.approx(10066.3e12)
+    # MI350X: the same die at 2.2 GHz (MI355X 2.4 GHz): every peak in that ratio
+    mi350x, mi355x = load_device("mi350x"), load_device("mi355x")
+    for p in (Precision.bf16, Precision.fp8, Precision.fp4, Precision.fp64):
+        assert mi350x.peak_flops(p) == pytest.approx(mi355x.peak_flops(p) * 2.2 / 2.4, rel=1e-3)
 
 
 @pytest.mark.parametrize("device, precision", [
