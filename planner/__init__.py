@@ -12,8 +12,9 @@ The operations live in `planner.api`; they are loaded on first use so that `impo
 stays cheap (SymPy and OR-Tools load only when a command needs them).
 """
 
-API = ("evaluate", "solve", "limits", "derive", "sweep", "evaluate_transformer",
-       "solve_transformer", "sweep_transformer", "load_model", "load_system", "is_transformer")
+API = ("evaluate", "solve", "limits", "derive", "derivation", "sweep",
+       "evaluate_transformer", "solve_transformer", "sweep_transformer", "load_model",
+       "load_system", "is_transformer")
 
 __all__ = list(API)
 

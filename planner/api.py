@@ -595,8 +595,21 @@ def derive(specs: Specs, *, names: tuple[str, ...] = (),
            substitute: str | tuple[str, ...] | None = None, **kwargs):
     """The formulas behind `limits` (a list of `planner.formulas.Derived`), only `names`
     (`formula`) when given; `substitute` replaces these symbols (a comma-separated string or
-    a tuple, or 'all') by their values, as `planner derive --substitute` does."""
+    a tuple, or 'all') by their values, as `planner derive --substitute` does. The plan they
+    are read at: `derivation`."""
+    return derivation(specs, names=names, substitute=substitute, **kwargs)[1]
+
+
+@_cli_names("derive", loads=True)
+def derivation(specs: Specs, *, names: tuple[str, ...] = (),
+               substitute: str | tuple[str, ...] | None = None, **kwargs):
+    """(the plan the formulas are read at, as `limits` reports it, the formulas): `derive`
+    with what it assumes (a transformer's split and switches, a CNN's collective)."""
     lim = limits(specs, **kwargs)
+    return lim.plan, _formulas(lim, specs, names, substitute)
+
+
+def _formulas(lim, specs: Specs, names, substitute):
     if specs.family == "transformer":
         from planner.analysis import transformer_formulas as tf
 

@@ -51,7 +51,8 @@ class Holds:
         """'0.111 <= B/(g*n) <= 18.4, n from 27.8 to 4606 here' (the range of the formula's
         n or d at the other symbols' values)."""
         lo, hi, e = self.low, self.high, self.expression
-        out = f"{lo:.6g} <= {text(e)}" + (f" <= {hi:.6g}" if hi < math.inf else "")
+        out = (f"{text(e)} = {lo:.6g} only" if lo == hi else
+               f"{lo:.6g} <= {text(e)}" + (f" <= {hi:.6g}" if hi < math.inf else ""))
         var = next((x for x in (S.n, S.d) if x in e.free_symbols and x in values), None)
         if var is not None and len(e.free_symbols - set(values)) == 0:
             at = {k: v for k, v in values.items() if k != var}
@@ -191,10 +192,11 @@ def derive(lim: Limits) -> list[Derived]:
                            f.values, f.note))
     # a formula in the roofline piece's values (t_0, c, h_0, h_1) with n free holds at the
     # local batches B / (g n) of that piece
-    piece = {S.t0, S.c, S.h0, S.h1}
-    out = [dataclasses.replace(d, holds=(Holds(S.B / (S.g * S.n),
-                                               *lim.piece_batches(d.values[S.n]), PIECE),))
-           if S.n in d.values and piece & uses(d) else d for d in out]
+    out = [dataclasses.replace(d, holds=(Holds(
+        S.B / (S.g * S.n), *lim.piece_batches(d.values[S.n], d.values),
+        f"the local batches of the roofline piece {', '.join(x.name for x in PIECE if x in uses(d))}"
+        "; planner evaluate prices whole plans"),))
+           if S.n in d.values and set(PIECE) & uses(d) else d for d in out]
     return [_only_free(d) for d in out]
 
 
@@ -274,8 +276,7 @@ def holds_text(d: Derived) -> str:
     return "; ".join(f"{h.text(d.values)} ({h.why})" for h in d.holds)
 
 
-PIECE = ("the local batches of the roofline piece t_0, c, h_0, h_1; planner evaluate --nodes "
-         "N prices any other n")
+PIECE = (S.t0, S.c, S.h0, S.h1)  # a CNN's compute terms: one roofline piece of the local batch
 
 
 def as_json(d: Derived) -> dict:
@@ -307,9 +308,10 @@ def _doc(text_: str) -> str:
     return text_.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
-def python_module(formulas: list[Derived]) -> str:
+def python_module(formulas: list[Derived], plan: str = "") -> str:
     """A Python module that runs as printed: one function per formula, its symbols as
-    parameters with this problem's values as defaults, and a main block printing each value."""
+    parameters with this problem's values as defaults, and a main block printing each value
+    (`plan`: the plan they are read at, in the module's docstring)."""
     printer = _python_printer()
     functions = []
     for d in formulas:
@@ -331,14 +333,16 @@ def python_module(formulas: list[Derived]) -> str:
         for h in d.holds:  # the defaults' own range: refuse another unless told
             why = (f"the defaults hold for {holds_text(d)}; strict=False evaluates the "
                    "formula as written")
+            at = printer.doprint(h.expression)
             lines += [f"    if strict and not {h.python(printer)}:",
-                      f"        raise ValueError({why!r})"]
+                      f"        raise ValueError(f\"{at} = {{{at}!r}}: \" + {why!r})"]
         lines += [f"    {_identifier(x.name)} = {printer.doprint(e)}" for x, e in where]
         lines.append(f"    return {printer.doprint(rhs)}")
         functions.append("\n".join(lines))
     imports = sorted(printer.module_imports)
     head = ['"""Formulas from `planner derive`: each function returns the formula\'s value; '
-            'its defaults are\nthe values of this problem."""', ""]
+            'its defaults are\nthe values of this problem' + (f", {_doc(plan)}" if plan else "")
+            + '."""', ""]
     head += [f"import {m}" for m in imports] + ([""] if imports else [])
     main = ['if __name__ == "__main__":']
     main += [f'    print("{d.name} =", repr({d.name}()))' for d in formulas]

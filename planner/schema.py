@@ -356,8 +356,11 @@ def _derive() -> dict:
                    "value": {"type": ["number", "null"]}, "note": STR,
                    "symbols": {"type": "object", "additionalProperties": symbol},
                    "holds": {"type": "array", "items": holds}})
-    return _envelope("derive", {"model": STR, "hardware": STR,
-                                "formulas": {"type": "array", "items": formula}}, ["formulas"])
+    # the plan the formulas are read at: a transformer's split and switches, a CNN's collective
+    plan = {"type": "object", "additionalProperties": {"type": ["number", "string", "boolean"]}}
+    return _envelope("derive", {"model": STR, "hardware": STR, "plan": plan,
+                                "formulas": {"type": "array", "items": formula}},
+                     ["plan", "formulas"])
 
 
 def _show() -> dict:

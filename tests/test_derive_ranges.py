@@ -78,3 +78,20 @@ def test_json_names_where_the_values_hold(run_json):
     (h,) = by["iteration_time"]["holds"]
     assert h["expression"] == "B/(g*n)" and 0 < h["low"] < 1024 / (2 * 120.84) < h["high"]
     assert by["memory"]["holds"] == [] and by["optimal_nodes"]["holds"] == []
+
+
+def test_the_plan_derive_names_is_the_plan_evaluate_prices(run_json):
+    """`derive` names the plan its formulas are read at (limits' defaults: selective
+    recompute, sequence parallel, ZeRO 1, not evaluate's); evaluate given those flags prices
+    the plan at the formula's value."""
+    from planner.report.limits import plan_flags
+
+    args = ("-m", "llama3-8b", "-H", "dgx-h100", "--seq-len", "2048", "--global-batch", "512",
+            "--tp", "2", "--pp", "2")
+    doc = run_json("derive", *args, "--formula", "iteration_time")
+    plan, (f,) = doc["plan"], doc["formulas"]
+    assert (plan["recompute"], plan["sequence_parallel"], plan["zero"]) == ("selective", True, 1)
+    flags = plan_flags(plan).split()
+    assert "--sequence-parallel" in flags and "--zero" in flags
+    priced = run_json("evaluate", *args[:8], *flags)
+    assert priced["prediction"]["iteration_time_s"] == pytest.approx(f["value"], rel=1e-9)

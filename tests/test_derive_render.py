@@ -225,7 +225,9 @@ def test_text_value_equals_json_value_equals_limits(run, run_json):
     code, out, err = run("derive", *RESNET, "--formula", "optimal_nodes")
     assert code == 0, err
     text_value = float(re.search(r"value = (\S+) nodes", out).group(1))
-    assert out.startswith("optimal_nodes = sqrt(") and "c - h_1" in out
+    head, body = out.split("\n\n", 1)  # the plan the formulas are read at, then them
+    assert head.startswith("read at the plan") and "--collective ring --overlap" in head
+    assert body.startswith("optimal_nodes = sqrt(") and "c - h_1" in body
     (f,) = run_json("derive", *RESNET, "--formula", "optimal_nodes")["formulas"]
     limits = run_json("limits", *RESNET)
     assert math.isclose(f["value"], limits["optimal_nodes"], rel_tol=1e-12)

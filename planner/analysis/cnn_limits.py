@@ -99,6 +99,13 @@ class Limits(TimeToTrain):
     # --- the expression of T(n) --------------------------------------------------------------
 
     @property
+    def plan(self) -> dict:
+        """What the limits (and `derive`'s formulas) assume: data parallel over nodes of g
+        devices, the collective, whether the backward hides it."""
+        return {"devices_per_node": self.g, "collective": self.collective.value,
+                "overlap": self.overlap, "global_batch": self.global_batch}
+
+    @property
     def single_device_time(self) -> float:
         return float(self.dp.numeric("compute")(1, 1, self.global_batch)) + float(self.dp.t_opt)
 
@@ -143,15 +150,25 @@ class Limits(TimeToTrain):
         edges = sorted(cuts)
         return list(zip(edges, edges[1:], strict=False)) or [(1.0, 1.0)]
 
-    def piece_batches(self, n: float) -> tuple[float, float]:
-        """The local batches b of the roofline pieces (compute, and the backward that hides
-        the sync) that hold at n nodes: where the closed forms' t_0, c, h_0, h_1 stay those of
-        n (b_hi inf: every larger b)."""
+    def piece_batches(self, n: float, values: dict | None = None) -> tuple[float, float]:
+        """The local batches b (at least one sample a device) of the roofline pieces (compute,
+        and the backward that hides the sync) that hold at n nodes: where the closed forms'
+        t_0, c, h_0, h_1 stay those of n (b_hi inf: every larger b). At a corner between two
+        pieces, the pieces whose t_0, c, h_0, h_1 are `values` (the side the formula's
+        values were read on)."""
         b = self.global_batch / (self.g * n)
-        pieces = [piece_at(self.compute_pieces, b)]
+
+        def pick(pieces, t0, c, offset):
+            here = [p for p in pieces if p.b_lo * (1 - 1e-9) <= b <= p.b_hi * (1 + 1e-9)]
+            same = [p for p in here if values is not None and t0 in values
+                    and math.isclose(p.t0 + offset, values[t0], rel_tol=1e-9, abs_tol=1e-15)
+                    and math.isclose(p.c, values[c], rel_tol=1e-9, abs_tol=1e-15)]
+            return (same or here or [piece_at(pieces, b)])[0]
+
+        chosen = [pick(self.compute_pieces, S.t0, S.c, float(self.dp.t_opt))]
         if self.overlap:
-            pieces.append(piece_at(self.hide_pieces, b))
-        return max(p.b_lo for p in pieces), min(p.b_hi for p in pieces)
+            chosen.append(pick(self.hide_pieces, S.h0, S.h1, 0.0))
+        return max(1.0, *(p.b_lo for p in chosen)), min(p.b_hi for p in chosen)
 
     @functools.cached_property
     def _step_points(self) -> frozenset[float]:

@@ -92,7 +92,7 @@ def _in_flight(lim: TransformerLimits) -> tuple[Holds, ...]:
     m_full = next((m for m in range(1, 4 * lim.pp * lim.v + 1)
                    if math.isclose(acts(m), full, rel_tol=1e-12)), None)
     why = ("the activations of the micro-batches in flight on the first stage, read at this "
-           "m; planner evaluate prices any other d")
+           "m; planner evaluate prices whole plans")
     if m_full is not None and m0 >= m_full:
         return (Holds(S.B / (S.d * S.b), float(m_full), math.inf, why),)
     return (Holds(S.B / (S.d * S.b), m0, m0, why),)

@@ -373,15 +373,20 @@ class TransformerLimits:
         optimise."""
         return float(self._relaxed_d(d, *self.aggregates.values())["t"])
 
-    def summary(self) -> dict:
+    @property
+    def plan(self) -> dict:
+        """The plan the limits (and `derive`'s formulas) are read at, as `limits` reports it."""
         c = self.choices
-        at = self.pinned_dp or self.dp
-        plan = {"tp": self.tp, "pp": self.pp, "dp": self.dp,
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "devices": self.tp * self.pp * self.dp, "micro_batch": self.b,
                 "interleave": self.v, "recompute": c.recompute,
                 "sequence_parallel": c.sequence_parallel and self.tp > 1, "zero": c.zero,
                 "schedule": c.schedule, "overlap": c.overlap,
                 "flash_attention": c.flash_attention}
+
+    def summary(self) -> dict:
+        at = self.pinned_dp or self.dp
+        plan = self.plan
         run = self.run(d=float(self.dp))
         comm = self.comm_bound_from()
         useful = self.max_useful_devices()

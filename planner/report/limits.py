@@ -128,15 +128,32 @@ def transformer_limits_text(s: dict) -> str:
     return key_values(rows)
 
 
-def derive_text(formulas, fmt: str) -> str:
+def plan_flags(plan: dict) -> str:
+    """The plan `derive` reads its formulas at (`planner.api.derivation`) as the `evaluate`
+    flags that price the same plan (a CNN's node count aside: the formulas' n)."""
+    out = []
+    for key, value in plan.items():
+        if key in ("devices", "devices_per_node"):
+            continue
+        flag = "--" + key.replace("_", "-")
+        out.append((flag if value else f"--no-{key.replace('_', '-')}")
+                   if isinstance(value, bool) else f"{flag} {value}")
+    return " ".join(out)
+
+
+def derive_text(formulas, fmt: str, plan: dict | None = None) -> str:
     """`planner derive` as LaTeX (one complete environment), a Python module that runs as
-    printed, or text; each renders any family's `planner.formulas.Derived`."""
+    printed, or text; each renders any family's `planner.formulas.Derived`; with the plan
+    they are read at (`planner.api.derivation`) first."""
     from planner import formulas as der
 
+    head = ("" if plan is None else
+            f"read at the plan (planner evaluate prices it with): {plan_flags(plan)}")
     if fmt == "latex":
         from planner.latex import paper_block
 
-        return paper_block(formulas)
+        first, rest = paper_block(formulas).split("\n", 1)
+        return "\n".join([first, f"% {head}", rest] if head else [first, rest])
     if fmt == "python":
-        return der.python_module(formulas).rstrip("\n")
-    return "\n\n".join(der.text_block(f) for f in formulas)
+        return der.python_module(formulas, head).rstrip("\n")
+    return (f"{head}\n\n" if head else "") + "\n\n".join(der.text_block(f) for f in formulas)
