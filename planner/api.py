@@ -596,28 +596,45 @@ def derive(specs: Specs, *, names: tuple[str, ...] = (),
     """The formulas behind `limits` (a list of `planner.formulas.Derived`), only `names`
     (`formula`) when given; `substitute` replaces these symbols (a comma-separated string or
     a tuple, or 'all') by their values, as `planner derive --substitute` does. The plan they
-    are read at: `derivation`."""
-    return derivation(specs, names=names, substitute=substitute, **kwargs)[1]
+    are read at and the formulas left out: `derivation`."""
+    return derivation(specs, names=names, substitute=substitute, **kwargs).formulas
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """What `planner derive` prints: the plan the formulas are read at (as `limits` reports
+    it: a transformer's split and switches, a CNN's collective), the formulas, and the
+    formulas left out with why (none when `names` were given: a named one with no answer is
+    an error)."""
+
+    plan: dict
+    formulas: list
+    left_out: dict
 
 
 @_cli_names("derive", loads=True)
 def derivation(specs: Specs, *, names: tuple[str, ...] = (),
-               substitute: str | tuple[str, ...] | None = None, **kwargs):
-    """(the plan the formulas are read at, as `limits` reports it, the formulas): `derive`
-    with what it assumes (a transformer's split and switches, a CNN's collective)."""
+               substitute: str | tuple[str, ...] | None = None, **kwargs) -> Derivation:
+    """`derive` with the plan its formulas are read at and the formulas it left out."""
     lim = limits(specs, **kwargs)
-    return lim.plan, _formulas(lim, specs, names, substitute)
-
-
-def _formulas(lim, specs: Specs, names, substitute):
     if specs.family == "transformer":
         from planner.analysis import transformer_formulas as tf
 
-        formulas = tf.derive(lim, tuple(names))
+        formulas, known = tf.derive(lim, tuple(names)), tf.FORMULAS
+        closed = "no closed form for this plan; planner limits gives the bound on the full model"
     else:
         from planner import formulas as der
 
-        formulas = der.select(der.derive(lim), names)
+        formulas, known = der.select(der.derive(lim), names), der.FORMULAS
+        closed = "compute and latency alone miss the target efficiency: no bandwidth reaches it"
+    got = {f.name for f in formulas}
+    left_out = {} if names else {
+        n: "needs --critical-batch" if n == "time_to_train_batch" else closed
+        for n in known if n not in got}
+    return Derivation(lim.plan, _substituted(formulas, substitute), left_out)
+
+
+def _substituted(formulas: list, substitute) -> list:
     if not substitute:
         return formulas
     wanted = None

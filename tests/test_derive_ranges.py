@@ -95,3 +95,21 @@ def test_the_plan_derive_names_is_the_plan_evaluate_prices(run_json):
     assert "--sequence-parallel" in flags and "--zero" in flags
     priced = run_json("evaluate", *args[:8], *flags)
     assert priced["prediction"]["iteration_time_s"] == pytest.approx(f["value"], rel=1e-9)
+
+
+def test_formulas_left_out_are_named_with_why(run_json, run):
+    doc = run_json("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                   "--no-overlap")
+    printed = {f["name"] for f in doc["formulas"]}
+    assert "required_bandwidth" not in printed
+    assert doc["left_out"] == {
+        "required_bandwidth": "compute and latency alone miss the target efficiency: "
+                              "no bandwidth reaches it",
+        "time_to_train_batch": "needs --critical-batch"}
+    code, out, _ = run("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                       "--no-overlap")
+    assert code == 0 and out.rstrip().endswith("left out: time_to_train_batch: needs "
+                                               "--critical-batch")
+    named = run_json("derive", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "1024",
+                     "--formula", "memory")
+    assert named["left_out"] == {}

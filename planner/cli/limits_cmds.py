@@ -140,11 +140,12 @@ def derive(specs, model, hardware, precision, optimizer, servers, overlap, fmt, 
     require(model, hardware)
     if specs.family == "transformer":
         kw.pop("seq_len")  # applied to the model's spec (`specs`)
-    plan, formulas = api.derivation(specs, optimizer=optimizer, servers=servers,
-                                    overlap=overlap, names=names, substitute=substitute, **kw)
+    got = api.derivation(specs, optimizer=optimizer, servers=servers, overlap=overlap,
+                         names=names, substitute=substitute, **kw)
     if fmt == "json":
-        doc = render.document("derive", {"model": model, "hardware": hardware, "plan": plan,
-                                         "formulas": [der.as_json(f) for f in formulas]})
+        doc = render.document("derive", {"model": model, "hardware": hardware,
+                                         "plan": got.plan, "left_out": got.left_out,
+                                         "formulas": [der.as_json(f) for f in got.formulas]})
         click.echo(render.to_json(doc))
     else:
-        click.echo(derive_text(formulas, fmt, plan))
+        click.echo(derive_text(got, fmt))

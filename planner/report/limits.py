@@ -141,19 +141,22 @@ def plan_flags(plan: dict) -> str:
     return " ".join(out)
 
 
-def derive_text(formulas, fmt: str, plan: dict | None = None) -> str:
-    """`planner derive` as LaTeX (one complete environment), a Python module that runs as
-    printed, or text; each renders any family's `planner.formulas.Derived`; with the plan
-    they are read at (`planner.api.derivation`) first."""
+def derive_text(got, fmt: str) -> str:
+    """`planner derive` (a `planner.api.Derivation`) as LaTeX (one complete environment), a
+    Python module that runs as printed, or text; each renders any family's
+    `planner.formulas.Derived`, after the plan they are read at and before what was left
+    out."""
     from planner import formulas as der
 
-    head = ("" if plan is None else
-            f"read at the plan (planner evaluate prices it with): {plan_flags(plan)}")
+    head = f"read at the plan (planner evaluate prices it with): {plan_flags(got.plan)}"
+    tail = "\n".join(f"left out: {name}: {why}" for name, why in got.left_out.items())
     if fmt == "latex":
         from planner.latex import paper_block
 
-        first, rest = paper_block(formulas).split("\n", 1)
-        return "\n".join([first, f"% {head}", rest] if head else [first, rest])
+        first, rest = paper_block(got.formulas).split("\n", 1)
+        return "\n".join([first, f"% {head}"] + [f"% {x}" for x in tail.splitlines()] + [rest])
     if fmt == "python":
-        return der.python_module(formulas, head).rstrip("\n")
-    return (f"{head}\n\n" if head else "") + "\n\n".join(der.text_block(f) for f in formulas)
+        return der.python_module(got.formulas, "; ".join([head, *tail.splitlines()])
+                                 ).rstrip("\n")
+    body = "\n\n".join(der.text_block(f) for f in got.formulas)
+    return "\n\n".join([head, body] + ([tail] if tail else []))
