@@ -244,7 +244,8 @@ def _expect_kind(data: dict, where: str, kinds: tuple[str, ...]) -> str:
         raise SpecError(f"{where}: missing key 'kind' (expected kind: {' or '.join(kinds)})")
     kind = data.get("kind")
     if kind not in kinds:
-        raise SpecError(f"{where}: key 'kind': expected {' or '.join(kinds)}, got {short(kind)}")
+        raise SpecError(f"{where}: key 'kind': expected {' or '.join(kinds)}, got {short(kind)}"
+                        + did_you_mean(str(kind), list(kinds)))
     return kind
 
 
@@ -352,19 +353,24 @@ def load_target(ref: str) -> System | Cluster:
     data = _without_envelope(data, where)  # `planner show hardware --format yaml` output
     if isinstance(data, dict) and data.get("kind") == "cluster":
         return _cluster(data, where, path)
+    if isinstance(data, dict) and data.get("kind") not in (None, "system"):
+        _expect_kind(data, where, ("system", "cluster"))
     return load_system(ref)
 
 
 def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
-    spec = validate(ClusterSpec, data, where)
     base = path.parent if path is not None else None
+    try:
+        spec = validate(ClusterSpec, data, where)
+    except SpecError as exc:  # the names too, so one run names every mistake
+        names = _name_errors(data, where, base)
+        raise SpecError("\n".join([str(exc), *names][:MAX_ERRORS])) from None
     # every pool's system and the link between them are resolved before any error is raised,
     # so a file with several wrong names names them all in one run
     pools, errors = [], []
     for i, p in enumerate(spec.pools):
         try:
-            system = load_system(str(_at(p.system, base)) if _is_path(p.system, base)
-                                 else p.system)
+            system = _pool_system(p.system, base)
         except SpecError as exc:
             errors.append(f"{where}: key 'pools.{i}.system': {exc}")
             continue
@@ -386,6 +392,50 @@ def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
     return Cluster(spec.name, spec.description, tuple(pools), between,
                    spec.between_pools.count if spec.between_pools else 0,
                    sources=dict(spec.sources))
+
+
+def _pool_system(name: str, base: Path | None) -> System:
+    """A pool's system, by name or path (relative to the cluster file's folder)."""
+    ref = str(_at(name, base)) if _is_path(name, base) else name
+    if _kind_of(ref) == "cluster":
+        raise SpecError(f"{short(name)} is a cluster; a pool is one system (list that "
+                        "cluster's pools here instead)")
+    return load_system(ref)
+
+
+def _name_errors(data, where: str, base: Path | None) -> list[str]:
+    """The unknown systems and link a cluster file names, read from the file as written
+    (beside its other mistakes, which validation reports)."""
+    if not isinstance(data, dict):
+        return []
+    out = []
+    pools = data.get("pools")
+    for i, pool in enumerate(pools if isinstance(pools, list) else []):
+        name = pool.get("system") if isinstance(pool, dict) else None
+        if isinstance(name, str) and name:
+            try:
+                _pool_system(name, base)
+            except SpecError as exc:
+                out.append(f"{where}: key 'pools.{i}.system': {exc}")
+    between = data.get("between_pools")
+    link = between.get("link") if isinstance(between, dict) else None
+    if isinstance(link, str) and link:
+        try:
+            load_link(link, base)
+        except SpecError as exc:
+            out.append(f"{where}: key 'between_pools.link': {exc}")
+    return out
+
+
+def _kind_of(ref: str) -> str | None:
+    """The `kind` a hardware name or file declares (None where it cannot be read: the
+    loader's own error says why)."""
+    try:
+        data, where, _ = _resolve(ref, HARDWARE_FOLDERS, "hardware")
+    except SpecError:
+        return None
+    data = _without_envelope(data, where)
+    return data.get("kind") if isinstance(data, dict) else None
 
 
 def load_system(ref: str) -> System:

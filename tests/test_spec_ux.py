@@ -109,6 +109,33 @@ def test_a_cluster_with_several_wrong_names_names_them_all(tmp_path):
     assert "between_pools.link" in lines[1] and "did you mean 'ndr-ib'" in lines[1]
 
 
+def test_a_cluster_names_its_wrong_keys_and_wrong_names_in_one_run(tmp_path):
+    """Validation's mistakes (a bad count, an unknown key) and the unknown system and link
+    together, not the names only on the next run."""
+    path = tmp_path / "c.yaml"
+    path.write_text("kind: cluster\nname: x\npools:\n"
+                    "  - {system: dgx-h10, nodes: 0}\n"
+                    "  - {system: dgx-a100-80gb, nodes: 2, availabilty: 0.5}\n"
+                    "between_pools: {link: ndr-ibb, count: 8}\n")
+    with pytest.raises(SpecError) as err:
+        load_target(str(path))
+    lines = str(err.value).splitlines()
+    assert len(lines) == 4, lines
+    assert "pools.0.nodes" in lines[0] and "'availability'" in lines[1]
+    assert "did you mean 'dgx-h100'" in lines[2] and "did you mean 'ndr-ib'" in lines[3]
+
+
+def test_a_pool_naming_a_cluster_or_a_misspelt_kind_says_so(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("kind: cluster\nname: x\npools:\n  - {system: lab-a100-h100, nodes: 4}\n")
+    with pytest.raises(SpecError, match="'lab-a100-h100' is a cluster; a pool is one system"):
+        load_target(str(path))
+    path.write_text("kind: clustr\nname: x\npools:\n  - {system: dgx-h100, nodes: 4}\n")
+    with pytest.raises(SpecError, match="expected system or cluster, got 'clustr' "
+                                        "\\(did you mean 'cluster'\\?\\)"):
+        load_target(str(path))
+
+
 def test_a_renamed_key_names_its_new_name(tmp_path, run):
     """A device YAML written before stop 31 (`kernels.graph_floor_us`) is told the key's new
     name, in one line, exit 2."""

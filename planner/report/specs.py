@@ -88,16 +88,19 @@ def hardware_text(spec: Device | Link | System | Cluster) -> str:
         pairs = [("cluster", f"{spec.name}: {spec.description}".rstrip(": "))]
         for p in spec.pools:
             price = (f", ${p.price_per_device_hour:g} per device-hour"
-                     if p.price_per_device_hour else "")
+                     if p.price_per_device_hour else ", no price (give price_per_device_hour_usd)")
             part = f", partition {p.partition}" if p.partition else ""
             pairs.append((f"pool {p.name}", f"{p.nodes} x {p.system.name} ({p.devices} "
                                             f"{p.system.device.name}){price}{part}"))
         if spec.between is None:
             pairs.append(("between pools", "one fabric: each pool's own NICs"))
         else:
-            pairs.append(("between pools", f"{spec.between_count} x {spec.between.name} per "
-                                           f"node ({spec.between.bandwidth_GBps:g} GB/s, "
-                                           f"{spec.between.latency_us:g} us each)"))
+            link, n = spec.between, spec.between_count
+            pairs.append(("between pools", f"{n} x {link.name} per node ({link.bandwidth_GBps:g} "
+                                           f"GB/s nominal, {link.bandwidth_Bps / 1e9:.3g} GB/s "
+                                           f"achievable, {link.latency_us:g} us each): "
+                                           f"{n * link.bandwidth_Bps / 1e9:.4g} GB/s achievable "
+                                           "per node, never above a pool's own NICs"))
         return key_values(pairs + [(f"source ({k})", v) for k, v in spec.sources.items()])
     if isinstance(spec, System):
         d = spec.device
