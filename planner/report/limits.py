@@ -149,6 +149,9 @@ def derive_text(got, fmt: str) -> str:
     from planner import formulas as der
 
     head = f"read at the plan (planner evaluate prices it with): {plan_flags(got.plan)}"
+    if "tp" in got.plan:  # a transformer's aggregates are its split's own
+        head += ("; tau, H, M and the other aggregates are this tp x pp x micro-batch's: a "
+                 "formula holds as d and B vary, not t, p or b")
     tail = "\n".join(f"left out: {name}: {why}" for name, why in got.left_out.items())
     if fmt == "latex":
         from planner.latex import paper_block
