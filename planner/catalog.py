@@ -408,22 +408,19 @@ def _name_errors(data, where: str, base: Path | None) -> list[str]:
     (beside its other mistakes, which validation reports)."""
     if not isinstance(data, dict):
         return []
+    pools, between = data.get("pools"), data.get("between_pools")
+    named = [(f"pools.{i}.system", p.get("system"), _pool_system)
+             for i, p in enumerate(pools if isinstance(pools, list) else [])
+             if isinstance(p, dict)]
+    if isinstance(between, dict):
+        named.append(("between_pools.link", between.get("link"), load_link))
     out = []
-    pools = data.get("pools")
-    for i, pool in enumerate(pools if isinstance(pools, list) else []):
-        name = pool.get("system") if isinstance(pool, dict) else None
+    for key, name, load in named:
         if isinstance(name, str) and name:
             try:
-                _pool_system(name, base)
+                load(name, base)
             except SpecError as exc:
-                out.append(f"{where}: key 'pools.{i}.system': {exc}")
-    between = data.get("between_pools")
-    link = between.get("link") if isinstance(between, dict) else None
-    if isinstance(link, str) and link:
-        try:
-            load_link(link, base)
-        except SpecError as exc:
-            out.append(f"{where}: key 'between_pools.link': {exc}")
+                out.append(f"{where}: key '{key}': {exc}")
     return out
 
 
