@@ -52,7 +52,7 @@ def _of_d(lim: TransformerLimits) -> tuple[sp.Expr, tuple, dict]:
     where = [(S.m, S.B / (S.d * S.b))]
     if lim.aggregates[S.r] != 1:
         where.append((S.r, sp.Min(S.d, sp.Max(sp.floor(S.u / (S.t * S.p)), 1))))
-    form = lim._one_replica_per_node(time_form(lim.choices))
+    form = lim.one_replica_per_node(time_form(lim.choices))
     return form, tuple(where), {**lim.plan_point, S.u: float(lim.hw.scale_up)}
 
 

@@ -183,7 +183,7 @@ class TransformerLimits:
         out[S.sigma] = self.hw.overlap_slowdown
         return {**out, S.B: self.B, S.b: self.b, S.p: self.pp, S.v: self.v, S.t: self.tp}
 
-    def _one_replica_per_node(self, form: sp.Expr) -> sp.Expr:
+    def one_replica_per_node(self, form: sp.Expr) -> sp.Expr:
         """With r = 1 (the model-parallel group fills a node) the intra-node ring vanishes:
         say so in the formula rather than carry (r - 1) factors."""
         return substitute(form, {S.r: sp.Integer(1)}) if self.aggregates[S.r] == 1 else form
@@ -191,7 +191,7 @@ class TransformerLimits:
     @functools.cached_property
     def d_form(self) -> sp.Expr:
         """T(d): the iteration time at this t x p with m = B / (d b)."""
-        return self._one_replica_per_node(
+        return self.one_replica_per_node(
             substitute(time_form(self.choices), {S.m: S.B / (S.d * S.b)}))
 
     @property
@@ -235,7 +235,7 @@ class TransformerLimits:
         lo, hi = self.d_range
         point = dict(self.aggregates)
         # overlapped, the sync is hidden until it outlasts the backward it slows down
-        kink = self._one_replica_per_node(allreduce_form() - (1 + S.sigma) * S.H)
+        kink = self.one_replica_per_node(allreduce_form() - (1 + S.sigma) * S.H)
         cands = self._branch_candidates(self.d_form, S.d, lo, hi, point,
                                         [kink] if self.choices.overlap else [])
         times = [self.relaxed_d_time(x) for x, _ in cands]
@@ -256,7 +256,7 @@ class TransformerLimits:
         point = dict(self.aggregates)
         hidden = ((1 + S.sigma) * S.H if self.choices.overlap
                   else (S.B / (S.d * S.b) + (S.p - 1) / S.v) * S.tau)
-        gap = self._one_replica_per_node(allreduce_form() - hidden)
+        gap = self.one_replica_per_node(allreduce_form() - hidden)
         for root in br.solve_for(br.branch_at(gap, {**point, S.d: hi}), S.d):
             z = br.real_in(root, point, 1.0, hi)
             if z is not None:
@@ -329,7 +329,7 @@ class TransformerLimits:
             return None
         point = {**self.aggregates, S.d: float(d), S.B_noise: self.critical_batch}
         del point[S.B]
-        form = (1 + S.B_noise / S.B) * br.relax(self._one_replica_per_node(substitute(
+        form = (1 + S.B_noise / S.B) * br.relax(self.one_replica_per_node(substitute(
             time_form(self.choices), {S.m: S.B / (S.d * S.b)})))
         branch = br.branch_at(form, {**point, S.B: float(self.B)})
         for root in br.solve_for(sp.diff(branch, S.B), S.B):

@@ -270,11 +270,11 @@ class ClusterSolver:
                                                         (REPLICAS, self._replica_rows))
                  if not self.q.framework or self.q.framework in rules.MIXED_FORMS[kind]]
         self.priced += sum(len(rows["lb"]) for rows in forms)
-        lbs = np.concatenate([rows["lb"] for rows in forms]) if forms else np.array([])
+        none = [np.empty(0, dtype=int)]  # no form priced (a framework's launcher writes none)
+        lbs = np.concatenate([rows["lb"] for rows in forms] + none)
         which = np.concatenate([np.full(len(rows["lb"]), j) for j, rows in enumerate(forms)]
-                               ) if forms else np.array([], dtype=int)
-        index = np.concatenate([np.arange(len(rows["lb"])) for rows in forms]
-                               ) if forms else np.array([], dtype=int)
+                               + none)
+        index = np.concatenate([np.arange(len(rows["lb"])) for rows in forms] + none)
         for o in np.argsort(lbs, kind="stable"):
             if lbs[o] >= bound * (1 - 1e-9):
                 break
