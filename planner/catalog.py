@@ -396,7 +396,12 @@ def _cluster(data: dict, where: str, path: Path | None) -> Cluster:
 
 def _pool_system(name: str, base: Path | None) -> System:
     """A pool's system, by name or path (relative to the cluster file's folder)."""
-    ref = str(_at(name, base)) if _is_path(name, base) else name
+    if _is_path(name, base):
+        ref = str(_at(name, base))
+    else:  # a built-in system (an unknown name: the systems' names suggested, not clusters')
+        ref = name
+        if not path_exists(HARDWARE / "clusters" / f"{name}.yaml"):
+            _resolve(name, [HARDWARE / "systems"], "hardware")
     if _kind_of(ref) == "cluster":
         raise SpecError(f"{short(name)} is a cluster; a pool is one system (list that "
                         "cluster's pools here instead)")

@@ -123,6 +123,7 @@ def test_a_cluster_names_its_wrong_keys_and_wrong_names_in_one_run(tmp_path):
     assert len(lines) == 4, lines
     assert "pools.0.nodes" in lines[0] and "'availability'" in lines[1]
     assert "did you mean 'dgx-h100'" in lines[2] and "did you mean 'ndr-ib'" in lines[3]
+    assert "mi355x-8" in lines[2] and "lab-a100-h100" not in lines[2]  # a pool is a system
 
 
 def test_a_pool_naming_a_cluster_or_a_misspelt_kind_says_so(tmp_path):
