@@ -398,11 +398,13 @@ def _pool_system(name: str, base: Path | None) -> System:
     """A pool's system, by name or path (relative to the cluster file's folder)."""
     if _is_path(name, base):
         ref = str(_at(name, base))
-    else:  # a built-in system (an unknown name: the systems' names suggested, not clusters')
+        cluster = _kind_of(ref) == "cluster"
+    else:  # a built-in (an unknown name: the systems' names suggested, not the clusters')
         ref = name
-        if not path_exists(HARDWARE / "clusters" / f"{name}.yaml"):
-            _resolve(name, [HARDWARE / "systems"], "hardware")
-    if _kind_of(ref) == "cluster":
+        cluster = path_exists(HARDWARE / "clusters" / f"{name}.yaml")
+        if not cluster and not path_exists(HARDWARE / "systems" / f"{name}.yaml"):
+            _resolve(name, [HARDWARE / "systems"], "hardware")  # raises
+    if cluster:
         raise SpecError(f"{short(name)} is a cluster; a pool is one system (list that "
                         "cluster's pools here instead)")
     return load_system(ref)

@@ -54,24 +54,24 @@ class Holds:
         out = (f"{text(e)} = {lo:.6g} only" if lo == hi else
                f"{lo:.6g} <= {text(e)}" + (f" <= {hi:.6g}" if hi < math.inf else ""))
         var = next((x for x in (S.n, S.d) if x in e.free_symbols and x in values), None)
-        if var is not None and len(e.free_symbols - set(values)) == 0:
-            at = {k: v for k, v in values.items() if k != var}
+        if var is None or e.free_symbols - set(values):
+            return out
+        f = e.subs({k: v for k, v in values.items() if k != var})  # of var alone
 
-            def solved(bound):
-                if not 0 < bound < math.inf:
-                    return None
-                roots = sp.solve(sp.Eq(e.subs(at), bound), var)
-                return float(roots[0]) if roots else None
+        def solved(bound: float) -> float | None:
+            roots = sp.solve(sp.Eq(f, bound), var) if 0 < bound < math.inf else []
+            return float(roots[0]) if roots else None
 
-            ends = sorted(x for x in (solved(lo), solved(hi)) if x is not None)
-            if len(ends) == 2 and ends[0] != ends[1]:
-                out += f", {var.name} from {ends[0]:.6g} to {ends[1]:.6g} here"
-            elif ends:
-                falls = sp.diff(e.subs(at), var).subs(var, ends[0]) < 0
-                up = (falls if ends[0] == solved(lo) else not falls) if lo != hi else None
-                out += (f", {var.name} = {ends[0]:.6g} here" if up is None else
-                        f", {var.name} {'<=' if up else '>='} {ends[0]:.6g} here")
-        return out
+        if lo == hi:
+            return out + f", {var.name} = {solved(lo):.6g} here"
+        # low <= e <= high as bounds on var: swapped where e falls as var grows (B / (g n))
+        falls = bool(sp.diff(f, var).subs(var, values[var]) < 0)
+        least, most = (solved(hi), solved(lo)) if falls else (solved(lo), solved(hi))
+        if least is not None and most is not None:
+            return out + f", {var.name} from {least:.6g} to {most:.6g} here"
+        if most is not None:
+            return out + f", {var.name} <= {most:.6g} here"
+        return out + (f", {var.name} >= {least:.6g} here" if least is not None else "")
 
     def python(self, printer) -> str:
         lo, hi = self.low, self.high

@@ -131,13 +131,19 @@ def transformer_limits_text(s: dict) -> str:
 def plan_flags(plan: dict) -> str:
     """The plan `derive` reads its formulas at (`planner.api.derivation`) as the `evaluate`
     flags that price the same plan (a CNN's node count aside: the formulas' n)."""
+    from planner import switches
+    from planner.inputs import cli_flag
+
     out = []
     for key, value in plan.items():
         if key in ("devices", "devices_per_node"):
             continue
-        flag = "--" + key.replace("_", "-")
-        out.append((flag if value else f"--no-{key.replace('_', '-')}")
-                   if isinstance(value, bool) else f"{flag} {value}")
+        if key in switches.BY_NAME:  # the registry spells a switch's flags
+            out.append(switches.BY_NAME[key].spelled(value))
+        elif isinstance(value, bool):
+            out.append(f"--{cli_flag(key)}" if value else f"--no-{cli_flag(key)}")
+        else:
+            out.append(f"--{cli_flag(key)} {value}")
     return " ".join(out)
 
 
