@@ -7,7 +7,12 @@ scaling, the fp8 weight gather) is solved with every plan choice free, and the p
 predicted step time is set against the submission's measured one. A planner that walks into
 the optimistic corner of its cost model promises much more than the tuned recipes reach (the
 optimizer's curse); the issue's bar is a median at most 5 % and a worst case at most 20 %
-faster. The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers
+faster. A job is what a user asks for (model, devices, global batch, sequence length,
+precision); where several submissions ran the same job with different framework settings, the
+tuned run is the fastest of them, and the job is solved with its settings (a slower
+submission of the same job is not what the recipes reach: GPT-3 on 1,536 H100 ran at 6.34 s
+and at 5.17 s a step). The promise against every submission's own settings is printed too.
+The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers
 where it lies within the error band of an uncovered (ZeRO-2 / ZeRO-3) fastest one
 (`planner.search.support`). Also printed: how far the pick's prediction is from the
 prediction of the submission's own plan (the search's gain inside the model), and the
@@ -33,6 +38,21 @@ from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import Search
 from planner.search.support import supported_solve
 from planner.spec.transformer import with_seq_len
+
+
+def best_of_each(every: list[dict]) -> list[dict]:
+    """Of the jobs with the same request (benchmark, system, devices, batch, precision), the
+    one whose submissions measured the shortest step: the tuned run of that request."""
+    best: dict[tuple, dict] = {}
+    for job in every:
+        key = _request(job)
+        if key not in best or job["measured_s"] < best[key]["measured_s"]:
+            best[key] = job
+    return [job for job in every if best[_request(job)] is job]
+
+
+def _request(job: dict) -> tuple:
+    return job["benchmark"], job["system"], job["devices"], job["batch"], job["precision"]
 
 
 def jobs() -> list[dict]:
@@ -81,58 +101,75 @@ def _solve(job: dict, system, q: Search):
     return supported_solve(job["model"], system, job["precision"], q)
 
 
+def _solved(job: dict) -> dict:
+    """The job's pick (None and why where refused) and its claims: as shipped, out of sample
+    (its family's share fitted without its benchmark) and by the point estimate."""
+    q = Search(global_batch=job["batch"], devices=job["devices"], grad_reduce_bf16=True,
+               cuda_graphs=job["graphs"], lora_rank=job["lora"],
+               fp8_attention=job["fp8_attention"],
+               fp8_current_scaling=job["current_scaling"],
+               fp8_weight_gather=job["fp8_gather"],
+               searched=tuple(n for n in switches.SEARCHED if n != "fp8_weight_gather"))
+    try:
+        fastest, sol = _solve(job, load_system(job["system"]), q)
+    except (SpecError, InfeasibleError) as err:
+        return {"pick": None, "why": str(err).split(";")[0][:60]}
+    pick = sol.prediction.iteration_time_s
+    held = pick  # a family nothing is fitted to: its shipped specs are out of sample
+    if job["held_out_system"] is not None:
+        try:
+            held = _solve(job, job["held_out_system"], q)[1].prediction.iteration_time_s
+        except (SpecError, InfeasibleError):
+            held = None
+    p = sol.plan
+    return {"pick": pick, "plan": f"tp {p.tp} cp {p.cp} pp {p.pp}x{p.interleave} dp {p.dp} "
+                                  f"z{p.zero}",
+            "claim": job["measured_s"] / pick - 1,  # > 0: the pick promises that much faster
+            "held": None if held is None else job["measured_s"] / held - 1,
+            "fastest": job["measured_s"] / fastest.prediction.iteration_time_s - 1}
+
+
+def _summary(label: str, results: list[dict]) -> str:
+    solved = [r for r in results if r["pick"] is not None]
+    claims = [r["claim"] for r in solved]
+    held = [r["held"] for r in solved if r["held"] is not None]
+    fastest = [r["fastest"] for r in solved]
+    over = sum(c > 0.20 for c in claims)
+    return (f"{label}: {len(solved)} jobs, the pick promises a median "
+            f"{statistics.median(claims):+.1%} (worst {max(claims):+.1%}; {over} over +20 %) "
+            f"faster than measured; out of sample (the Blackwell and AMD shares fitted without "
+            f"the job's benchmark) a median {statistics.median(held):+.1%} (worst "
+            f"{max(held):+.1%}); the fastest plan by the point estimate, covered or not "
+            f"(--prefer-supported 0), a median {statistics.median(fastest):+.1%} (worst "
+            f"{max(fastest):+.1%})")
+
+
 def main() -> None:
     t0 = time.perf_counter()
-    rows, claims, held_claims, fastest_claims = [], [], [], []
-    for job in jobs():
-        q = Search(global_batch=job["batch"], devices=job["devices"], grad_reduce_bf16=True,
-                   cuda_graphs=job["graphs"], lora_rank=job["lora"],
-                   fp8_attention=job["fp8_attention"],
-                   fp8_current_scaling=job["current_scaling"],
-                   fp8_weight_gather=job["fp8_gather"],
-                   searched=tuple(n for n in switches.SEARCHED if n != "fp8_weight_gather"))
-        try:
-            fastest, sol = _solve(job, load_system(job["system"]), q)
-        except (SpecError, InfeasibleError) as err:
-            rows.append((job, None, str(err).split(";")[0][:60]))
-            continue
-        pick = sol.prediction.iteration_time_s
-        held = pick  # a family nothing is fitted to: its shipped specs are out of sample
-        if job["held_out_system"] is not None:
-            try:
-                held = _solve(job, job["held_out_system"], q)[1].prediction.iteration_time_s
-            except (SpecError, InfeasibleError):
-                held = None
-        claim = job["measured_s"] / pick - 1  # > 0: the pick promises that much faster
-        claims.append(claim)
-        fastest_claims.append(job["measured_s"] / fastest.prediction.iteration_time_s - 1)
-        if held is not None:
-            held_claims.append(job["measured_s"] / held - 1)
-        p = sol.plan
-        rows.append((job, pick, f"tp {p.tp} cp {p.cp} pp {p.pp}x{p.interleave} dp {p.dp} "
-                                f"z{p.zero}", claim))
-    print(f"{'job':<44} {'measured':>9} {'own plan':>9} {'pick':>9} {'promise':>8}  pick")
-    for job, pick, what, *claim in rows:
+    every = jobs()
+    tuned = {id(job) for job in best_of_each(every)}
+    results = [_solved(job) for job in every]
+    print(f"{'job':<44} {'measured':>9} {'own plan':>9} {'pick':>9} {'promise':>8}  pick "
+          "(* a slower submission of a job another ran faster)")
+    for job, res in zip(every, results, strict=True):
         name = (f"{job['benchmark']} {job['system']} {job['precision'].value} "
                 f"{job['devices']} GPUs B{job['batch']}")
-        if pick is None:
+        mark = " " if id(job) in tuned else "*"
+        if res["pick"] is None:
             print(f"{name:<44} {job['measured_s']:>9.3f} {job['own_s']:>9.3f} {'-':>9} "
-                  f"{'-':>8}  {what}")
+                  f"{'-':>8}{mark} {res['why']}")
             continue
-        print(f"{name:<44} {job['measured_s']:>9.3f} {job['own_s']:>9.3f} {pick:>9.3f} "
-              f"{claim[0]:>+8.1%}  {what}")
-    gains = [job["own_s"] / pick - 1 for job, pick, *_ in rows if pick is not None]
-    claims.sort()
+        print(f"{name:<44} {job['measured_s']:>9.3f} {job['own_s']:>9.3f} {res['pick']:>9.3f} "
+              f"{res['claim']:>+8.1%}{mark} {res['plan']}")
+    gains = [job["own_s"] / res["pick"] - 1 for job, res in zip(every, results, strict=True)
+             if res["pick"] is not None]
     print(f"\nInside the model the pick beats the submission's own plan by a median "
           f"{statistics.median(gains):+.1%} (best {max(gains):+.1%}): the search's own share "
           f"of the promise; the rest is the model's error on the submission's own plan.")
-    print(f"{len(claims)} jobs solved in {time.perf_counter() - t0:.0f} s: the pick promises "
-          f"a median {statistics.median(claims):+.1%} (worst {max(claims):+.1%}) faster than "
-          f"the tuned submission measured (bar: median <= +5 %, worst <= +20 %); out of "
-          f"sample (the Blackwell and AMD shares fitted without the job's benchmark) a median "
-          f"{statistics.median(held_claims):+.1%} (worst {max(held_claims):+.1%}); the fastest "
-          f"plan by the point estimate, covered or not (--prefer-supported 0), a median "
-          f"{statistics.median(fastest_claims):+.1%} (worst {max(fastest_claims):+.1%})")
+    print(f"Solved in {time.perf_counter() - t0:.0f} s (bar: median <= +5 %, worst <= +20 %).")
+    print(_summary("Against the tuned run of each job (the fastest submission)",
+                   [r for job, r in zip(every, results, strict=True) if id(job) in tuned]))
+    print(_summary("Against every submission's own settings", results))
 
 
 if __name__ == "__main__":
