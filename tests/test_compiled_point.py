@@ -28,12 +28,15 @@ def _program(code: str, arity: int) -> Compiled:
     return Compiled(arity, [(code, tuple(range(arity)))], {}, {"out": arity})
 
 
-def _same(point, vector) -> bool:
+def _same(point, vector, ulps: int = 0) -> bool:
     """Equal values (NaN equal to NaN; the sign of a zero, which no price reads and numpy's
-    loops choose by CPU, not counted) and the same kind."""
+    loops choose by CPU, not counted), within `ulps` units in the last place, and the same
+    kind."""
     a, b = np.asarray(point), np.ravel(vector)[0]
     if (a.dtype == bool) != (np.asarray(b).dtype == bool):
         return False
+    if ulps and np.isfinite(a) and np.isfinite(b) and a.dtype != bool:
+        return bool(abs(a - b) <= ulps * np.spacing(max(abs(a), abs(b))))
     return bool(a == b or (np.isnan(a) and np.isnan(b)))
 
 
@@ -46,7 +49,9 @@ def test_every_operation_at_a_point_is_numpys(code):
         point = prog(*args)["out"]
         # two copies of the point: numpy's own loops, the first element compared
         vector = prog(*(np.array([x, x]) for x in args))["out"]
-        assert _same(point, vector), (code, args, point, vector)
+        # numpy 2.4's vector power runs its own SIMD routine, a unit in the last place off
+        # libm's (2.5 ** 2.5), which the scalar path calls
+        assert _same(point, vector, ulps=1 if code == "pow" else 0), (code, args, point, vector)
         assert np.shape(point) == ()
 
 
