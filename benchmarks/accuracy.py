@@ -83,6 +83,7 @@ def mlperf_training() -> None:
         held_mape = sum(abs(out[id(r["run"])]) for r in rs) / len(rs)
         print(f"{group:<36} {_stats([r['error'] for r in rs])} {held_mape:>13.1%}")
     by_feature(priced, out)
+    forward_and_rest(priced)
     skipped: dict[str, int] = defaultdict(int)
     for r in rows:
         if r["error"] is None:
@@ -123,6 +124,25 @@ def by_feature(priced: list[dict], held: dict) -> None:
             held_mape = sum(abs(held[id(r["run"])]) for r in rs) / len(rs)
             label = f"{name}: {value}"
             print(f"{label:<36} {_stats([r['error'] for r in rs])} {held_mape:>13.1%}")
+
+
+def forward_and_rest(priced: list[dict]) -> None:
+    """The rows whose logs time a validation step (planner/calibration/mlperf_forward.csv): the
+    forward of one global batch against the plan's evaluation step (`forward_time_s`), and the
+    rest of a training step (backward, gradient sync, optimizer step) against the prediction
+    less its forward. Where the forward is right and the rest is not, the error is in the
+    backward or the sync, not in the GEMM and attention rates."""
+    rows = [r for r in priced if r["forward_error"] is not None]
+    print(f"\nforward and the rest ({len(rows)} rows timing validation steps; mlperf_forward.csv)"
+          f"{'':<2} {'rows':>4} {'MAPE':>7} {'bias':>7} {'worst':>7}   rest: "
+          f"{'MAPE':>6} {'bias':>7} {'worst':>7}")
+    by: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by[r["group"]].append(r)
+    for group, rs in [*sorted(by.items()), ("all with a forward", rows)]:
+        rest = _stats([r["rest_error"] for r in rs]).split()[1:]
+        print(f"{group:<36} {_stats([r['forward_error'] for r in rs])}         "
+              f"{rest[0]:>6} {rest[1]:>7} {rest[2]:>7}")
 
 
 def recommendation() -> None:

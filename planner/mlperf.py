@@ -27,6 +27,9 @@ from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
 
 CSV = Path(__file__).parent / "calibration" / "mlperf_training.csv"
+# the same submissions' forward-only (validation) steps, where their logs time them
+# (`benchmarks/extract_mlperf_forward.py`)
+FORWARD_CSV = CSV.with_name("mlperf_forward.csv")
 
 # the benchmark's model as the catalog writes it (the MLPerf reference's architecture)
 MODELS = {"gpt3": "gpt3-175b", "llama31_405b": "llama3.1-405b", "llama31_8b": "llama3-8b",
@@ -53,6 +56,7 @@ class Run:
     precision: Precision | None
     measured_s: float
     why_not: str | None  # None: expressible
+    forward_s: float | None = None  # one validation step (a forward of the global batch)
 
     @property
     def group(self) -> str:
@@ -70,8 +74,22 @@ def read(path: Path = CSV) -> tuple[Run, ...]:
     return _read(Path(path).resolve())
 
 
+def _key(r: dict) -> tuple:
+    return r["round"], r["submitter"], r["system"], r["benchmark"]
+
+
+@functools.cache
+def _forward_steps(path: Path) -> dict[tuple, float]:
+    """(round, submitter, system, benchmark) -> the submission's median validation step."""
+    if not path.exists():
+        return {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {_key(r): float(r["forward_step_s"]) for r in csv.DictReader(fh)}
+
+
 @functools.cache
 def _read(path: Path) -> tuple[Run, ...]:
+    forward = _forward_steps(path.with_name(FORWARD_CSV.name))
     out = []
     with open(path, newline="", encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
@@ -96,7 +114,7 @@ def _read(path: Path) -> tuple[Run, ...]:
                        f"{int(r['global_batch']) // (int(r['dp']) * int(r['micro_batch']))}): "
                        "the plan that ran is not known")
             out.append(Run(r, MODELS.get(r["benchmark"], r["benchmark"]), system, precision,
-                           float(r["step_time_s"]), why))
+                           float(r["step_time_s"]), why, forward.get(_key(r))))
     return tuple(out)
 
 
@@ -135,6 +153,12 @@ def plan_of(run: Run) -> Plan:
 def predicted(run: Run, system=None) -> tuple[float | None, str | None]:
     """(predicted step time, None), or (None, why the planner refuses the plan); `system`:
     priced on this one instead of the run's built-in system (`planner.fit_mlperf`)."""
+    pred, why = prediction(run, system)
+    return (None, why) if pred is None else (pred.iteration_time_s, None)
+
+
+def prediction(run: Run, system=None):
+    """(the `Prediction` of the run's own plan, None), or (None, why it is refused)."""
     if run.why_not:
         return None, run.why_not
     model = load_model(run.model)
@@ -142,18 +166,24 @@ def predicted(run: Run, system=None) -> tuple[float | None, str | None]:
     if seq:
         model = with_seq_len(model, int(seq))
     try:
-        pred = predict(model, system or load_system(run.system), run.precision, plan_of(run))
+        return predict(model, system or load_system(run.system), run.precision,
+                       plan_of(run)), None
     except SpecError as err:
         return None, f"refused: {err}"
-    return pred.iteration_time_s, None
 
 
 def rows(path: Path = CSV) -> list[dict]:
     """Every run with its prediction and error (predicted / measured - 1), or why none."""
     out = []
     for run in read(path):
-        t, why = predicted(run)
+        pred, why = prediction(run)
+        t = None if pred is None else pred.iteration_time_s
+        forward = None if pred is None or run.forward_s is None else pred.forward_time_s
         out.append({"run": run, "group": run.group, "measured_s": run.measured_s,
                     "predicted_s": t, "why_not": why,
-                    "error": None if t is None else t / run.measured_s - 1})
+                    "error": None if t is None else t / run.measured_s - 1,
+                    "forward_error": None if forward is None else forward / run.forward_s - 1,
+                    # the rest of a step: backward, gradient sync and optimizer
+                    "rest_error": None if forward is None else
+                    (t - forward) / (run.measured_s - run.forward_s) - 1})
     return out

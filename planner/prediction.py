@@ -47,6 +47,9 @@ class Prediction:
     bubble_fraction: float | None = None
     stage_time_s: float | None = None
     p2p_time_s: float | None = None
+    # transformers: an evaluation step, the forward of one global batch through the plan
+    # (nothing saved, no backward, no gradient sync or optimizer step)
+    forward_time_s: float | None = None
     # transformers: where the measured time likely lies, from comparable calibration runs'
     # residuals (`planner.bands.Band.to_json`: low_s, high_s, runs, group, note)
     time_band: dict | None = None

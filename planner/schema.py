@@ -72,6 +72,8 @@ PREDICTION = obj({
     # CNN splits
     "activation_communication_time_s": NUM, "bubble_fraction": NUM, "stage_time_s": NUM,
     "p2p_time_s": NUM,
+    # transformers: an evaluation step (the forward of one global batch)
+    "forward_time_s": NUM,
     # transformers: the likely range of the measured time (planner.bands)
     "time_band": obj({"runs": INT, "group": {"type": ["string", "null"]}, "note": STR,
                       "low_s": NUM, "high_s": NUM, "low_ratio": NUM, "high_ratio": NUM},

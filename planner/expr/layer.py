@@ -7,6 +7,7 @@ parallelism, memory); the physics of each term is in its docstring and in that m
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from planner.expr import graph as G
 from planner.expr.choices import RECOMPUTE, SCHEDULES, Choices  # noqa: F401 (re-exported)
@@ -87,6 +88,20 @@ def ring(ranks, size, bw, lat):
     formula of `planner.expr.collectives` (exactly 0 on one rank)."""
     return ring_allreduce(ranks, size, lat, bw)
 
+class LayerParts(NamedTuple):
+    """One layer's costs per micro-batch on one of its t devices."""
+
+    proj: G.Expr  # the projections' and the FFN's GEMMs, forward
+    core: G.Expr  # the attention core or the SSM scan, forward
+    elem: G.Expr  # the elementwise kernels, forward
+    elem_bwd: G.Expr  # the elementwise kernels, backward
+    tp: G.Expr  # the tensor-parallel collectives, every pass
+    ep: G.Expr  # the expert-parallel exchanges, every pass
+    core_bwd: G.Expr  # the attention core's (or scan's) backward
+    tp_forward: G.Expr  # the forward's share of `tp` (an evaluation step's)
+    ep_forward: G.Expr  # the forward's share of `ep`: the dispatch and the combine
+
+
 class LayerCosts:
     """The per-layer expressions of one (model, hardware rates, choices)."""
 
@@ -164,36 +179,45 @@ class LayerCosts:
         unchunked, and only the row-parallel dgrad's all-gather is a chunked ring exchange
         (proj_dgrad, fc2_dgrad `ring_exchange`).
         `blocks`: (GEMM time, chunked, the row-parallel GEMM's time, chunked) per block."""
-        ring_t, full = self.tp_ring, self.choices.recompute == "full"
-        amax = self._amax_reduction()
+        full, amax = self.choices.recompute == "full", self._amax_reduction()
         total = G.Integer(0)
-        for gemm, chunked, row, row_chunked in blocks:
-            if self.choices.tp_overlap:
-                slower = chunked - gemm
-                # the all-gather's first chunk is the rank's own shard (no wait), the
-                # reduce-scatter's last shows: 1 / t of its half of the ring
-                first, slow = ring_t / (2 * t), self.hw.overlap_slowdown
-                rest = ring_t - first
-                fwd = first + overlapped(rest, chunked, slow) + slower
-                # backward: the row-parallel dgrad's all-gather ring-exchanged with its GEMM
-                # in chunks (its first chunk local), the column-parallel dgrad's reduce-scatter
-                # in bulk beside the whole weight-gradient GEMMs of the block's other layers
-                half = ring_t / 2
-                bwd = (first + overlapped(half - first, row_chunked, slow) + row_chunked - row
-                       + overlapped(half, gemm - row, slow))
-            else:
-                fwd = bwd = ring_t
+        for block in blocks:
+            fwd, bwd = self._tp_passes(*block)
             total += (2 if full else 1) * (fwd + amax) + bwd + amax
         return total
 
-    def _moe_comm(self) -> G.Expr:
-        """Expert-parallel communication of one MoE layer, every pass. Megatron-LM's all-to-all
-        dispatcher (moe/token_dispatcher.py): each rank sends its sequence-parallel share of
-        the routed tokens (b s top_k h / t; the latent width under LatentMoE) to the experts'
-        ranks and gets them back, an
-        all-to-all each way over e_p ranks, then all-gathers them over the e_t ranks sharing
-        each expert (and reduce-scatters before the combine), forward and backward, again
-        for a recomputed forward; not overlapped unless `ep_overlap` (in the assembly).
+    def _tp_forward(self, blocks) -> G.Expr:
+        """The forward's share of `_tp_comm`: one pass per block, as an evaluation step runs
+        the layer (no backward, nothing recomputed)."""
+        amax = self._amax_reduction()
+        return sum((self._tp_passes(*block)[0] + amax for block in blocks), G.Integer(0))
+
+    def _tp_passes(self, gemm, chunked, row, row_chunked) -> tuple:
+        """(forward, backward) time of one block's tensor-parallel collectives (`_tp_comm`)."""
+        ring_t = self.tp_ring
+        if not self.choices.tp_overlap:
+            return ring_t, ring_t
+        slower = chunked - gemm
+        # the all-gather's first chunk is the rank's own shard (no wait), the
+        # reduce-scatter's last shows: 1 / t of its half of the ring
+        first, slow = ring_t / (2 * t), self.hw.overlap_slowdown
+        fwd = first + overlapped(ring_t - first, chunked, slow) + slower
+        # backward: the row-parallel dgrad's all-gather ring-exchanged with its GEMM in chunks
+        # (its first chunk local), the column-parallel dgrad's reduce-scatter in bulk beside
+        # the whole weight-gradient GEMMs of the block's other layers
+        half = ring_t / 2
+        bwd = (first + overlapped(half - first, row_chunked, slow) + row_chunked - row
+               + overlapped(half, gemm - row, slow))
+        return fwd, bwd
+
+    def _moe_exchange(self) -> G.Expr:
+        """Expert-parallel communication of one MoE layer, one exchange (the dispatch or the
+        combine of one pass). Megatron-LM's all-to-all dispatcher (moe/token_dispatcher.py):
+        each rank sends its sequence-parallel share of the routed tokens (b s top_k h / t; the
+        latent width under LatentMoE) to the experts' ranks and gets them back, an all-to-all
+        each way over e_p ranks, then all-gathers them over the e_t ranks sharing each expert
+        (and reduce-scatters before the combine); not overlapped unless `ep_overlap` (in the
+        assembly).
         Megatron folds the expert grid over the
         same ranks as the dense one, e_t fastest then e_p (parallel_state.py, order
         "tp-ep-dp-pp"): the group is inside the scale-up domain while e_t e_p <= u, else the
@@ -207,8 +231,12 @@ class LayerCosts:
         bw, lat = ring_link(hw, et)
         gather = (et - 1) * (lat + routed / bw)
         a2a, gather = self._kernel(a2a, False), self._kernel(gather, False)
-        passes = 6 if self.choices.recompute == "full" else 4
-        return passes * (_if(ep > 1, a2a, 0) + _if(et > 1, gather, 0))
+        return _if(ep > 1, a2a, 0) + _if(et > 1, gather, 0)
+
+    def _moe_comm(self) -> G.Expr:
+        """Every pass's `_moe_exchange`: dispatch and combine, forward and backward (and a
+        recomputed forward's two)."""
+        return (6 if self.choices.recompute == "full" else 4) * self._moe_exchange()
 
     def _matmul(self, rows, inner, cols, count=1, kept=False, sixteen=False):
         """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
@@ -285,21 +313,14 @@ class LayerCosts:
             return bytes_moved / self.hw.mem_bw
         return count * self._kernel(bytes_moved / (count * self.hw.mem_bw))
 
-    def forward_parts(self):
-        """Forward time of one layer per micro-batch on one of t devices: (projections and
-        FFN, attention core or SSM scan, elementwise kernels), the mean over the model's
-        layer kinds (a stage of a mixed model holds its kinds in their proportions)."""
-        return self.parts()[:3]
-
-    def parts(self):
-        """`forward_parts`, the backward elementwise kernels, the tensor-parallel and the
-        expert-parallel communication, the attention core's (or scan's) backward: means over
-        the layer kinds."""
+    def parts(self) -> LayerParts:
+        """`LayerParts`, the means over the model's layer kinds (a stage of a mixed model
+        holds its kinds in their proportions)."""
         md = self.model
         kinds = md.layer_kinds()
         parts = [self._kind_parts(k) for k, _ in kinds]
-        return tuple(sum(n * part[i] for part, (_, n) in zip(parts, kinds, strict=True))
-                     / md.layers for i in range(7))
+        return LayerParts(*(sum(n * part[i] for part, (_, n) in zip(parts, kinds, strict=True))
+                            / md.layers for i in range(len(LayerParts._fields))))
 
     def _kind_parts(self, kind):
         md, tok, hw = self.model, self.tokens, self.hw
@@ -307,7 +328,7 @@ class LayerCosts:
         mm = self._matmul
         proj, core, core_bwd = G.Integer(0), G.Integer(0), None
         # per tp block: (GEMM time, chunked, its row-parallel GEMM's time, chunked); MoE traffic
-        blocks, moe_comm = [], G.Integer(0)
+        blocks, moe_comm, moe_exchange = [], G.Integer(0), G.Integer(0)
 
         def block(*shapes):
             """A tensor-parallel block's GEMMs (rows, inner, cols), the row-parallel one
@@ -371,7 +392,7 @@ class LayerCosts:
             if md.shared_experts:  # tensor-parallel like a dense FFN (its own gather/scatter)
                 fs = (md.shared_expert_ffn_hidden or f) * md.shared_experts
                 proj += block((tok, h, G.Integer(gates * fs) / t), (tok, G.Integer(fs) / t, h))
-            moe_comm = self._moe_comm()
+            moe_comm, moe_exchange = self._moe_comm(), self._moe_exchange()
         traffic = tok * self.elementwise_bytes_per_token(kind)
         # backward: 1.5x the traffic in twice the kernels (each gradient kernel, plus the bias
         # and norm-weight reductions and the residual gradient sums)
@@ -381,8 +402,9 @@ class LayerCosts:
         if kind.mixer == "attention":  # ring attention merges its steps after them
             merge_fwd, merge_bwd = self._cp_merge()
             elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
-        return (proj, core, elem, elem_bwd, self._tp_comm(blocks), moe_comm,
-                2 * core if core_bwd is None else core_bwd)
+        return LayerParts(proj, core, elem, elem_bwd, self._tp_comm(blocks), moe_comm,
+                          2 * core if core_bwd is None else core_bwd, self._tp_forward(blocks),
+                          2 * moe_exchange)
 
     def _cp_merge(self):
         """Forward and backward time of merging ring attention's c_p steps (Transformer

@@ -117,7 +117,8 @@ class TransformerExpressions(LayerCosts):
         full, selective = c.recompute == "full", c.recompute == "selective"
 
         # --- compute per micro-batch; tensor- and expert-parallel communication per layer ---
-        proj, core, elem, elem_bwd, tp_layer, ep_layer, core_bwd = self.parts()
+        parts = self.parts()
+        proj, core, elem, elem_bwd, tp_layer, ep_layer, core_bwd = parts[:7]
         fwd = proj + core + elem
         extra = fwd if full else core if selective else 0
         # forward, backward (matmuls 2x: input and weight gradients, only the input's when
@@ -129,7 +130,8 @@ class TransformerExpressions(LayerCosts):
         # its own ColumnParallelLinear, not a Transformer Engine layer (gpt_model.py at
         # d98e8a6; TE's only with --fp8-output-proj and mxfp8), as torchtitan's float8
         # documentation configures it too (filter_fqns=["output"], float8.md at b5bcd76)
-        logit = (1 + grads) * self._matmul(tok, h, G.Integer(md.vocab) / t, sixteen=True)
+        logit_fwd = self._matmul(tok, h, G.Integer(md.vocab) / t, sixteen=True)
+        logit = (1 + grads) * logit_fwd
         if not c.grad_accumulation_fusion and not c.lora_rank:
             # the output layer's weight gradient too, on the last stage
             layer = layer + self._unfused_accumulation()
@@ -155,12 +157,15 @@ class TransformerExpressions(LayerCosts):
         # column-parallel TE linear), its blocks (`mtp_kinds`: one of the last layer's kind, or
         # a hybrid model's pattern) with their collectives, and the LM head again; as
         # (compute, tp, cp, ep, offload) like a kept layer ---
-        mtp_kept = (G.Integer(0),) * 5
+        mtp_kept, mtp_forward = (G.Integer(0),) * 5, G.Integer(0)
         if md.mtp_layers:
             depth = [G.Integer(0)] * 4  # compute, tp, cp, ep of one depth's blocks
+            depth_fwd = self._matmul(tok, 2 * h, G.Integer(h) / t) + logit_fwd
             for kind in md.mtp_kinds():
-                m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = \
-                    self._kind_parts(kind)
+                kind_parts = self._kind_parts(kind)
+                m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = kind_parts[:7]
+                depth_fwd += (m_proj + m_core + m_elem + kind_parts.tp_forward
+                              + overlapped(ring, m_core, slow) + kind_parts.ep_forward)
                 m_fwd = m_proj + m_core + m_elem
                 m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
                            + (m_fwd if full else m_core if selective else 0))
@@ -171,6 +176,7 @@ class TransformerExpressions(LayerCosts):
                 depth = [a + x for a, x in zip(depth, (m_layer, m_tp, m_cp, m_ep), strict=True)]
             depth[0] += (1 + grads) * self._matmul(tok, 2 * h, G.Integer(h) / t) + logit
             mtp_kept = (*(md.mtp_layers * x for x in depth), G.Integer(0))
+            mtp_forward = md.mtp_layers * depth_fwd
 
         # --- the slowest stage: ceil(L / p) layers, or floor(L / p) and the output layer; with
         # pinned first / last stages, those and ceil(rest / others) on the others ---
@@ -267,6 +273,15 @@ class TransformerExpressions(LayerCosts):
         if c.pp_overlap:
             p2p = _if(v > 1, overlapped(p2p, stage, slow), p2p)
         slots = m + (p - 1) / chunks
+
+        # --- an evaluation step: the forward of every micro-batch through the pipeline, its
+        # forward collectives and sends (half of p2p), nothing saved, reduced or stepped (what
+        # MLPerf logs as validation_step_time) ---
+        ep_fwd = parts.ep_forward
+        if c.ep_overlap:
+            ep_fwd = overlapped(ep_fwd, fwd, slow)
+        fwd_layer = fwd + parts.tp_forward + overlapped(ring, core, slow) + ep_fwd
+        forward = slots * (slowest(fwd_layer, 0, logit_fwd + mtp_forward) + p2p / 2)
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
@@ -440,6 +455,7 @@ class TransformerExpressions(LayerCosts):
             "offload": m * _max(0, stage - ep_stage),
             "pp_bubble": (p - 1) / chunks * stage,
             "pp_comm": slots * p2p,
+            "forward": forward,
             "dp_comm_exposed": whole(exposed_form(c)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": memory,

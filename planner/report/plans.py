@@ -71,6 +71,9 @@ def evaluation_text(plan, pred, precision: dict | None = None,
     if framework is not None:  # what it runs without a flag is priced so (`switches.runs`)
         pairs.append(("framework", f"priced as {framework} runs it (--framework)"))
     pairs.append(("iteration time", f"{span(pred.iteration_time_s)} ({times})"))
+    if pred.forward_time_s is not None:
+        pairs.append(("evaluation step", f"{span(pred.forward_time_s)} (the forward of one "
+                                         "global batch, as a validation step runs it)"))
     if pred.asynchrony is not None:
         pairs.append(asynchrony_pair(pred.asynchrony))
     if pred.time_band is not None:

@@ -138,6 +138,7 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         exposed_communication_time_s=(r["tp_comm"] + r["cp_comm"] + r["ep_comm"] + r["pp_comm"]
                                       + r["dp_comm_exposed"]),
         optimizer_time_s=r["optimizer"],
+        forward_time_s=r["forward"],
         time_breakdown={k: r[k] for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "offload",
                                           "pp_bubble", "pp_comm", "dp_comm_exposed",
                                           "optimizer")},

@@ -1,0 +1,118 @@
+"""The evaluation step (`forward_time_s`): the forward of one global batch through the plan,
+against the layer costs it is built from, the training step's own parts, and the MLPerf
+validation steps it is checked on (planner/calibration/mlperf_forward.csv)."""
+
+import csv
+import dataclasses
+import json
+
+import pytest
+
+from planner import mlperf
+from planner.catalog import load_model, load_system
+from planner.cost.transformer import Hardware, iteration
+from planner.expr import graph as G
+from planner.expr.choices import Choices
+from planner.expr.layer import LayerCosts
+from planner.expr.vocab import b, c_p, e_p, e_t, t
+from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
+
+
+def _hw():
+    return Hardware.of(load_system("dgx-h100"), Precision.bf16)
+
+
+def _cfg(**over):
+    cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 4, "v": 1, "cp": 1, "recompute": 0,
+           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
+    return cfg | over
+
+
+def _at(value, **plan):
+    return float(G.substitute(value, {t: plan.get("t", 1), b: plan.get("b", 1),
+                                      c_p: 1, e_p: 1, e_t: 1}).subs({}))
+
+
+def _layer(m, hw, **plan):
+    """(one layer's forward compute, its every-pass tp collectives, the LM head's forward)."""
+    lc = LayerCosts(m, hw, Choices(flash_attention=True))
+    parts = lc.parts()
+    head = lc._matmul(lc.tokens, m.hidden, G.Integer(m.vocab) / t, sixteen=True)
+    return (_at(parts.proj + parts.core + parts.elem, **plan), _at(parts.tp, **plan),
+            _at(head, **plan))
+
+
+def test_one_device_forward_is_every_micro_batch_through_every_layer_and_the_head():
+    m = load_model("llama3-8b")
+    hw = _hw()
+    layer, _, head = _layer(m, hw)
+    got = float(iteration(m, hw, _cfg(acc=4))["forward"])
+    assert got == pytest.approx(4 * (m.layers * layer + head), rel=1e-9)
+
+
+def test_the_forward_holds_half_of_every_pass_tensor_parallel_collectives():
+    """Without overlap or recomputation a block's forward and backward collectives are the
+    same ring, so the evaluation step carries exactly half of a layer's `tp`."""
+    m = load_model("llama3-8b")
+    hw = _hw()
+    layer, tp, head = _layer(m, hw, t=4)
+    got = float(iteration(m, hw, _cfg(t=4, acc=2))["forward"])
+    assert got == pytest.approx(2 * (m.layers * (layer + tp / 2) + head), rel=1e-9)
+
+
+def test_a_pipelined_forward_fills_the_pipeline_once_and_sends_half_the_training_step_sends():
+    m = load_model("llama3-8b")  # 32 layers: 4 a stage at pp 8
+    hw = _hw()
+    layer, _, head = _layer(m, hw)
+    out = iteration(m, hw, _cfg(p=8, acc=16))
+    slots = 16 + 7
+    want = slots * (m.layers / 8 * layer + head) + float(out["pp_comm"]) / 2
+    assert float(out["forward"]) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_forward_is_shorter_than_the_training_step_and_its_compute():
+    m = with_seq_len(load_model("llama3-70b"), 8192)
+    hw = Hardware.of(load_system("dgx-h100"), Precision.fp8)
+    for cfg in (_cfg(t=8, sp=1, acc=8), _cfg(t=4, p=4, v=5, sp=1, acc=16, zero=1),
+                _cfg(t=2, cp=4, sp=1, acc=4, recompute=2)):
+        out = iteration(m, hw, cfg)
+        assert 0 < float(out["forward"]) < float(out["compute"]) < float(out["time"])
+
+
+def test_multi_token_prediction_depths_run_in_the_forward_too():
+    m = load_model("deepseek-v3")
+    hw = Hardware.of(load_system("dgx-h100"), Precision.fp8)
+    without = dataclasses.replace(m, mtp_layers=0) if dataclasses.is_dataclass(m) \
+        else m.model_copy(update={"mtp_layers": 0})
+    cfg = _cfg(t=8, p=8, acc=16, sp=1, ep=8, zero=1)
+    assert float(iteration(m, hw, cfg)["forward"]) > float(iteration(without, hw, cfg)["forward"])
+
+
+def test_evaluate_reports_the_evaluation_step(runner):
+    run, cli = runner
+    args = ["evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--tp", "2",
+            "--pp", "2", "--micro-batch", "1", "--global-batch", "64", "--format", "json"]
+    res = run.invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    pred = doc.get("prediction", doc)
+    assert 0 < pred["forward_time_s"] < pred["iteration_time_s"]
+    text = run.invoke(cli, args[:-2])
+    assert "evaluation step" in text.output
+
+
+def test_every_logged_validation_step_reaches_its_submission():
+    """Each forward row names one non-duplicate training row (47 of them: v5.0 / v5.1 Llama
+    3.1 pretraining), and the 39 the planner prices carry both errors."""
+    with open(mlperf.FORWARD_CSV, newline="", encoding="utf-8") as fh:
+        forward = list(csv.DictReader(fh))
+    assert len(forward) == 47
+    runs = [r for r in mlperf.read() if r.forward_s is not None]
+    assert len(runs) == 47
+    assert {float(r["forward_step_s"]) for r in forward} == {r.forward_s for r in runs}
+    rows = [r for r in mlperf.rows() if r["forward_error"] is not None]
+    assert len(rows) == 39
+    for r in rows:
+        assert r["run"].forward_s < r["measured_s"]
+        assert r["rest_error"] is not None
