@@ -327,6 +327,19 @@ SWITCHES: tuple[Switch, ...] = (
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
                                 "--format megatron or torchtitan"},
            megatron_flags=("--cuda-graph-impl", "local")),
+    Switch("full_iteration_graph", False, "the whole forward and backward captured as one CUDA "
+           "graph (instead of --cuda-graphs' per-layer graphs; kernels priced alike): the "
+           "gradient buckets' reduce-scatter then runs after the backward, not beside it",
+           "--cuda-graph-impl full_iteration (NeMo FULL_CUDA_GRAPH)",
+           label=_on("full-iteration CUDA graph"), excluded_by=("cuda_graphs",),
+           launch={"megatron": WRITES,
+                   **{form: f"{form} captures no whole-step CUDA graph for training; use "
+                            "--format megatron, or --cuda-graphs"
+                      for form in ("torchtitan", "deepspeed")}},
+           # Megatron-LM refuses full_iteration without the NaN check off (arguments.py at
+           # d98e8a6: validate_args)
+           megatron_flags=("--cuda-graph-impl", "full_iteration",
+                           "--no-check-for-nan-in-loss-and-grad")),
     Switch("grad_accumulation_fusion", True, "each weight-gradient GEMM adds into the main "
            "gradient in its epilogue; off: it writes the gradient and a kernel per weight adds "
            "it (PyTorch autograd, FSDP2)", "--no-gradient-accumulation-fusion (APEX / "

@@ -568,7 +568,18 @@ def exposed_form(c: Choices) -> G.Expr:
     sync = sync_form(c)
     exposed = sync
     if c.overlap:  # behind the backward; the last chunk's share behind its own at least
-        exposed = _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
+        after = G.Integer(0)
+        if c.full_iteration_graph:
+            # Megatron-LM's DDP hooks return while a graph is captured (distributed_data_
+            # parallel.py at d98e8a6: `if is_graph_capturing(): return` in the backward
+            # post-hook), so no bucket's reduce-scatter starts during the backward:
+            # finalize_model_grads, at the end of the captured schedule, runs them all after
+            # it. What stays overlapped is ZeRO 1 / 2's all-gather of the updated weights,
+            # dispatched by the optimizer step outside the graph: its delta / (gamma_g + delta)
+            # share of the sync (none at ZeRO 0 or 3, whose sync is all reduction)
+            kept = S.delta / (S.gamma_g + S.delta) if c.zero in (1, 2) else 0
+            after, sync = sync * (1 - kept), sync * kept
+        exposed = after + _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
