@@ -324,21 +324,40 @@ def test_limits_over_a_cluster_is_solves_limits(run_json, run):
 
 @pytest.mark.slow
 def test_replicas_balance_in_closed_form_and_need_their_link(run_json):
-    """Replicas on three pools: the pool that sets the pace holds its integer micro-batches
-    within one of the closed form that makes all pools finish together (the others may sit
-    further off: the replicas' counts, 9, 5 and 5 here, leave only some totals reachable);
-    the plan needs a link between pools."""
+    """Replicas on three pools: the closed form (real micro-batches at which every pool's
+    replicas finish together) bounds the step from below, and the plan's integer micro-batches
+    are the best split of the global batch against it, found by brute force over every split
+    (the replicas' counts, 9, 5 and 5 here, leave only some totals reachable, so the pool that
+    sets the pace can sit a few micro-batches off its own closed form); the plan needs a link
+    between pools."""
     doc = run_json("solve", "-m", "gpt3-175b", "-H", "mixed-hopper-blackwell",
                    "--global-batch", "4096")
     plan, limits = doc["plan"], doc["limits"]
     assert plan["kind"] == "replicas across pools"
-    got = {g["stages"][0]["pool"]: g["micro_batches"] for g in plan["groups"]}
+    groups = plan["groups"]
+    got = {g["stages"][0]["pool"]: g["micro_batches"] for g in groups}
     x = limits["balanced_micro_batches"]
     assert got.keys() == x.keys()
-    assert sum(g["micro_batches"] * g["replicas"] for g in plan["groups"]) * plan[
-        "micro_batch"] == 4096
-    pace = max(got, key=lambda k: got[k] / x[k])
-    assert abs(got[pace] - x[pace]) < 1
+    total = 4096 // plan["micro_batch"]
+    assert sum(g["micro_batches"] * g["replicas"] for g in groups) == total
+    # a pool's step is (micro-batches + p - 1) slots, and the closed form makes them equal:
+    # the step relative to the balanced one is max over pools of (n + p - 1) / (x + p - 1)
+    lag = len(groups[0]["stages"]) - 1
+    pools, reps = [g["stages"][0]["pool"] for g in groups], [g["replicas"] for g in groups]
+
+    def pace(counts):
+        return max((n + lag) / (x[k] + lag) for k, n in zip(pools, counts, strict=True))
+
+    assert len(reps) == 3
+    best = math.inf
+    for a in range(1, total // reps[0] + 1):
+        left = total - reps[0] * a
+        for b in range(1, left // reps[1] + 1):
+            rest = left - reps[1] * b
+            if rest > 0 and rest % reps[2] == 0:
+                best = min(best, pace((a, b, rest // reps[2])))
+    assert pace([got[k] for k in pools]) == pytest.approx(best, rel=1e-12)
+    assert best >= 1
     assert 0 < limits["break_even_between_node_Bps"] < limits["between_node_Bps"]
 
 
