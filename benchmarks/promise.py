@@ -2,8 +2,8 @@
 
 For every MLPerf Training submission the planner can express (`planner.mlperf`), the same job
 (model, devices, global batch, sequence length, precision, and the framework settings the
-recipe runs with: bf16 gradient reduce, CUDA graphs (per layer or the whole step), LoRA, fp8
-attention, fp8 current scaling, the fp8 weight gather) is solved with every plan choice free, and the pick's
+recipe runs with: bf16 gradient reduce, CUDA graphs, LoRA, fp8 attention, fp8 current
+scaling, the fp8 weight gather) is solved with every plan choice free, and the pick's
 predicted step time is set against the submission's measured one. A planner that walks into
 the optimistic corner of its cost model promises much more than the tuned recipes reach (the
 optimizer's curse); the issue's bar is a median at most 5 % and a worst case at most 20 %
@@ -64,19 +64,18 @@ def jobs() -> list[dict]:
             continue
         run, plan = r["run"], mlperf.plan_of(r["run"])
         key = (run.row["benchmark"], run.system, plan.devices, plan.global_batch,
-               run.precision, plan.cuda_graphs, plan.full_iteration_graph, plan.lora_rank,
-               plan.fp8_attention, plan.fp8_current_scaling, plan.fp8_weight_gather)
+               run.precision, plan.cuda_graphs, plan.lora_rank, plan.fp8_attention,
+               plan.fp8_current_scaling, plan.fp8_weight_gather)
         by[key].append(r)
     out = []
-    for (bench, system, devices, batch, precision, graphs, full_graph, lora, fp8_attention,
+    for (bench, system, devices, batch, precision, graphs, lora, fp8_attention,
          current, fp8_gather), rows in sorted(
             by.items(), key=lambda kv: str(kv[0])):
         run = rows[0]["run"]
         seq = run.row["seq_len"] or mlperf.LORA.get(bench, (0, None))[1]
         fam = family(load_system(system).device.name)
         out.append({"benchmark": bench, "system": system, "devices": devices, "batch": batch,
-                    "precision": precision, "graphs": graphs, "full_graph": full_graph,
-                    "lora": lora,
+                    "precision": precision, "graphs": graphs, "lora": lora,
                     "fp8_attention": fp8_attention, "current_scaling": current,
                     "fp8_gather": fp8_gather,
                     "model": with_seq_len(load_model(run.model), int(seq) if seq else None),
@@ -106,8 +105,7 @@ def _solved(job: dict) -> dict:
     """The job's pick (None and why where refused) and its claims: as shipped, out of sample
     (its family's share fitted without its benchmark) and by the point estimate."""
     q = Search(global_batch=job["batch"], devices=job["devices"], grad_reduce_bf16=True,
-               cuda_graphs=job["graphs"], full_iteration_graph=job["full_graph"],
-               lora_rank=job["lora"],
+               cuda_graphs=job["graphs"], lora_rank=job["lora"],
                fp8_attention=job["fp8_attention"],
                fp8_current_scaling=job["current_scaling"],
                fp8_weight_gather=job["fp8_gather"],

@@ -141,11 +141,7 @@ def plan_of(run: Run) -> Plan:
                       tp_overlap=tp > 1 and _flag(r["tp_comm_overlap"], False),
                       grad_reduce_bf16=True,
                       lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
-                      # NeMo's FULL_CUDA_GRAPH captures the whole step (Megatron-LM's
-                      # cuda_graph_scope full_iteration), the per-layer graphs under it
-                      cuda_graphs=(r["cuda_graph"] not in ("", "0")
-                                   and "FULL_CUDA_GRAPH" not in r["cuda_graph"]),
-                      full_iteration_graph="FULL_CUDA_GRAPH" in r["cuda_graph"],
+                      cuda_graphs=r["cuda_graph"] not in ("", "0"),
                       fp8_attention=r["fp8_attention"] == "1",
                       fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
                       fp8_weight_gather=(r["fp8_param_gather"] == "1"

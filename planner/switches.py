@@ -327,23 +327,6 @@ SWITCHES: tuple[Switch, ...] = (
                    "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
                                 "--format megatron or torchtitan"},
            megatron_flags=("--cuda-graph-impl", "local")),
-    Switch("full_iteration_graph", False, "Megatron-LM's whole forward and backward captured "
-           "as one CUDA graph (instead of --cuda-graphs; kernels priced alike): its DDP hooks "
-           "do nothing while captured, so the gradient buckets' reduce-scatter runs after the "
-           "backward, not beside it",
-           "--cuda-graph-impl full_iteration (NeMo FULL_CUDA_GRAPH)",
-           label=_on("full-iteration CUDA graph"), excluded_by=("cuda_graphs",),
-           launch={"megatron": WRITES,
-                   # torchtitan's step graph (distributed/cudagraph.py at b5bcd76) captures
-                   # FSDP2's hooks with it: its reduce-scatter stays beside the backward
-                   "torchtitan": "torchtitan's step graph keeps FSDP's reduce-scatter beside "
-                                 "the backward: plan it with --cuda-graphs",
-                   "deepspeed": "a ds_config does not capture CUDA graphs for training; use "
-                                "--format megatron"},
-           # Megatron-LM refuses full_iteration without the NaN check off (arguments.py at
-           # d98e8a6: validate_args)
-           megatron_flags=("--cuda-graph-impl", "full_iteration",
-                           "--no-check-for-nan-in-loss-and-grad")),
     Switch("grad_accumulation_fusion", True, "each weight-gradient GEMM adds into the main "
            "gradient in its epilogue; off: it writes the gradient and a kernel per weight adds "
            "it (PyTorch autograd, FSDP2)", "--no-gradient-accumulation-fusion (APEX / "

@@ -116,3 +116,58 @@ def test_every_logged_validation_step_reaches_its_submission():
     for r in rows:
         assert r["run"].forward_s < r["measured_s"]
         assert r["rest_error"] is not None
+
+
+def test_an_evaluation_step_runs_its_expert_exchanges_unoverlapped():
+    """Megatron-LM overlaps the all-to-all only in its training schedule (the combined 1F1B
+    runs `not forward_only`), so --ep-overlap leaves the evaluation step as it is."""
+    m = load_model("qwen3-30b-a3b")
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    cfg = _cfg(t=2, d=8, ep=8, sp=1, acc=4, zero=1)
+    off, on = (iteration(m, hw, {**cfg, "ep_overlap": x}) for x in (False, True))
+    assert float(on["forward"]) == pytest.approx(float(off["forward"]), rel=1e-12)
+    assert float(on["time"]) < float(off["time"])
+
+
+def test_zero_3_gathers_the_weights_in_the_forward_as_in_training():
+    """Unoverlapped, an evaluation step at ZeRO 3 adds one all-gather of the stage's weights a
+    micro-batch. Independently, training's exposed sync: ZeRO 2 reduce-scatters the gradients
+    and gathers the weights once (A), ZeRO 3 reduce-scatters and gathers twice a micro-batch
+    (B); with latency-free links the collectives are linear in bytes, so one gather is
+    (B - A) / (2 m - 1)."""
+    m = with_seq_len(load_model("llama3-8b"), 4096)
+    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.bf16),
+                             intra_lat=0.0, inter_lat=0.0)
+    acc = 4
+    cfg = _cfg(d=16, acc=acc, overlap=False)
+    z1, z2, z3 = (iteration(m, hw, {**cfg, "zero": z}) for z in (1, 2, 3))
+    one = (float(z3["dp_comm_exposed"]) - float(z2["dp_comm_exposed"])) / (2 * acc - 1)
+    assert one > 0
+    assert float(z3["forward"]) - float(z1["forward"]) == pytest.approx(acc * one, rel=1e-9)
+    # overlapped, the gathers hide behind each micro-batch's forward but for the first layer's
+    over = {**cfg, "overlap": True}
+    hidden = float(iteration(m, hw, {**over, "zero": 3})["forward"]) - float(
+        iteration(m, hw, {**over, "zero": 1})["forward"])
+    assert 0 < hidden < acc * one
+
+
+def test_the_extraction_drops_the_first_step_of_each_evaluation():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "extract_mlperf_forward.py"
+    spec = importlib.util.spec_from_file_location("extract_mlperf_forward", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def line(key, value=None, step=0):
+        return ":::MLLOG " + json.dumps({"key": key, "value": value, "metadata": {"step": step}})
+
+    log = "\n".join([
+        line("tracked_stats", {"train_step_time": 0.2}, 31), line("eval_start", None, 384),
+        line("tracked_stats", {"validation_step_time": 0.28}, 768),
+        line("tracked_stats", {"validation_step_time": 0.05}, 769),
+        line("tracked_stats", {"validation_step_time": 0.06}, 770), line("eval_stop"),
+        line("eval_start", None, 768), line("tracked_stats", {"validation_step_time": 0.4}, 0),
+        line("tracked_stats", {"validation_step_time": 0.05}, 1), "not a log line"])
+    assert mod.validation_steps(log) == [0.05, 0.06, 0.05]

@@ -153,7 +153,6 @@ CASES = {
     "softsync": ({"model": "alexnet", "hardware": "k80-fdr"}, 1),
     "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
-    "full_iteration_graph": ({"zero": 1}, True),
     "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),
 }
 

@@ -282,8 +282,7 @@ class LayerCosts:
     @property
     def _graphs(self) -> bool:
         """CUDA graphs issue the kernels and the GPU's own time per kernel is known."""
-        return bool((self.choices.cuda_graphs or self.choices.full_iteration_graph)
-                    and self.hw.kernel_gpu_s)
+        return bool(self.choices.cuda_graphs and self.hw.kernel_gpu_s)
 
     @property
     def _floor_s(self) -> float:

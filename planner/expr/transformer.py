@@ -276,12 +276,12 @@ class TransformerExpressions(LayerCosts):
 
         # --- an evaluation step: the forward of every micro-batch through the pipeline, its
         # forward collectives and sends (half of p2p), nothing saved, reduced or stepped (what
-        # MLPerf logs as validation_step_time) ---
-        ep_fwd = parts.ep_forward
-        if c.ep_overlap:
-            ep_fwd = overlapped(ep_fwd, fwd, slow)
-        fwd_layer = fwd + parts.tp_forward + overlapped(ring, core, slow) + ep_fwd
-        forward = slots * (slowest(fwd_layer, 0, logit_fwd + mtp_forward) + p2p / 2)
+        # MLPerf logs as validation_step_time). The all-to-all overlap is a training schedule
+        # (Megatron-LM runs its combined 1F1B only `not forward_only`: schedules.py at
+        # d98e8a6), so an evaluation step's exchanges show; ZeRO 3's gathers are added below ---
+        fwd_layer = fwd + parts.tp_forward + overlapped(ring, core, slow) + parts.ep_forward
+        forward_stage = slowest(fwd_layer, 0, logit_fwd + mtp_forward)
+        forward = slots * (forward_stage + p2p / 2)
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
         # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
@@ -410,6 +410,14 @@ class TransformerExpressions(LayerCosts):
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
         whole = lambda form: substitute(form, {**self.aggregates, d: d * self.cp})  # noqa: E731
+        if c.zero == 3:
+            # ZeRO 3 gathers each layer's weights in every micro-batch's forward, an evaluation
+            # step's too: one of the two all-gathers `exposed_form` prices, behind the
+            # micro-batch's forward but for the first layer's (FSDP's forward prefetch)
+            gather = allreduce_form(S.Psi * S.delta, *_shard_group(c)) / 2
+            shown = (smin(gather, overlapped(gather, forward_stage, S.sigma) + gather / S.ell)
+                     if c.overlap else gather)
+            forward = forward + whole(m * shown)
         self.forms = {"time": time_form(c), "memory": memory_form(c)}
         shard = _shards(c)
 
@@ -568,20 +576,7 @@ def exposed_form(c: Choices) -> G.Expr:
     sync = sync_form(c)
     exposed = sync
     if c.overlap:  # behind the backward; the last chunk's share behind its own at least
-        after = G.Integer(0)
-        if c.full_iteration_graph:
-            # Megatron-LM's DDP hooks return while a graph is captured (distributed_data_
-            # parallel.py at d98e8a6: `if is_graph_capturing(): return` in the backward
-            # post-hook), so no bucket's reduce-scatter starts during the backward:
-            # finalize_model_grads, at the end of the captured schedule, runs them all after
-            # it. ZeRO 1 / 2's all-gather of the updated weights (its delta / (gamma_g +
-            # delta) share of the sync; none at ZeRO 0 or 3, whose sync is all reduction) is
-            # still priced overlapped: the code does not say what it runs beside (the pre-hooks
-            # that wait for it return during capture too), and the 18 MLPerf runs of NeMo's
-            # FULL_CUDA_GRAPH recipes are closer so (MAPE 7.6 %, against 10.2 % with it exposed)
-            kept = S.delta / (S.gamma_g + S.delta) if c.zero in (1, 2) else 0
-            after, sync = sync * (1 - kept), sync * kept
-        exposed = after + _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
+        exposed = _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
     if c.zero == 3:
         # two all-gathers of the weights
         gather = allreduce_form(S.Psi * S.delta, *_shard_group(c))
