@@ -135,12 +135,12 @@ def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
     collective only the reduce-scatter's last of t chunks shows (the all-gather's first chunk
     is the rank's own shard), 1 / 2t of the ring, and the rest costs the share sigma / (1 +
     sigma) the compute beside it loses: with one flat GEMM rate and no launch floor (cutting
-    a compute-bound GEMM into row chunks then costs nothing) tp_comm falls to exactly 1 / 2t
-    + share (2t - 1) / 2t; with the shape-dependent rate and the launch floor the thinner
-    chunks add their own time."""
+    a compute-bound GEMM into row chunks then costs nothing, nor the GPU's own time per chunk
+    kernel) tp_comm falls to exactly 1 / 2t + share (2t - 1) / 2t; with the shape-dependent
+    rate and the kernels' fixed times the thinner chunks add their own time."""
     m = load_model("llama3-70b")
     cfg = {**_cfg(t=4, sp=1, d=1, acc=1), "overlap": True}
-    flat = dataclasses.replace(H100, launch_s=0.0, gemm_half_dim=0.0)
+    flat = dataclasses.replace(H100, launch_s=0.0, gemm_half_dim=0.0, kernel_gpu_s=0.0)
     plain = float(iteration(m, flat, cfg)["tp_comm"])
     hidden = float(iteration(m, flat, {**cfg, "tp_overlap": True})["tp_comm"])
     assert plain > 0
@@ -151,32 +151,36 @@ def test_tp_overlap_leaves_the_first_chunk_where_the_gemms_are_longer():
     assert plain / 4 < hidden < plain
 
 
-# (tp, micro-batch, whether the overlap pays) per model
+# (tp, micro-batch, whether the overlap pays: True, False, or None where it breaks even)
 _OVERLAP_PAYS = {
     "gpt3-175b": ((2, 1, True), (4, 1, True), (2, 2, True), (4, 2, True), (8, 4, True),
-                  (8, 1, False)),
-    "llama3-8b": ((2, 1, True), (4, 1, True), (8, 4, True), (8, 1, False)),
+                  (8, 1, None)),
+    "llama3-8b": ((2, 1, True), (4, 1, True), (8, 4, True), (8, 1, True)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(_OVERLAP_PAYS))
 def test_tp_overlap_pays_where_the_chunks_stay_thick(name):
-    """Overlap cuts each GEMM into t row chunks of b s / t tokens; it pays where the ring it
-    hides outweighs what the thinner chunks cost at the fitted GEMM curve (H100 half
-    dimension 180, about 2 % slower at 1,024 rows than at 2,048, 9 % at 512); the backward
-    runs the column-parallel collectives in bulk beside whole GEMMs, so only the forward's
-    and the row-parallel dgrad's chunks cost. GPT-3 (s 2048) at one micro-batch pays at tp 2
-    (0.52 s of tp time against 0.74 s without) and at tp 4 (0.95 s against 1.25 s: 512-token
-    chunks) and loses at tp 8 (256 tokens); with two micro-batches, or four at tp 8, it
-    pays.
-    Llama-3-8B (s 8192) pays at tp 2 and 4 with one micro-batch and loses at tp 8 (its GEMMs
-    narrow after the split). The compute itself is the same either way."""
+    """Overlap cuts each GEMM into t row chunks of b s / t tokens, which Transformer Engine's
+    userbuffers loop issues from C++ (each its work and the GPU's own 6 us, not the host's
+    56 us an eager Python op takes); it pays where the ring it hides outweighs what the thinner
+    chunks cost at the fitted GEMM curve (H100 half dimension 180, about 2 % slower at 1,024
+    rows than at 2,048, 9 % at 512); the backward runs the column-parallel collectives in bulk
+    beside whole GEMMs, so only the forward's and the row-parallel dgrad's chunks cost. GPT-3
+    (s 2048) pays at tp 2 and 4 with one micro-batch (0.52 s of tp time against 0.74 s; 0.95
+    s against 1.25 s) and breaks even at tp 8 (256-token chunks: 1.796 s against 1.798 s); with
+    more micro-batches it pays. Llama-3-8B (s 8192) pays at every tp. The compute itself is
+    the same either way."""
     m = load_model(name)
     for t, mb, pays in _OVERLAP_PAYS[name]:
         cfg = _cfg(t=t, mb=mb, sp=1, recompute=2)
         plain = iteration(m, H100, cfg)
         hidden = iteration(m, H100, {**cfg, "tp_overlap": True})
-        assert (float(hidden["tp_comm"]) < float(plain["tp_comm"])) == pays, (t, mb)
+        if pays is None:
+            assert float(hidden["tp_comm"]) == pytest.approx(float(plain["tp_comm"]),
+                                                             rel=0.01), (t, mb)
+        else:
+            assert (float(hidden["tp_comm"]) < float(plain["tp_comm"])) == pays, (t, mb)
         assert float(hidden["compute"]) == float(plain["compute"])
 
 

@@ -238,7 +238,7 @@ class LayerCosts:
         recomputed forward's two)."""
         return (6 if self.choices.recompute == "full" else 4) * self._moe_exchange()
 
-    def _matmul(self, rows, inner, cols, count=1, kept=False, sixteen=False):
+    def _matmul(self, rows, inner, cols, count=1, kept=False, sixteen=False, native=False):
         """One matmul kernel: FLOPs at the matmul rate or operands at the memory bandwidth,
         whichever is slower (roofline, Williams et al. 2009), and never faster than the host
         issues a kernel. The rate falls with the GEMM's thinnest dimension n as n^2 / (n^2 +
@@ -260,9 +260,9 @@ class LayerCosts:
         time = bound(2 * rows * inner * cols * count,
                      operand_bytes * (rows * inner + inner * cols + rows * cols) * count,
                      rate, hw.mem_bw)
-        return self._kernel(time)
+        return self._kernel(time, native=native)
 
-    def _kernel(self, work, compute=True):
+    def _kernel(self, work, compute=True, native=False):
         """One kernel of `work` seconds, every kernel's time going through here. Issued by
         the host, never faster than the host issues it (`launch_s`: the A100 fit, to eager
         runs, whose large-GEMM rate absorbs what large kernels pay beyond their work). Under
@@ -272,9 +272,10 @@ class LayerCosts:
         GEMM tables, about 6 us), but never more than issued by the host: a kernel longer
         than the host's issue time ran back to back in the eager runs the rates were fitted
         to, its t_0 inside them. A collective, whose latency its own terms carry, only has
-        t_0 as its floor."""
+        t_0 as its floor. `native`: a kernel a library's own C++ loop issues back to back
+        (tp overlap's chunk GEMMs), priced as under CUDA graphs without them."""
         host, graphs = self.hw.launch_s, self._graphs
-        if compute and graphs:
+        if compute and (graphs or native and self.hw.kernel_gpu_s):
             graphed = work + self.hw.kernel_gpu_s
             return smin(graphed, _max(work, host)) if host else graphed
         return _max(work, self._floor_s) if self._floor_s else work
@@ -335,8 +336,17 @@ class LayerCosts:
             last: their time, noted with their time cut into t row chunks (what --tp-overlap
             runs), the row-parallel GEMM's apart, for `_tp_comm`."""
             times = [mm(*shape) for shape in shapes]
-            chunks = ([t * mm(rows / t, inner, cols) for rows, inner, cols in shapes]
-                      if self.choices.tp_overlap else times)
+            chunks = times
+            if self.choices.tp_overlap:
+                # Transformer Engine's userbuffers loop issues the t chunk GEMMs from C++
+                # (CommOverlapP2PBase::split_overlap_ag / _rs, common/comm_gemm_overlap/
+                # comm_gemm_overlap.cpp at d0067d0), not one per Python op: each its work and
+                # the GPU's own time per kernel (`_kernel(native=True)`), the block one host
+                # issue at least
+                chunks = [t * mm(rows / t, inner, cols, native=True)
+                          for rows, inner, cols in shapes]
+                if self._floor_s:
+                    chunks = [_max(x, self._floor_s) for x in chunks]
             blocks.append((sum(times), sum(chunks), times[-1], chunks[-1]))
             return sum(times)
 
