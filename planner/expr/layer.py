@@ -88,6 +88,7 @@ def ring(ranks, size, bw, lat):
     formula of `planner.expr.collectives` (exactly 0 on one rank)."""
     return ring_allreduce(ranks, size, lat, bw)
 
+
 class LayerParts(NamedTuple):
     """One layer's costs per micro-batch on one of its t devices."""
 
@@ -247,7 +248,8 @@ class LayerCosts:
         the K loop too short to hide its prologue (the saturating curve of vTrain, Bang et al.
         2024, fig. 4, and of the cuBLAS shape sweeps in NVIDIA's matmul performance guide).
         `kept`: one of attention's products, which an fp8 / fp4 recipe keeps out of the GEMMs'
-        format (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head)."""
+        format (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head);
+        `native`: issued by a library's C++ loop (`_kernel`)."""
         hw = self.hw
         if sixteen:
             rate, operand_bytes = self._sixteen_bit()
