@@ -51,11 +51,16 @@ def cnns() -> None:
               f"{bias:>+7.1%} {held_mape:>13}")
 
 
-def _stats(errors: list[float]) -> str:
+def _errors(errors: list[float]) -> str:
+    """MAPE, bias and the worst error of `errors`, formatted."""
     mape = sum(abs(e) for e in errors) / len(errors)
     bias = sum(errors) / len(errors)
     worst = max(errors, key=abs)
-    return f"{len(errors):>4} {mape:>7.1%} {bias:>+7.1%} {worst:>+7.1%}"
+    return f"{mape:>7.1%} {bias:>+7.1%} {worst:>+7.1%}"
+
+
+def _stats(errors: list[float]) -> str:
+    return f"{len(errors):>4} {_errors(errors)}"
 
 
 def mlperf_training() -> None:
@@ -140,9 +145,8 @@ def forward_and_rest(priced: list[dict]) -> None:
     for r in rows:
         by[r["group"]].append(r)
     for group, rs in [*sorted(by.items()), ("all with a forward", rows)]:
-        rest = _stats([r["rest_error"] for r in rs]).split()[1:]
-        print(f"{group:<36} {_stats([r['forward_error'] for r in rs])}         "
-              f"{rest[0]:>6} {rest[1]:>7} {rest[2]:>7}")
+        print(f"{group:<36} {_stats([r['forward_error'] for r in rs])}        "
+              f"{_errors([r['rest_error'] for r in rs])}")
 
 
 def recommendation() -> None:

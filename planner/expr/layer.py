@@ -162,7 +162,7 @@ class LayerCosts:
             return G.Integer(0)
         return self._tp_allreduce(4)
 
-    def _tp_comm(self, blocks) -> G.Expr:
+    def _tp_comm(self, blocks) -> tuple:
         """Tensor-parallel communication of one layer, every pass: one allreduce-equivalent per
         block (the mixer, a dense or shared-expert FFN) forward and one backward, a second
         forward when the forward is recomputed (Megatron-LM: 4 per layer, 6 recomputed;
@@ -179,19 +179,16 @@ class LayerCosts:
         h100tp8mbs1.yaml): the dgrad's reduce-scatter beside the whole weight-gradient GEMM,
         unchunked, and only the row-parallel dgrad's all-gather is a chunked ring exchange
         (proj_dgrad, fc2_dgrad `ring_exchange`).
-        `blocks`: (GEMM time, chunked, the row-parallel GEMM's time, chunked) per block."""
+        `blocks`: (GEMM time, chunked, the row-parallel GEMM's time, chunked) per block.
+        Returns (every pass, the forward's share: one pass per block, as an evaluation step
+        runs the layer)."""
         full, amax = self.choices.recompute == "full", self._amax_reduction()
-        total = G.Integer(0)
+        total, forward = G.Integer(0), G.Integer(0)
         for block in blocks:
             fwd, bwd = self._tp_passes(*block)
             total += (2 if full else 1) * (fwd + amax) + bwd + amax
-        return total
-
-    def _tp_forward(self, blocks) -> G.Expr:
-        """The forward's share of `_tp_comm`: one pass per block, as an evaluation step runs
-        the layer (no backward, nothing recomputed)."""
-        amax = self._amax_reduction()
-        return sum((self._tp_passes(*block)[0] + amax for block in blocks), G.Integer(0))
+            forward += fwd + amax
+        return total, forward
 
     def _tp_passes(self, gemm, chunked, row, row_chunked) -> tuple:
         """(forward, backward) time of one block's tensor-parallel collectives (`_tp_comm`)."""
@@ -414,8 +411,9 @@ class LayerCosts:
         if kind.mixer == "attention":  # ring attention merges its steps after them
             merge_fwd, merge_bwd = self._cp_merge()
             elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
-        return LayerParts(proj, core, elem, elem_bwd, self._tp_comm(blocks), moe_comm,
-                          2 * core if core_bwd is None else core_bwd, self._tp_forward(blocks),
+        tp_all, tp_forward = self._tp_comm(blocks)
+        return LayerParts(proj, core, elem, elem_bwd, tp_all, moe_comm,
+                          2 * core if core_bwd is None else core_bwd, tp_forward,
                           2 * moe_exchange)
 
     def _cp_merge(self):
