@@ -1,5 +1,6 @@
-"""Fit the in-training GEMM share of each GPU family to the MLPerf Training submissions
-(`planner/calibration/mlperf_training.csv`), and report it leave-one-benchmark-out.
+"""Fit the in-training GEMM share of each GPU family and the host's time per training step to
+the MLPerf Training submissions (`planner/calibration/mlperf_training.csv`), and report both
+leave-one-benchmark-out.
 
 A device's large-GEMM rate is its best-shape GEMM microbenchmark (S. Bekman's Maximum
 Achievable Matmul FLOPS table, each device spec's source) times the share of that ceiling
@@ -9,16 +10,22 @@ to the family's MLPerf rows instead, where they say the carried value is wrong:
 
 - the share is one number per family (Hopper, Blackwell, AMD CDNA), applied to the bf16 and
   the fp8 microbenchmark fractions of every device of the family alike (`MICROBENCHMARK`);
-- fitted by golden-section search on the mean squared log error of the step time over the
-  family's rows, every other constant as shipped (the attention kernels, the GEMM shape curve,
-  the links: all from microbenchmarks);
-- reported leave-one-benchmark-out: the share refitted without one benchmark (model), that
-  benchmark's rows predicted with it: the error on a model the fit has not seen.
+- beside it, one host time per training step for every device (`KernelCosts.step_sync_us`):
+  the training loop synchronises the host once a step, so the host's work from there until
+  the device has work again adds to every step whatever its size; it shows where steps are
+  short (Llama 3.1 8B at 85-190 ms a step: 20-35 ms slow as the rest predicts them);
+- fitted together on the mean squared log error of the step time over every family's rows:
+  each family's share by golden-section search with the host time held, the host time over
+  all rows with the shares held, alternately until neither moves (every other constant as
+  shipped: the attention kernels, the GEMM shape curve, the links, from microbenchmarks);
+- reported leave-one-benchmark-out: both refitted without one benchmark (model), that
+  benchmark's rows predicted with them: the error on a model the fit has not seen.
 
-Only the families in `APPLIED` take their fit (the device specs carry round(fraction x share,
-3) and name this command); Hopper's fit is printed as a check of the carried A100 share.
+Only the families in `APPLIED` take their share (the device specs carry round(fraction x
+share, 3) and name this command); Hopper's share is printed as a check of the carried A100
+share, and its rows fit the host time with that carried share.
 
-    python -m planner.fit_mlperf       # the fits, their errors, the spec values (about 2 min)
+    python -m planner.fit_mlperf       # the fits, their errors, the spec values (about 3 min)
 """
 
 from __future__ import annotations
@@ -51,15 +58,22 @@ APPLIED = ("Blackwell", "AMD CDNA")
 BOUNDS = (0.4, 1.0)
 
 
-def with_share(system, share: float):
-    """The system with its device's GEMM rates at `share` of its microbenchmark."""
+SYNC_BOUNDS = (0.0, 0.1)  # seconds per step
+
+
+def with_share(system, share: float | None = None, sync_s: float | None = None):
+    """The system with its device's GEMM rates at `share` of its microbenchmark (None: as
+    shipped) and its host time per step at `sync_s` (None: as shipped)."""
     dev = system.device
-    bf16, fp8 = MICROBENCHMARK[dev.name]
-    update = {"matmul": bf16 * share}
-    if fp8 is not None:
-        update["matmul_fp8"] = fp8 * share
-    eff = dev.efficiency.model_copy(update=update)
-    return dataclasses.replace(system, device=dev.model_copy(update={"efficiency": eff}))
+    update = {}
+    if share is not None:
+        bf16, fp8 = MICROBENCHMARK[dev.name]
+        rates = {"matmul": bf16 * share} | ({"matmul_fp8": fp8 * share} if fp8 is not None
+                                            else {})
+        update["efficiency"] = dev.efficiency.model_copy(update=rates)
+    if sync_s is not None:
+        update["kernels"] = dev.kernels.model_copy(update={"step_sync_us": sync_s * 1e6})
+    return dataclasses.replace(system, device=dev.model_copy(update=update))
 
 
 def runs(fam: str) -> list[mlperf.Run]:
@@ -68,54 +82,116 @@ def runs(fam: str) -> list[mlperf.Run]:
             and load_system(r.system).device.name in FAMILIES[fam]]
 
 
-def log_errors(rows: list[mlperf.Run], share: float) -> np.ndarray:
-    """log(predicted / measured) of each row at `share` (rows the planner refuses: none)."""
-    out = []
-    for run in rows:
-        t, _ = mlperf.predicted(run, with_share(load_system(run.system), share))
-        if t is not None:
-            out.append(math.log(t / run.measured_s))
-    return np.array(out)
-
-
-def fit(rows: list[mlperf.Run]) -> float:
-    """The share minimising the mean squared log error of `rows`."""
-    return _golden_min(lambda s: float(np.mean(log_errors(rows, s) ** 2)), *BOUNDS, tol=1e-3)
-
-
-def held_out_shares(rows: list[mlperf.Run]) -> dict[str, float]:
-    """Benchmark -> the share fitted to the other benchmarks' rows (none when it is the only
-    one)."""
-    benches = sorted({r.row["benchmark"] for r in rows})
-    return {b: fit([r for r in rows if r.row["benchmark"] != b]) for b in benches
-            if len(benches) > 1}
-
-
-def held_out(rows: list[mlperf.Run]) -> dict[str, tuple[float, np.ndarray]]:
-    """Benchmark -> (the share fitted without it, its rows' log errors at that share)."""
-    return {b: (share, log_errors([r for r in rows if r.row["benchmark"] == b], share))
-            for b, share in held_out_shares(rows).items()}
-
-
 def key(run: mlperf.Run) -> tuple:
     """A row's identity: its values as the CSV gives them."""
     return tuple(run.row.values())
 
 
 @functools.cache
+def _base(row_key: tuple, share: float | None) -> float | None:
+    """A row's predicted step time at `share` (None: as shipped) with no host time: the host
+    time adds to it (one sync a step), so the fit prices each share once."""
+    run = _BY_KEY[row_key]
+    t, _ = mlperf.predicted(run, with_share(load_system(run.system), share, 0.0))
+    return t
+
+
+_BY_KEY: dict[tuple, mlperf.Run] = {}
+
+
+def _family_of(run: mlperf.Run) -> str:
+    return family(load_system(run.system).device.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The host time per step and the `APPLIED` families' shares (the others: as shipped)."""
+
+    sync_s: float
+    shares: dict
+
+    def share(self, run: mlperf.Run) -> float | None:
+        return self.shares.get(_family_of(run))
+
+    def system(self, run_or_system):
+        """The run's (or a system's) built-in system priced with this fit."""
+        system = (load_system(run_or_system.system) if isinstance(run_or_system, mlperf.Run)
+                  else run_or_system)
+        return with_share(system, self.shares.get(family(system.device.name)), self.sync_s)
+
+    def log_errors(self, rows: list[mlperf.Run]) -> np.ndarray:
+        """log(predicted / measured) of each row under this fit."""
+        return log_errors(rows, self.share, self.sync_s)
+
+
+def log_errors(rows: list[mlperf.Run], share, sync_s: float) -> np.ndarray:
+    """log(predicted / measured) of each row at `share` (a number, or a function of the row:
+    None as shipped) and `sync_s` of host time a step (rows the planner refuses: none)."""
+    out = []
+    for run in rows:
+        _BY_KEY.setdefault(key(run), run)
+        t = _base(key(run), share(run) if callable(share) else share)
+        if t is not None:
+            out.append(math.log((t + sync_s) / run.measured_s))
+    return np.array(out)
+
+
+def fit_share(rows: list[mlperf.Run], sync_s: float = 0.0) -> float:
+    """The share minimising the mean squared log error of `rows` at `sync_s`."""
+    return round(_golden_min(lambda s: float(np.mean(log_errors(rows, s, sync_s) ** 2)),
+                             *BOUNDS, tol=1e-3), 4)
+
+
+def fit(rows: list[mlperf.Run], rounds: int = 8) -> Fit:
+    """The host time and the `APPLIED` families' shares minimising the mean squared log error
+    of `rows` (every family's), fitted alternately until neither moves."""
+    by_fam = {fam: [r for r in rows if _family_of(r) == fam] for fam in APPLIED}
+    current = Fit(0.0, {fam: A100_SHARE for fam, rs in by_fam.items() if rs})
+    for _ in range(rounds):
+        shares = {fam: fit_share(rs, current.sync_s) for fam, rs in by_fam.items() if rs}
+        pick = Fit(0.0, shares).share
+        sync = round(_golden_min(lambda c, pick=pick: float(np.mean(
+            log_errors(rows, pick, c) ** 2)), *SYNC_BOUNDS, tol=1e-4), 4)
+        moved = (abs(sync - current.sync_s) > 2e-4
+                 or any(abs(shares[f] - current.shares.get(f, 0)) > 2e-3 for f in shares))
+        current = Fit(sync, shares)
+        if not moved:
+            break
+    return current
+
+
+def every_run() -> list[mlperf.Run]:
+    """Every family's priceable rows."""
+    return [r for fam in FAMILIES for r in runs(fam)]
+
+
+@functools.cache
+def shipped_fit() -> Fit:
+    """The fit over every row (what the device specs carry)."""
+    return fit(every_run())
+
+
+@functools.cache
+def held_out_fits() -> dict[str, Fit]:
+    """Benchmark -> the fit without its rows."""
+    rows = every_run()
+    benches = sorted({r.row["benchmark"] for r in rows})
+    return {b: fit([r for r in rows if r.row["benchmark"] != b]) for b in benches}
+
+
+@functools.cache
 def held_out_predictions() -> dict[tuple, float]:
-    """`key(run)` -> its step time predicted leave-one-benchmark-out, for every priceable row
-    of the `APPLIED` families: what the error bands and `benchmarks/accuracy.py` take as
-    those rows' out-of-sample prediction."""
+    """`key(run)` -> its step time predicted leave-one-benchmark-out, for every priceable row:
+    what the error bands and `benchmarks/accuracy.py` take as those rows' out-of-sample
+    prediction."""
     out = {}
-    for fam in APPLIED:
-        rows = runs(fam)
-        shares = held_out_shares(rows)
-        for run in rows:
-            t, _ = mlperf.predicted(run, with_share(load_system(run.system),
-                                                    shares[run.row["benchmark"]]))
-            if t is not None:
-                out[key(run)] = t
+    for bench, f in held_out_fits().items():
+        for run in every_run():
+            if run.row["benchmark"] == bench:
+                (err,) = f.log_errors([run]) if _base(key(run), f.share(run)) is not None \
+                    else (None,)
+                if err is not None:
+                    out[key(run)] = run.measured_s * math.exp(err)
     return out
 
 
@@ -124,23 +200,33 @@ def _mape(log_err: np.ndarray) -> float:
 
 
 def main() -> None:
+    rows = every_run()
+    f = shipped_fit()
+    held = held_out_fits()
+    print(f"host time per step: {1e3 * f.sync_s:.1f} ms over {len(rows)} rows "
+          f"(leave-one-benchmark-out: "
+          + ", ".join(f"{b} {1e3 * h.sync_s:.1f}" for b, h in held.items()) + ")")
     for fam in FAMILIES:
-        rows = runs(fam)
-        share = fit(rows)
-        before, after = log_errors(rows, A100_SHARE), log_errors(rows, share)
-        print(f"{fam}: {len(rows)} rows; share {share:.3f} of the microbenchmark "
-              f"(carried A100 share {A100_SHARE}): MAPE {_mape(before):.1f} % -> "
-              f"{_mape(after):.1f} % in sample, bias {100 * np.mean(np.expm1(before)):+.1f} "
-              f"% -> {100 * np.mean(np.expm1(after)):+.1f} %"
-              + ("" if fam in APPLIED else " (not applied: the carried share is kept)"))
-        out = held_out(rows)
-        for bench, (s, err) in out.items():
-            print(f"  held out {bench}: share {s:.3f} without it, its {len(err)} rows "
-                  f"MAPE {_mape(err):.1f} % (bias {100 * np.mean(np.expm1(err)):+.1f} %)")
-        if out:
-            every = np.concatenate([e for _, e in out.values()])
-            print(f"  leave-one-benchmark-out over all {len(every)} rows: MAPE "
-                  f"{_mape(every):.1f} %")
+        fam_rows = runs(fam)
+        share = f.shares.get(fam) or fit_share(fam_rows, f.sync_s)
+        before = log_errors(fam_rows, A100_SHARE, 0.0)
+        after = log_errors(fam_rows, share if fam in APPLIED else None, f.sync_s)
+        print(f"{fam}: {len(fam_rows)} rows; share {share:.3f} of the microbenchmark "
+              f"(carried A100 share {A100_SHARE}, no host time: MAPE {_mape(before):.1f} %, "
+              f"bias {100 * np.mean(np.expm1(before)):+.1f} %); as fitted: MAPE "
+              f"{_mape(after):.1f} % in sample, bias {100 * np.mean(np.expm1(after)):+.1f} %"
+              + ("" if fam in APPLIED else " (the share not applied: the carried one is kept)"))
+        every = []
+        for bench, h in held.items():
+            err = h.log_errors([r for r in fam_rows if r.row["benchmark"] == bench])
+            if len(err):
+                every.append(err)
+                print(f"  held out {bench}: share {h.shares.get(fam, A100_SHARE):.3f}, host "
+                      f"{1e3 * h.sync_s:.1f} ms without it, its {len(err)} rows MAPE "
+                      f"{_mape(err):.1f} % (bias {100 * np.mean(np.expm1(err)):+.1f} %)")
+        if every:
+            print(f"  leave-one-benchmark-out over all {sum(map(len, every))} rows: MAPE "
+                  f"{_mape(np.concatenate(every)):.1f} %")
         if fam in APPLIED:
             for dev in FAMILIES[fam]:
                 bf16, fp8 = MICROBENCHMARK[dev]
@@ -148,6 +234,7 @@ def main() -> None:
                 if fp8 is not None:
                     spec += f", matmul_fp8: {round(fp8 * share, 3)}"
                 print(f"  {dev}: {spec}")
+    print(f"every device: kernels.step_sync_us: {round(f.sync_s * 1e6, -2):.0f}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ PREDICTION = obj({
     "exposed_communication_time_s": NUM, "optimizer_time_s": NUM,
     "time_breakdown": obj({k: NUM for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "offload",
                                             "pp_bubble", "pp_comm", "dp_comm_exposed",
-                                            "comm_exposed", "optimizer")},
+                                            "comm_exposed", "optimizer", "host_sync")},
                           required=["compute", "optimizer"]),
     "memory_bytes_per_device": NUM, "memory_capacity_bytes": NUM, "fits_memory": BOOL,
     "fits_in_memory": BOOL,
@@ -406,7 +406,8 @@ def _show() -> dict:
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,
                                                      "gemm_half_dim_fp8": {"type": ["number", "null"]},
                                                      "overlap_slowdown": NUM,
-                                                     "kernel_gpu_us": NUM},
+                                                     "kernel_gpu_us": NUM,
+                                                     "step_sync_us": {"type": ["number", "null"]}},
                                                     ["launch_us", "gemm_half_dim"])]},
         "flash_attention": {"oneOf": [{"type": "null"}, obj({
             "kernel": STR, "fwd_tflops": {"type": "object", "additionalProperties": NUM},

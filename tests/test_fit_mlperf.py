@@ -1,6 +1,7 @@
-"""The in-training GEMM share fitted per GPU family to the MLPerf Training rows
-(`planner.fit_mlperf`): the shipped specs carry the fit, it beats the A100's carried share on
-the family's rows, and the microbenchmark fractions it scales are the specs' own sources."""
+"""The in-training GEMM share per GPU family and the host time per step, fitted to the MLPerf
+Training rows (`planner.fit_mlperf`): the shipped specs carry the fit, it beats the A100's
+carried share without host time, and the microbenchmark fractions it scales are the specs' own
+sources."""
 
 import numpy as np
 import pytest
@@ -19,28 +20,46 @@ def test_microbenchmark_fractions_are_the_ones_each_spec_cites(device):
         assert f"fp8 GEMM microbenchmark fraction {fp8} (" in text
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", fm.APPLIED)
-def test_shipped_gemm_rates_are_the_family_fit_and_beat_the_carried_share(family):
-    rows = fm.runs(family)
-    share = fm.fit(rows)
-    for device in fm.FAMILIES[family]:
-        eff, (bf16, fp8) = load_device(device).efficiency, fm.MICROBENCHMARK[device]
-        assert eff.matmul == pytest.approx(bf16 * share, abs=1.5e-3), device
-        if fp8 is not None:
-            assert eff.matmul_fp8 == pytest.approx(fp8 * share, abs=1.5e-3), device
-    fitted = np.mean(fm.log_errors(rows, share) ** 2)
-    carried = np.mean(fm.log_errors(rows, fm.A100_SHARE) ** 2)
-    assert fitted < carried
-    assert abs(np.mean(np.expm1(fm.log_errors(rows, share)))) < 0.05  # the bias is gone
+@pytest.mark.slow  # fits the host time and the shares together (about a minute)
+def test_shipped_specs_are_the_fit_and_beat_the_carried_share_without_host_time():
+    f = fm.shipped_fit()
+    for family in fm.APPLIED:
+        for device in fm.FAMILIES[family]:
+            eff, (bf16, fp8) = load_device(device).efficiency, fm.MICROBENCHMARK[device]
+            assert eff.matmul == pytest.approx(bf16 * f.shares[family], abs=1.5e-3), device
+            if fp8 is not None:
+                assert eff.matmul_fp8 == pytest.approx(fp8 * f.shares[family], abs=1.5e-3)
+    for device in fm.MICROBENCHMARK:  # one host time for every device the fit covers
+        assert load_device(device).kernels.step_sync_us == pytest.approx(f.sync_s * 1e6,
+                                                                          abs=100), device
+    rows = fm.every_run()
+    fitted = f.log_errors(rows)
+    carried = fm.log_errors(rows, fm.A100_SHARE, 0.0)
+    assert np.mean(fitted ** 2) < np.mean(carried ** 2)
+    assert abs(np.mean(np.expm1(fitted))) < 0.05  # the bias is gone
 
 
-@pytest.mark.slow  # refits each family once per benchmark held out (about a minute)
-def test_held_out_predictions_cover_every_fitted_row_by_its_key():
-    """Every priceable row of the fitted families has a leave-one-benchmark-out prediction,
-    found by its values (not by the object that read it)."""
+def test_the_host_time_adds_to_the_base_prediction_once():
+    """The fit prices each share once with no host time and adds it: the same as pricing the
+    system with the host time in its spec (one sync a step, whatever the plan)."""
+    from planner import mlperf
+    from planner.catalog import load_system
+
+    run = next(r for r in fm.runs("Blackwell") if r.row["benchmark"] == "llama31_8b")
+    system = load_system(run.system)
+    t, _ = mlperf.predicted(run, fm.with_share(system, 0.7, 0.0123))
+    (err,) = fm.log_errors([run], 0.7, 0.0123)
+    assert run.measured_s * np.exp(err) == pytest.approx(t, rel=1e-12)
+    bare, _ = mlperf.predicted(run, fm.with_share(system, 0.7, 0.0))
+    assert t - bare == pytest.approx(0.0123, rel=1e-9)
+
+
+@pytest.mark.slow  # refits once per benchmark held out (about five minutes)
+def test_held_out_predictions_cover_every_row_by_its_key():
+    """Every priceable row has a leave-one-benchmark-out prediction, found by its values (not
+    by the object that read it)."""
     held = fm.held_out_predictions()
-    rows = [r for fam in fm.APPLIED for r in fm.runs(fam)]
+    rows = fm.every_run()
     assert len(held) == len(rows) and all(fm.key(r) in held for r in rows)
 
 

@@ -288,7 +288,7 @@ def test_cli_contract(run, run_json):
     assert set(pred["memory_breakdown"]) == {"weights", "gradients", "optimizer", "activations"}
     assert set(pred["time_breakdown"]) == {"compute", "tp_comm", "cp_comm", "ep_comm",
                                            "offload", "pp_bubble", "pp_comm",
-                                           "dp_comm_exposed", "optimizer"}
+                                           "dp_comm_exposed", "optimizer", "host_sync"}
     bad = [
         ("evaluate", "-m", "gpt2", "-H", "dgx-a100-80gb", "--devices", "8", "--tp", "5",
          "--global-batch", "64"),                                   # tp does not divide heads

@@ -1,11 +1,12 @@
 """Theoretical limits of hybrid-parallel transformer training, from the cost expressions.
 
 The iteration time is `planner.expr.transformer.time_form`, written in aggregates (tau, tau_p2p,
-M, r, H, T_opt) that each have an expression in the plan (t, p, d, b, m, v). Along the
+M, r, H, T_opt, T_sync) that each have an expression in the plan (t, p, d, b, m, v). Along the
 data-parallel degree d at a fixed t x p, with m = B / (d b), only the collective and the
 pipeline slots move:
 
-    T(d) = (B / (d b) + (p - 1) / v)(tau + tau_p2p) + max(0, C(d) - H) + T_opt / d  (ZeRO >= 1)
+    T(d) = (B / (d b) + (p - 1) / v)(tau + tau_p2p) + max(0, C(d) - H) + T_opt / d + T_sync
+                                                                                 (ZeRO >= 1)
 
 so its optimum, the point where communication stops being hidden and the bandwidth a target
 efficiency needs are SymPy closed forms in those symbols (the seed paper's sec. 3 results, for
@@ -174,7 +175,7 @@ class TransformerLimits:
     def aggregates(self) -> dict:
         """The aggregates' values at this t x p (r at d >= its node share)."""
         ex = self.expressions
-        keys = [S.tau, S.tau_p2p, S.M, S.H, S.T_opt, S.beta, S.alpha, S.beta_i, S.alpha_i,
+        keys = [S.tau, S.tau_p2p, S.M, S.H, S.T_opt, S.T_sync, S.beta, S.alpha, S.beta_i, S.alpha_i,
                 S.Psi, S.Psi_t, S.delta, S.ell]
         prog = graph.compile_graphs({k: ex.aggregates[_of(k)] for k in keys}, PLAN_SYMBOLS)
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,

@@ -22,7 +22,9 @@ the batch). The terms:
 - the gradient sync of each stage position: NCCL's ring over every replica holding those
   layers (all groups' at that position), at the slowest link it crosses, exposed beyond the
   backward of that stage's last micro-batch (`exposed_form`); the optimizer step on the
-  stage's ZeRO shard. Stages sync at once, so the slowest position's sync and step add;
+  stage's ZeRO shard. Stages sync at once, so the slowest position's sync and step add,
+  and the training loop's host sync once a step (`KernelCosts.step_sync_us`, the slowest
+  host's);
 - memory per stage and pool: weights, gradients and optimizer state of the stage's own
   layers (the embedding on the first, the output layer on the last) sharded over the
   replicas, and the activations of min(p - j, m) micro-batches in flight on stage j (1F1B).
@@ -181,7 +183,7 @@ def hop(p: Parts, links: Links, bytes_, inside: bool) -> float:
 class Priced:
     iteration_time_s: float
     pipeline_s: float  # the slowest group's (m + p - 1) slots
-    sync_s: float  # the slowest stage position's exposed sync and optimizer step
+    sync_s: float  # the slowest stage position's exposed sync and optimizer step, the host sync
     slot_s: tuple[float, ...]  # per group
     memory_bytes: tuple[tuple[float, ...], ...]  # per group, per stage
     fits: bool
@@ -290,6 +292,8 @@ def price(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPla
     if memory_cap is not None:
         fits = all(memory[gi][j] <= memory_cap[s.pool] for gi, g in enumerate(plan.groups)
                    for j, s in enumerate(g.stages))
-    pipeline, tail = max(pipes), float(tails.max())
+    # and the training loop's host sync once a step: the slowest host's sets it
+    pipeline = max(pipes)
+    tail = float(tails.max()) + max(part[k].hw.step_sync_s for k in used)
     return Priced(pipeline + tail, pipeline, tail, tuple(slots),
                   tuple(tuple(float(v) for v in x) for x in memory), fits)

@@ -55,6 +55,7 @@ class Hardware:
     gemm_half_dim_fp8: float = 0.0  # the same on 1-byte (fp8 / fp4) operands
     overlap_slowdown: float = 0.0  # compute slowdown beside an overlapped collective
     kernel_gpu_s: float = 0.0  # the GPU's fixed time per kernel, paid under CUDA graphs
+    step_sync_s: float = 0.0  # the host's time per step the device waits for (one sync a step)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
     per_tensor_fp8: bool = False  # fp8 with one scale per tensor (current scaling applies)
@@ -122,6 +123,7 @@ class Hardware:
                                if kernels else 0.0),
             overlap_slowdown=kernels.overlap_slowdown if kernels else 0.0,
             kernel_gpu_s=(kernels.kernel_gpu_us or 0.0) * 1e-6 if kernels else 0.0,
+            step_sync_s=(kernels.step_sync_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,
             quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
             per_tensor_fp8=precision is Precision.fp8,

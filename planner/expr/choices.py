@@ -12,7 +12,7 @@ RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
 # what `planner.expr.transformer.TransformerExpressions.terms` computes, in this order
 OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bubble", "pp_comm",
-           "dp_comm_exposed", "optimizer", "memory", "weights", "gradients", "optimizer_state",
+           "dp_comm_exposed", "optimizer", "host_sync", "memory", "weights", "gradients", "optimizer_state",
            "activations", "memory_zero1", "forward")
 # one stage's parts per layer (`TransformerExpressions.stage_parts`): what a pipeline whose
 # stages run on different devices is assembled from (`planner.cost.pools`)

@@ -57,6 +57,7 @@ u = sp.Symbol("u", positive=True)  # devices of one scale-up domain (r = min(d, 
 H = sp.Symbol("H", nonnegative=True)  # one micro-batch's backward on a stage
 ell = sp.Symbol("ell", positive=True)  # layers on the slowest stage
 T_opt = sp.Symbol("T_opt", nonnegative=True)  # optimizer step before ZeRO sharding
+T_sync = sp.Symbol("T_sync", nonnegative=True)  # the host's time a step the device waits for
 Psi = sp.Symbol("Psi", positive=True)  # parameters per device before ZeRO sharding
 Psi_t = sp.Symbol("Psi_t", positive=True)  # of those, the ones that train (LoRA: adapters)
 delta = sp.Symbol("delta", positive=True)  # bytes per weight value
@@ -132,6 +133,8 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     H: Meaning("one micro-batch's backward on a stage: what hides the gradient sync", "s"),
     ell: Meaning("transformer layers on the slowest pipeline stage", "layers"),
     T_opt: Meaning("optimizer step on the device's parameters before ZeRO sharding", "s"),
+    T_sync: Meaning("the host's time per step that the device waits for: the training loop's "
+                    "one host sync a step (KernelCosts.step_sync_us)", "s"),
     Psi: Meaning("parameters per device before ZeRO sharding (stage / t)", "parameters"),
     Psi_t: Meaning("parameters per device that train, before ZeRO sharding (Psi; with frozen "
                    "base weights, the LoRA adapters)", "parameters"),

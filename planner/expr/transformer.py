@@ -404,6 +404,10 @@ class TransformerExpressions(LayerCosts):
             S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: kappa,
             S.A_act: acts,
             S.sigma: hw.overlap_slowdown,
+            # the training loop's one host sync a step: the host's time after it, which the
+            # device waits for (`KernelCosts.step_sync_us`); an evaluation step has none
+            # (NeMo's validation steps, as logged, show none)
+            S.T_sync: G.Float(hw.step_sync_s) if hw.step_sync_s else G.Integer(0),
         }
         if c.dp_shard:  # HSDP: the shard group is d_s replicas' c_p ranks each
             self.aggregates[S.z] = S.d_s * self.cp
@@ -466,6 +470,7 @@ class TransformerExpressions(LayerCosts):
             "forward": forward,
             "dp_comm_exposed": whole(exposed_form(c)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
+            "host_sync": self.aggregates[S.T_sync],
             "memory": memory,
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
             "gradients": whole(S.Psi_t * S.gamma_g / shard[2]) + state_extra["gradients"],
@@ -588,10 +593,10 @@ def exposed_form(c: Choices) -> G.Expr:
 
 def time_form(c: Choices) -> G.Expr:
     """The iteration time: (m + (p - 1) / v) pipeline slots of one micro-batch's stage time
-    and sends (Narayanan et al. SC21, eq. 1-2), the exposed data-parallel communication, and
-    the optimizer step on the ZeRO shard."""
+    and sends (Narayanan et al. SC21, eq. 1-2), the exposed data-parallel communication, the
+    optimizer step on the ZeRO shard, and the host's time after the step's sync."""
     return ((m + (p - 1) / v) * (S.tau + S.tau_p2p) + exposed_form(c)
-            + S.T_opt / _shards(c)[1])
+            + S.T_opt / _shards(c)[1] + S.T_sync)
 
 
 def memory_form(c: Choices) -> G.Expr:

@@ -142,6 +142,12 @@ class KernelCosts(Spec):
     # issuing the kernels (no host in the loop) each compute kernel takes it beyond its work,
     # and it floors a collective; None: not known (launch_us stays the floor)
     kernel_gpu_us: float | None = Field(default=None, ge=0, le=1e4)
+    # the host's time per training step that the device waits for: the training loop
+    # synchronises once a step (Megatron-LM reads the loss scale with .item() after every
+    # train_step, "a device sync draining the iteration's pending GPU queue", training.py at
+    # d98e8a6), so the host's reporting and bookkeeping and its issue of the next step run
+    # with the device idle; fitted by `python -m planner.fit_mlperf`; None: not known (0)
+    step_sync_us: float | None = Field(default=None, ge=0, le=1e6)
 
 
 def gemm_share(thin, half_dim):

@@ -1,0 +1,59 @@
+"""The host's time per training step (`KernelCosts.step_sync_us`): the training loop syncs the
+host once a step, so that time adds to every iteration once, whatever the plan, and to no
+evaluation step; the limits and the derived formulas carry it (an Amdahl floor)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner.analysis.transformer_limits import TransformerLimits
+from planner.catalog import load_model, load_system
+from planner.plan import Plan
+from planner.search.hybrid import predict
+from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
+
+
+def _with_sync(system, us):
+    dev = system.device
+    kernels = dev.kernels.model_copy(update={"step_sync_us": us})
+    return dataclasses.replace(system, device=dev.model_copy(update={"kernels": kernels}))
+
+
+@pytest.mark.parametrize("plan", [
+    Plan.split(2, 1, 64, 1, 64, node_size=4, cp=4, sequence_parallel=True, zero=1,
+               cuda_graphs=True),
+    Plan.split(1, 4, 4, 1, 64, node_size=4, interleave=8, zero=1),
+    Plan.split(4, 2, 2, 2, 32, node_size=4, zero=3)])
+def test_the_host_time_adds_once_to_training_and_not_to_evaluation(plan):
+    """Two routes: the spec's host time priced in, against the same system without it."""
+    m = with_seq_len(load_model("llama3-8b"), 8192)
+    system = load_system("gb200-nvl72")
+    us = system.device.kernels.step_sync_us
+    assert us and us > 0
+    with_it = predict(m, system, Precision.fp8, plan)
+    without = predict(m, _with_sync(system, None), Precision.fp8, plan)
+    assert with_it.time_breakdown["host_sync"] == pytest.approx(us * 1e-6, rel=1e-12)
+    assert without.time_breakdown["host_sync"] == 0
+    assert with_it.iteration_time_s - without.iteration_time_s == pytest.approx(us * 1e-6,
+                                                                               rel=1e-9)
+    assert with_it.forward_time_s == without.forward_time_s
+    assert sum(with_it.time_breakdown.values()) == pytest.approx(with_it.iteration_time_s,
+                                                                  rel=1e-12)
+
+
+def test_the_host_time_floors_the_iteration_along_d_in_the_limits():
+    """Along the data-parallel degree the iteration never falls below the host's time a
+    step, and the limits' curve moves by exactly it."""
+    m = load_model("gpt3-175b")
+    system = load_system("dgx-h100")
+    us = system.device.kernels.step_sync_us
+    args = dict(tp=8, pp=8, micro_batch=1, global_batch=1536)
+    lim = TransformerLimits(m, system, Precision.bf16, **args)
+    bare = TransformerLimits(m, _with_sync(system, None), Precision.bf16, **args)
+    for d in (1.0, 16.0, 1536.0):
+        t, t0 = float(lim.d_time(d)), float(bare.d_time(d))
+        assert t - t0 == pytest.approx(us * 1e-6, rel=1e-9)
+        assert t > us * 1e-6
