@@ -17,10 +17,9 @@ where it lies within the error band of an uncovered (ZeRO-2 / ZeRO-3) fastest on
 (`planner.search.support`). Also printed: how far the pick's prediction is from the
 prediction of the submission's own plan (the search's gain inside the model), and the
 promise of the fastest plan by the point estimate (`solve --prefer-supported 0`). The
-Blackwell and
-AMD GEMM shares are fitted to these runs (`planner.fit_mlperf`), so the promise is given twice:
-with the specs as shipped, and out of sample, each job solved with its family's share refitted
-without the job's benchmark.
+Blackwell and AMD GEMM shares and every device's host time per step are fitted to these runs
+(`planner.fit_mlperf`), so the promise is given twice: with the specs as shipped, and out of
+sample, each job solved with the fit redone without the job's benchmark.
 
     python benchmarks/promise.py            # about a minute
 """
@@ -32,7 +31,6 @@ import time
 from collections import defaultdict
 
 from planner import fit_mlperf, mlperf, switches
-from planner.bands import family
 from planner.catalog import load_model, load_system
 from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import Search
@@ -73,7 +71,6 @@ def jobs() -> list[dict]:
             by.items(), key=lambda kv: str(kv[0])):
         run = rows[0]["run"]
         seq = run.row["seq_len"] or mlperf.LORA.get(bench, (0, None))[1]
-        fam = family(load_system(system).device.name)
         out.append({"benchmark": bench, "system": system, "devices": devices, "batch": batch,
                     "precision": precision, "graphs": graphs, "lora": lora,
                     "fp8_attention": fp8_attention, "current_scaling": current,
@@ -81,19 +78,9 @@ def jobs() -> list[dict]:
                     "model": with_seq_len(load_model(run.model), int(seq) if seq else None),
                     "measured_s": statistics.median(r["measured_s"] for r in rows),
                     "own_s": statistics.median(r["predicted_s"] for r in rows),
-                    "held_out_system": (fit_mlperf.with_share(load_system(system), _shares(
-                        fam)[bench]) if fam in fit_mlperf.APPLIED else None)})
+                    "held_out_system": fit_mlperf.held_out_fits()[bench].system(
+                        load_system(system))})
     return out
-
-
-_SHARES: dict[str, dict[str, float]] = {}
-
-
-def _shares(fam: str) -> dict[str, float]:
-    """Benchmark -> the family's GEMM share fitted without it (computed once)."""
-    if fam not in _SHARES:
-        _SHARES[fam] = fit_mlperf.held_out_shares(fit_mlperf.runs(fam))
-    return _SHARES[fam]
 
 
 def _solve(job: dict, system, q: Search):
@@ -115,12 +102,10 @@ def _solved(job: dict) -> dict:
     except (SpecError, InfeasibleError) as err:
         return {"pick": None, "why": str(err).split(";")[0][:60]}
     pick = sol.prediction.iteration_time_s
-    held = pick  # a family nothing is fitted to: its shipped specs are out of sample
-    if job["held_out_system"] is not None:
-        try:
-            held = _solve(job, job["held_out_system"], q)[1].prediction.iteration_time_s
-        except (SpecError, InfeasibleError):
-            held = None
+    try:
+        held = _solve(job, job["held_out_system"], q)[1].prediction.iteration_time_s
+    except (SpecError, InfeasibleError):
+        held = None
     p = sol.plan
     return {"pick": pick, "plan": f"tp {p.tp} cp {p.cp} pp {p.pp}x{p.interleave} dp {p.dp} "
                                   f"z{p.zero}",
@@ -137,8 +122,8 @@ def _summary(label: str, results: list[dict]) -> str:
     over = sum(c > 0.20 for c in claims)
     return (f"{label}: {len(solved)} jobs, the pick promises a median "
             f"{statistics.median(claims):+.1%} (worst {max(claims):+.1%}; {over} over +20 %) "
-            f"faster than measured; out of sample (the Blackwell and AMD shares fitted without "
-            f"the job's benchmark) a median {statistics.median(held):+.1%} (worst "
+            f"faster than measured; out of sample (the GEMM shares and the host time fitted "
+            f"without the job's benchmark) a median {statistics.median(held):+.1%} (worst "
             f"{max(held):+.1%}); the fastest plan by the point estimate, covered or not "
             f"(--prefer-supported 0), a median {statistics.median(fastest):+.1%} (worst "
             f"{max(fastest):+.1%})")

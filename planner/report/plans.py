@@ -55,9 +55,10 @@ def precision_pair(precision: dict) -> tuple[str, str]:
 def evaluation_text(plan, pred, precision: dict | None = None,
                     framework: str | None = None) -> str:
     mem = ", ".join(f"{k} {si(v, 'B')}" for k, v in pred.memory_breakdown.items())
-    # the parts only some plans have (cp, ep, offload) are left out of the text where 0
+    # the parts only some plans have (cp, ep, offload; the host sync of a device that has
+    # one) are left out of the text where 0
     times = ", ".join(f"{k} {span(v)}" for k, v in pred.time_breakdown.items()
-                      if v or k not in ("cp_comm", "ep_comm", "offload"))
+                      if v or k not in ("cp_comm", "ep_comm", "offload", "host_sync"))
     pairs = [("plan" if plan.collective is None else "config", plan_text(plan))]
     if plan.collective is None:
         recompute = plan.recompute.value + (f" ({plan.recompute_layers} layers of each chunk)"
