@@ -53,8 +53,9 @@ COLUMNS = [
     "nodes", "gpus_per_node", "gpus", "tp", "pp", "vp", "cp", "dp", "sequence_parallel",
     "micro_batch", "local_batch", "grad_accum", "global_batch", "seq_len", "precision",
     "fp8_recipe", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
-    "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather", "model_tflop_per_sample",
-    "step_time_s", "step_time_min_run_s", "step_time_max_run_s", "n_runs", "n_steps_or_blocks",
+    "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather", "on_device_clip_grad",
+    "model_tflop_per_sample", "step_time_s", "step_time_min_run_s", "step_time_max_run_s", "n_runs",
+    "n_steps_or_blocks",
     "step_time_method", "crosscheck_s", "crosscheck_method",
     "repository", "commit", "config_file", "config_selected_by", "result_files", "duplicate_of", "notes",
 ]
@@ -428,6 +429,10 @@ def fields(env, sys_gpn):
         # weights kept and all-gathered in fp8 (NeMo FP8_PARAM_GATHER; older configs FP8_PARAMS)
         "fp8_param_gather": next((int(bool(_bool(env[k]))) for k in (
             "FP8_PARAM_GATHER", "FP8_PARAMS") if env.get(k) not in (None, "")), ""),
+        # the gradient norm clipped on the device, not read back to the host (NeMo's
+        # ON_DEVICE_CLIP_GRAD, set by the v5.1 LoRA recipes): no host sync a step from it
+        "on_device_clip_grad": ("" if env.get("ON_DEVICE_CLIP_GRAD") in (None, "")
+                                else int(bool(_bool(env["ON_DEVICE_CLIP_GRAD"])))),
         "model_tflop_per_sample": env.get("MODEL_TFLOP_PER_SAMPLE", ""),
         "_notes": notes + ([f"config sources file(s) absent from the submission: {env['__MISSING__']} "
                              "(values they would set are left empty)"] if env.get("__MISSING__") else [])
@@ -648,7 +653,7 @@ def process_repo(repo, scratch, rows, excluded):
                 "micro_batch",
                 "local_batch", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
                 "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather",
-                "model_tflop_per_sample")},
+                "on_device_clip_grad", "model_tflop_per_sample")},
             "grad_accum": "" if ga_log is None else int(float(ga_log)),
             "global_batch": gbs_log, "seq_len": "" if seq_log is None else seq_log,
             "precision": prec, "fp8_recipe": recipe,

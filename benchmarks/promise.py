@@ -63,18 +63,18 @@ def jobs() -> list[dict]:
         run, plan = r["run"], mlperf.plan_of(r["run"])
         key = (run.row["benchmark"], run.system, plan.devices, plan.global_batch,
                run.precision, plan.cuda_graphs, plan.lora_rank, plan.fp8_attention,
-               plan.fp8_current_scaling, plan.fp8_weight_gather)
+               plan.fp8_current_scaling, plan.fp8_weight_gather, plan.host_sync)
         by[key].append(r)
     out = []
     for (bench, system, devices, batch, precision, graphs, lora, fp8_attention,
-         current, fp8_gather), rows in sorted(
+         current, fp8_gather, host_sync), rows in sorted(
             by.items(), key=lambda kv: str(kv[0])):
         run = rows[0]["run"]
         seq = run.row["seq_len"] or mlperf.LORA.get(bench, (0, None))[1]
         out.append({"benchmark": bench, "system": system, "devices": devices, "batch": batch,
                     "precision": precision, "graphs": graphs, "lora": lora,
                     "fp8_attention": fp8_attention, "current_scaling": current,
-                    "fp8_gather": fp8_gather,
+                    "fp8_gather": fp8_gather, "host_sync": host_sync,
                     "model": with_seq_len(load_model(run.model), int(seq) if seq else None),
                     "measured_s": statistics.median(r["measured_s"] for r in rows),
                     "own_s": statistics.median(r["predicted_s"] for r in rows),
@@ -95,7 +95,7 @@ def _solved(job: dict) -> dict:
                cuda_graphs=job["graphs"], lora_rank=job["lora"],
                fp8_attention=job["fp8_attention"],
                fp8_current_scaling=job["current_scaling"],
-               fp8_weight_gather=job["fp8_gather"],
+               fp8_weight_gather=job["fp8_gather"], host_sync=job["host_sync"],
                searched=tuple(n for n in switches.SEARCHED if n != "fp8_weight_gather"))
     try:
         fastest, sol = _solve(job, load_system(job["system"]), q)

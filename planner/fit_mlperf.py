@@ -90,7 +90,8 @@ def key(run: mlperf.Run) -> tuple:
 @functools.cache
 def _base(row_key: tuple, share: float | None) -> float | None:
     """A row's predicted step time at `share` (None: as shipped) with no host time: the host
-    time adds to it (one sync a step), so the fit prices each share once."""
+    time adds to it (one sync a step, where the run's plan has one), so the fit prices each
+    share once."""
     run = _BY_KEY[row_key]
     t, _ = mlperf.predicted(run, with_share(load_system(run.system), share, 0.0))
     return t
@@ -132,7 +133,8 @@ def log_errors(rows: list[mlperf.Run], share, sync_s: float) -> np.ndarray:
         _BY_KEY.setdefault(key(run), run)
         t = _base(key(run), share(run) if callable(share) else share)
         if t is not None:
-            out.append(math.log((t + sync_s) / run.measured_s))
+            synced = mlperf.plan_of(run).host_sync  # a run that reads nothing back pays none
+            out.append(math.log((t + sync_s * synced) / run.measured_s))
     return np.array(out)
 
 

@@ -129,7 +129,9 @@ def plan_of(run: Run) -> Plan:
     grad_reduce_in_fp32=False). fp8 current scaling where the config's recipe is "tensorwise"
     (NVIDIA's v5 Blackwell recipes; rows whose recipe the files do not give run delayed
     scaling, Megatron-LM's default); the weights gathered in fp8 where the config sets
-    FP8_PARAM_GATHER (with the distributed optimizer it shards)."""
+    FP8_PARAM_GATHER (with the distributed optimizer it shards); no host sync a step where it
+    sets ON_DEVICE_CLIP_GRAD (the gradient norm, NeMo's one read-back a step, stays on the
+    device)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
@@ -144,6 +146,8 @@ def plan_of(run: Run) -> Plan:
                       cuda_graphs=r["cuda_graph"] not in ("", "0"),
                       fp8_attention=r["fp8_attention"] == "1",
                       fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
+                      # the gradient norm clipped on the device: nothing read back a step
+                      host_sync=r["on_device_clip_grad"] != "1",
                       fp8_weight_gather=(r["fp8_param_gather"] == "1"
                                          and _flag(r["dist_optimizer"], True)
                                          and run.precision.value in switches.BY_NAME[

@@ -335,6 +335,20 @@ SWITCHES: tuple[Switch, ...] = (
            label=lambda value, plan: None if value else "gradient accumulation unfused",
            launch={"megatron": WRITES, "torchtitan": AS_DEFAULT, "deepspeed": AS_DEFAULT},
            megatron_flags=("--no-gradient-accumulation-fusion",)),
+    Switch("host_sync", True, "the training loop reads a value back from the device every "
+           "step (a gradient norm, loss scale or overflow flag), so the host's time after that "
+           "sync (kernels.step_sync_us) adds to each step; off: nothing read back between log "
+           "steps, the host runs ahead", "NeMo's ON_DEVICE_CLIP_GRAD=1 turns it off; "
+           "torchtitan runs so", limits=True, solve="pinned (default on)", mixed=True,
+           label=lambda value, plan: None if value else "no host sync a step",
+           launch={"megatron": "Megatron-LM's training loop reads the loss scale back after "
+                               "every train_step (training/training.py at d98e8a6); there is "
+                               "no flag to stop it",
+                   # trainer.py at b5bcd76: torch._assert_async checks the loss and grad norm
+                   # "without synchronizing the host on every step"; read back at log steps
+                   "torchtitan": AS_DEFAULT,
+                   "deepspeed": "DeepSpeed's ZeRO optimizer reads its overflow flag back every "
+                                "step (runtime/zero/stage_1_and_2.py has_overflow at edaa722)"}),
     Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,

@@ -52,6 +52,12 @@ def test_the_host_time_adds_to_the_base_prediction_once():
     assert run.measured_s * np.exp(err) == pytest.approx(t, rel=1e-12)
     bare, _ = mlperf.predicted(run, fm.with_share(system, 0.7, 0.0))
     assert t - bare == pytest.approx(0.0123, rel=1e-9)
+    # a run whose recipe clips the gradient norm on the device reads nothing back: none
+    clip = next(r for r in fm.runs("Blackwell") if r.row["on_device_clip_grad"] == "1")
+    assert not mlperf.plan_of(clip).host_sync
+    (err,) = fm.log_errors([clip], 0.7, 0.0123)
+    t, _ = mlperf.predicted(clip, fm.with_share(load_system(clip.system), 0.7, 0.0))
+    assert clip.measured_s * np.exp(err) == pytest.approx(t, rel=1e-12)
 
 
 @pytest.mark.slow  # refits once per benchmark held out (about five minutes)

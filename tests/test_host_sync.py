@@ -57,3 +57,30 @@ def test_the_host_time_floors_the_iteration_along_d_in_the_limits():
         t, t0 = float(lim.d_time(d)), float(bare.d_time(d))
         assert t - t0 == pytest.approx(us * 1e-6, rel=1e-9)
         assert t > us * 1e-6
+
+
+def test_a_plan_without_a_host_sync_pays_none_on_one_pool_or_across_pools():
+    """`host_sync` off (on-device gradient clipping, torchtitan's loop): no host time, and a
+    pipeline across pools prices it as the one-system model does."""
+    from planner.catalog import load_target
+    from planner.cost import pools as cost
+    from planner.cost.pools import Group, MixedPlan, Shape, Stage
+    from planner.plan import stage_layers
+
+    m = load_model("gpt3-175b")
+    c = load_target("lab-a100-h100")
+    h100 = next(k for k, pool in enumerate(c.pools) if pool.system.device.name.startswith("h100"))
+    us = c.pools[h100].system.device.kernels.step_sync_us
+    times = {}
+    for sync in (True, False):
+        shape = Shape(8, 1, "full", True, 1, True, switches=() if sync else (("host_sync", False),))
+        plan = MixedPlan(shape, (Group(tuple(Stage(h100, n) for n in stage_layers(96, 8)), 2,
+                                       64),))
+        priced = cost.price(m, c, Precision.bf16, plan)
+        ref = predict(m, c.pools[h100].system, Precision.bf16, Plan.split(
+            8, 8, 2, 1, 128, node_size=8, recompute="full", sequence_parallel=True, zero=1,
+            host_sync=sync))
+        assert priced.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+        assert ref.time_breakdown["host_sync"] == pytest.approx(us * 1e-6 if sync else 0)
+        times[sync] = ref.iteration_time_s
+    assert times[True] - times[False] == pytest.approx(us * 1e-6, rel=1e-9)

@@ -266,12 +266,20 @@ def test_mixed_is_never_slower_than_one_pool(run_json):
     assert most["dgx-h100"] > most["dgx-a100-80gb"]
     assert plan["devices"]["dgx-h100"] <= 128 and plan["devices"]["dgx-a100-80gb"] <= 256
     assert {a["pool"] for a in doc["pools_add"]} == {"dgx-a100-80gb", "dgx-h100"}
-    # the band: every pool's stages at its own band's percentiles, so within their range
-    ratios = {e["pools"][0]: e["time_band"] for e in singles if "low_ratio" in e["time_band"]}
-    assert ratios  # the H100 pool's is covered (the A100 pool alone may pick ZeRO 2)
+    # the band: every pool's stages at its own band's percentiles (each pool's band for the
+    # plan's ZeRO stage and devices), so within their range
+    from planner import bands
+    from planner.catalog import load_system
+    from planner.spec.hardware import Precision
+
+    m = load_model("gpt3-175b")
+    ratios = {p: bands.band(bands.features(m, load_system(p).device.name, Precision.bf16,
+                                           plan["zero"], sum(plan["devices"].values())))
+              for p in plan["pools"]}
+    assert all(r.low is not None for r in ratios.values())
     band = best["time_band"]
-    assert min(r["low_ratio"] for r in ratios.values()) <= band["low_ratio"]
-    assert band["high_ratio"] <= max(r["high_ratio"] for r in ratios.values()) + 1e-12
+    assert min(r.low for r in ratios.values()) <= band["low_ratio"] + 1e-12
+    assert band["high_ratio"] <= max(r.high for r in ratios.values()) + 1e-12
     assert band["low_s"] < best["iteration_time_s"] * band["high_ratio"] == pytest.approx(
         band["high_s"])
     gains = doc["gain_band"]

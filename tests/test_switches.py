@@ -154,6 +154,7 @@ CASES = {
     "pp_overlap": ({"pp": 2, "interleave": 2, "zero": 1}, False), "grad_reduce_bf16": ({}, True),
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
     "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),
+    "host_sync": ({}, False),
 }
 
 
@@ -251,15 +252,16 @@ def test_a_form_prices_what_its_framework_always_runs_and_refuses_the_other(fmt,
 
 
 def test_solve_for_a_form_searches_what_its_framework_runs(run):
-    """`solve --format torchtitan` prices torchtitan's unfused gradient accumulation on every
-    plan it searches: its pick is the search pinned so, and it writes that plan."""
+    """`solve --format torchtitan` prices torchtitan's unfused gradient accumulation and its
+    training loop without a host sync a step on every plan it searches: its pick is the search
+    pinned so, and it writes that plan."""
     args = ["-m", "llama3-8b", "-H", "dgx-h100", "--devices", "16", "--global-batch", "64"]
     pinned = api.solve("llama3-8b", "dgx-h100", devices=16, global_batch=64,
-                       grad_accumulation_fusion=False)
+                       grad_accumulation_fusion=False, host_sync=False)
     code, out, err = run("solve", *args, "--format", "torchtitan")
     assert code == 0, err
     assert f"predicted iteration time {pinned.prediction.iteration_time_s:.6g} s" in out
-    assert "gradient accumulation unfused" in out
+    assert "gradient accumulation unfused" in out and "no host sync a step" in out
 
 
 def test_framework_prices_a_plan_as_its_form_does_in_every_format(run_json, run):

@@ -404,10 +404,11 @@ class TransformerExpressions(LayerCosts):
             S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: kappa,
             S.A_act: acts,
             S.sigma: hw.overlap_slowdown,
-            # the training loop's one host sync a step: the host's time after it, which the
-            # device waits for (`KernelCosts.step_sync_us`); an evaluation step has none
-            # (NeMo's validation steps, as logged, show none)
-            S.T_sync: G.Float(hw.step_sync_s) if hw.step_sync_s else G.Integer(0),
+            # the training loop's one host sync a step (`host_sync`): the host's time after
+            # it, which the device waits for (`KernelCosts.step_sync_us`); an evaluation step
+            # has none (NeMo's validation steps, as logged, show none)
+            S.T_sync: (G.Float(hw.step_sync_s) if hw.step_sync_s and c.host_sync
+                       else G.Integer(0)),
         }
         if c.dp_shard:  # HSDP: the shard group is d_s replicas' c_p ranks each
             self.aggregates[S.z] = S.d_s * self.cp

@@ -67,12 +67,15 @@ def worth(sol) -> list[dict]:
 
 def _gain_band(single, best) -> dict | None:
     """The gain over the best single pool with both plans at the same percentile of their
-    bands (the 10th, then the 90th): {"low", "high"}; None without both bands."""
+    bands (the 10th, then the 90th), and at the point estimate (where both bands lie on one
+    side of it, the two percentiles alone can miss it): {"low", "high"}; None without both
+    bands."""
     a, b = single.time_band or {}, best.time_band or {}
     if "low_s" not in a or "low_s" not in b or single is best:
         return None
-    at = [(a[k] / single.global_batch) / (b[k] / best.global_batch) - 1
-          for k in ("low_s", "high_s")]
+    at = [single.seconds_per_sample / best.seconds_per_sample - 1] + [
+        (a[k] / single.global_batch) / (b[k] / best.global_batch) - 1
+        for k in ("low_s", "high_s")]
     return {"low": min(at), "high": max(at)}
 
 
