@@ -51,6 +51,13 @@ MICROBENCHMARK = {
     "mi300x": (0.511, None), "mi325x": (0.6, None), "mi355x": (0.622, None),
     "mi350x": (0.622, None),  # MI355X's: the same die at a lower clock, no row of its own
 }
+# an NVFP4 GEMM's fraction of the fp4 peak over a bf16 GEMM's of the bf16 peak, in one benchmark
+# run on B200 (pytorch/ao pull request #2427, benchmarks/float8/bench_matmul.py --recipe nvfp4,
+# torch._scaled_mm at M = N = K = 6144 and 8192: NVFP4 0.611 and 0.597, bf16 0.646 and 0.631):
+# no best-shape NVFP4 table is published, so each Blackwell device's fp4 microbenchmark is its
+# bf16 one times this (`efficiency.matmul_fp4`)
+FP4_OVER_BF16 = round((0.611 / 0.646 + 0.597 / 0.631) / 2, 3)
+FP4_DEVICES = ("b200", "gb200", "b300", "gb300")
 # the families as the error bands group devices (`planner.bands.family`)
 FAMILIES = {fam: tuple(d for d in MICROBENCHMARK if family(d) == fam)
             for fam in dict.fromkeys(family(d) for d in MICROBENCHMARK)}
@@ -68,8 +75,10 @@ def with_share(system, share: float | None = None, sync_s: float | None = None):
     update = {}
     if share is not None:
         bf16, fp8 = MICROBENCHMARK[dev.name]
-        rates = {"matmul": bf16 * share} | ({"matmul_fp8": fp8 * share} if fp8 is not None
-                                            else {})
+        rates = ({"matmul": bf16 * share}
+                 | ({"matmul_fp8": fp8 * share} if fp8 is not None else {})
+                 | ({"matmul_fp4": bf16 * FP4_OVER_BF16 * share}
+                    if dev.name in FP4_DEVICES else {}))
         update["efficiency"] = dev.efficiency.model_copy(update=rates)
     if sync_s is not None:
         update["kernels"] = dev.kernels.model_copy(update={"step_sync_us": sync_s * 1e6})
@@ -87,17 +96,17 @@ def key(run: mlperf.Run) -> tuple:
     return tuple(run.row.values())
 
 
-@functools.cache
-def _base(row_key: tuple, share: float | None) -> float | None:
+_BASE: dict[tuple, float | None] = {}
+
+
+def _base(run: mlperf.Run, share: float | None) -> float | None:
     """A row's predicted step time at `share` (None: as shipped) with no host time: the host
     time adds to it (one sync a step, where the run's plan has one), so the fit prices each
-    share once."""
-    run = _BY_KEY[row_key]
-    t, _ = mlperf.predicted(run, with_share(load_system(run.system), share, 0.0))
-    return t
-
-
-_BY_KEY: dict[tuple, mlperf.Run] = {}
+    row at each share once."""
+    k = (key(run), share)
+    if k not in _BASE:
+        _BASE[k], _ = mlperf.predicted(run, with_share(load_system(run.system), share, 0.0))
+    return _BASE[k]
 
 
 def _family_of(run: mlperf.Run) -> str:
@@ -114,10 +123,8 @@ class Fit:
     def share(self, run: mlperf.Run) -> float | None:
         return self.shares.get(_family_of(run))
 
-    def system(self, run_or_system):
-        """The run's (or a system's) built-in system priced with this fit."""
-        system = (load_system(run_or_system.system) if isinstance(run_or_system, mlperf.Run)
-                  else run_or_system)
+    def system(self, system):
+        """`system` priced with this fit."""
         return with_share(system, self.shares.get(family(system.device.name)), self.sync_s)
 
     def log_errors(self, rows: list[mlperf.Run]) -> np.ndarray:
@@ -130,8 +137,7 @@ def log_errors(rows: list[mlperf.Run], share, sync_s: float) -> np.ndarray:
     None as shipped) and `sync_s` of host time a step (rows the planner refuses: none)."""
     out = []
     for run in rows:
-        _BY_KEY.setdefault(key(run), run)
-        t = _base(key(run), share(run) if callable(share) else share)
+        t = _base(run, share(run) if callable(share) else share)
         if t is not None:
             synced = mlperf.plan_of(run).host_sync  # a run that reads nothing back pays none
             out.append(math.log((t + sync_s * synced) / run.measured_s))
@@ -190,10 +196,9 @@ def held_out_predictions() -> dict[tuple, float]:
     for bench, f in held_out_fits().items():
         for run in every_run():
             if run.row["benchmark"] == bench:
-                (err,) = f.log_errors([run]) if _base(key(run), f.share(run)) is not None \
-                    else (None,)
-                if err is not None:
-                    out[key(run)] = run.measured_s * math.exp(err)
+                err = f.log_errors([run])  # empty where the planner refuses the row
+                if len(err):
+                    out[key(run)] = run.measured_s * math.exp(err[0])
     return out
 
 
@@ -235,6 +240,8 @@ def main() -> None:
                 spec = f"matmul: {round(bf16 * share, 3)}"
                 if fp8 is not None:
                     spec += f", matmul_fp8: {round(fp8 * share, 3)}"
+                if dev in FP4_DEVICES:
+                    spec += f", matmul_fp4: {round(bf16 * FP4_OVER_BF16 * share, 3)}"
                 print(f"  {dev}: {spec}")
     print(f"every device: kernels.step_sync_us: {round(f.sync_s * 1e6, -2):.0f}")
 

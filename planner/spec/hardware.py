@@ -121,6 +121,9 @@ class Efficiency(Spec):
     # large fp8 / mxfp8 GEMMs, as a fraction of the fp8 peak (None: `matmul`): measured fp8
     # GEMMs reach a smaller share of their peak than 16-bit ones on every NVIDIA device
     matmul_fp8: float | None = Field(default=None, ge=MIN_FRACTION, le=1)
+    # large 4-bit (nvfp4 / fp4) GEMMs, as a fraction of the fp4 peak (None: `matmul`): a
+    # measured NVFP4 GEMM reaches a smaller share of its peak than a 16-bit one
+    matmul_fp4: float | None = Field(default=None, ge=MIN_FRACTION, le=1)
 
 
 class KernelCosts(Spec):
