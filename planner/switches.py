@@ -342,13 +342,14 @@ SWITCHES: tuple[Switch, ...] = (
            "torchtitan runs so", limits=True, solve="pinned (default on)", mixed=True,
            label=lambda value, plan: None if value else "no host sync a step",
            launch={"megatron": "Megatron-LM's training loop reads the loss scale back after "
-                               "every train_step (training/training.py at d98e8a6); there is "
-                               "no flag to stop it",
+                               "every train_step (training/training.py at d98e8a6) with no flag "
+                               "to stop it: keep --host-sync, or use --format torchtitan",
                    # trainer.py at b5bcd76: torch._assert_async checks the loss and grad norm
                    # "without synchronizing the host on every step"; read back at log steps
                    "torchtitan": AS_DEFAULT,
                    "deepspeed": "DeepSpeed's ZeRO optimizer reads its overflow flag back every "
-                                "step (runtime/zero/stage_1_and_2.py has_overflow at edaa722)"}),
+                                "step (runtime/zero/stage_1_and_2.py has_overflow at edaa722): "
+                                "keep --host-sync, or use --format torchtitan"}),
     Switch("optimizer", None, "the optimizer whose state is held and stepped [default: "
            "momentum for CNNs, adam for transformers]; adafactor and muon: transformers only",
            "--optimizer adam|sgd|muon", kind=TRANSFORMER_OPTIMIZERS,

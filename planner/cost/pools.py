@@ -294,7 +294,6 @@ def price(m: Transformer, cluster: Cluster, precision: Precision, plan: MixedPla
                    for j, s in enumerate(g.stages))
     # and the training loop's host sync once a step: the slowest host's sets it
     pipeline = max(pipes)
-    tail = float(tails.max()) + (max(part[k].hw.step_sync_s for k in used)
-                                 if dict(shape.switches).get("host_sync", True) else 0.0)
+    tail = float(tails.max()) + max(part[k].host_sync for k in used)
     return Priced(pipeline + tail, pipeline, tail, tuple(slots),
                   tuple(tuple(float(v) for v in x) for x in memory), fits)

@@ -455,6 +455,7 @@ class TransformerExpressions(LayerCosts):
             "grad_bytes": G.Integer(gb), "weight_bytes": wb,
             "state_bytes": kappa,
             "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
+            "host_sync": self.aggregates[S.T_sync],
         }
         memory = whole(self.forms["memory"]) + sum(state_extra.values())
         return {
@@ -471,7 +472,6 @@ class TransformerExpressions(LayerCosts):
             "forward": forward,
             "dp_comm_exposed": whole(exposed_form(c)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
-            "host_sync": self.aggregates[S.T_sync],
             "memory": memory,
             "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
             "gradients": whole(S.Psi_t * S.gamma_g / shard[2]) + state_extra["gradients"],
