@@ -54,6 +54,7 @@ COLUMNS = [
     "micro_batch", "local_batch", "grad_accum", "global_batch", "seq_len", "precision",
     "fp8_recipe", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather", "on_device_clip_grad",
+    "recompute", "recompute_layers", "weight_cache", "fp8_activation_input",
     "model_tflop_per_sample", "step_time_s", "step_time_min_run_s", "step_time_max_run_s", "n_runs",
     "n_steps_or_blocks",
     "step_time_method", "crosscheck_s", "crosscheck_method",
@@ -275,6 +276,11 @@ class ConfigPool:
                 env["__MISSING__"] = ",".join(hard)
             if soft:
                 env["__MISSING_COND__"] = ",".join(soft)
+            # the LoRA recipes' YAML turns Transformer Engine's weight cache off outright
+            # (`disable_parameter_transpose_cache: True`, no variable)
+            if self._yaml_literal(os.path.dirname(f), "disable_parameter_transpose_cache",
+                                  "True"):
+                env["__NO_WEIGHT_CACHE__"] = "1"
             if not hard:
                 # defaults the implementation's own Hydra/OmegaConf YAML gives to unset variables
                 # (${oc.env:VAR,default}); only used when every sourced file is present
@@ -295,6 +301,12 @@ class ConfigPool:
             for m in re.finditer(r"oc\.env:(\w+),\s*([^}\s]+)\}", txt):
                 out.setdefault(m.group(1), (m.group(2).strip("'\""), os.path.basename(f)))
         return out
+
+    def _yaml_literal(self, impl_dir, key, value):
+        """Whether a YAML file of the implementation sets `key: value` outright."""
+        pattern = re.compile(rf"^\s*{re.escape(key)}:\s*{re.escape(value)}\s*(#.*)?$", re.M)
+        return any(pattern.search(git(self.repo, "show", f"HEAD:{f}", check=False) or "")
+                   for f in self.yamls if f.startswith(impl_dir + "/"))
 
     def _missing_sources(self, path, seen=None):
         """Files a config sources (source/. <dir>/config_x.sh) that the implementation does not contain."""
@@ -433,6 +445,17 @@ def fields(env, sys_gpn):
         # ON_DEVICE_CLIP_GRAD, set by the v5.1 LoRA recipes): no host sync a step from it
         "on_device_clip_grad": ("" if env.get("ON_DEVICE_CLIP_GRAD") in (None, "")
                                 else int(bool(_bool(env["ON_DEVICE_CLIP_GRAD"])))),
+        # activation recomputation (NeMo's ACG granularity, ACM method, ACL layers: the AMD
+        # LoRA recipes' full recompute of 21 layers a stage by the block method)
+        "recompute": env.get("ACG", "") if env.get("ACG") in ("full", "selective") else "",
+        "recompute_layers": (env.get("ACL", "") if env.get("ACG") == "full"
+                             and env.get("ACM") == "block" else ""),
+        # Transformer Engine's weight cache off (the recipe's YAML) : 0, else unset
+        "weight_cache": 0 if env.get("__NO_WEIGHT_CACHE__") else "",
+        # the FFN activation's input saved in fp8 (NeMo FP8_ACT / FP8_ACTIVATION ->
+        # activation_func_fp8_input_store, the LoRA recipes)
+        "fp8_activation_input": next((int(bool(_bool(env[k]))) for k in (
+            "FP8_ACT", "FP8_ACTIVATION") if env.get(k) not in (None, "")), ""),
         "model_tflop_per_sample": env.get("MODEL_TFLOP_PER_SAMPLE", ""),
         "_notes": notes + ([f"config sources file(s) absent from the submission: {env['__MISSING__']} "
                              "(values they would set are left empty)"] if env.get("__MISSING__") else [])
@@ -653,7 +676,8 @@ def process_repo(repo, scratch, rows, excluded):
                 "micro_batch",
                 "local_batch", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
                 "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather",
-                "on_device_clip_grad", "model_tflop_per_sample")},
+                "on_device_clip_grad", "recompute", "recompute_layers", "weight_cache",
+                "fp8_activation_input", "model_tflop_per_sample")},
             "grad_accum": "" if ga_log is None else int(float(ga_log)),
             "global_batch": gbs_log, "seq_len": "" if seq_log is None else seq_log,
             "precision": prec, "fp8_recipe": recipe,

@@ -131,7 +131,10 @@ def plan_of(run: Run) -> Plan:
     scaling, Megatron-LM's default); the weights gathered in fp8 where the config sets
     FP8_PARAM_GATHER (with the distributed optimizer it shards); no host sync a step where it
     sets ON_DEVICE_CLIP_GRAD (the gradient norm, NeMo's one read-back a step, stays on the
-    device)."""
+    device); the LoRA recipes' own settings: base weights held in the recipe's format
+    (`_fp8_weights`), Transformer Engine's weight cache off where their YAML turns it off,
+    the FFN activation's input in fp8 (FP8_ACT / FP8_ACTIVATION) and the recomputation they
+    set (ACG / ACM / ACL: the AMD recipes recompute 21 layers by the block method)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
@@ -148,10 +151,39 @@ def plan_of(run: Run) -> Plan:
                       fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
                       # the gradient norm clipped on the device: nothing read back a step
                       host_sync=r["on_device_clip_grad"] != "1",
-                      fp8_weight_gather=(r["fp8_param_gather"] == "1"
-                                         and _flag(r["dist_optimizer"], True)
-                                         and run.precision.value in switches.BY_NAME[
-                                             "fp8_weight_gather"].precisions))
+                      fp8_weight_gather=_fp8_weights(run),
+                      weight_cache=_weight_cache(run),
+                      fp8_activation_input=(r["fp8_activation_input"] == "1"
+                                            and run.precision.value in switches.BY_NAME[
+                                                "fp8_activation_input"].precisions),
+                      recompute=r["recompute"] or "none",
+                      recompute_layers=int(r["recompute_layers"]) if r["recompute_layers"]
+                      else None)
+
+
+def _weight_cache(run: Run) -> bool:
+    """Whether the run keeps Transformer Engine's cached weight copies: not where its YAML
+    sets `disable_parameter_transpose_cache: True` (the v4.0 / v4.1 LoRA recipes and AMD's),
+    nor in any LoRA recipe on Hopper: the four H200 runs of the v5.0 / v5.1 recipe at tp 1
+    (70B of fp8 base weights on a 141 GB device, 1 byte each) leave no room for a transpose
+    of each weight, so their frozen fp8 weights keep none (on Blackwell the held fp8 copy is
+    the only one any GEMM reads, so it does not matter there)."""
+    return run.row["weight_cache"] != "0" and run.row["benchmark"] not in LORA
+
+
+def _fp8_weights(run: Run) -> bool:
+    """Whether the run holds its layers' weights in the recipe's format: the config sets
+    FP8_PARAM_GATHER (with the distributed optimizer it shards), or it is a LoRA recipe, whose
+    frozen base weights are made fp8 with FP8 itself (every LoRA submission's
+    megatron_gpt_peft_tuning_config.yaml: `fp8_params: ${FP8}`, te.fp8_model_init in
+    custom_llama.py, training_results_v4.0 to v5.1) or quantized to NVFP4 in place
+    (v5.1 NVIDIA custom_callbacks.py: "Pre-quantize model to FP8 and NVFP4")."""
+    r = run.row
+    if run.precision.value not in switches.BY_NAME["fp8_weight_gather"].precisions:
+        return False
+    if r["benchmark"] in LORA:
+        return True
+    return r["fp8_param_gather"] == "1" and _flag(r["dist_optimizer"], True)
 
 
 def predicted(run: Run, system=None) -> tuple[float | None, str | None]:

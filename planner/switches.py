@@ -240,13 +240,16 @@ SWITCHES: tuple[Switch, ...] = (
            label=lambda value, plan: (f"ZeRO over groups of {value} replicas (HSDP)"
                                       if value and value < plan.dp else None),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
-    Switch("fp8_weight_gather", False, "with ZeRO and fp8 training: weights held and "
-           "all-gathered in fp8", "--fp8-param-gather, torchtitan enable_fsdp_float8_all_gather",
-           with_zero=True, label=_on("fp8 weight gather"), precisions=("fp8", "mxfp8"),
+    Switch("fp8_weight_gather", False, "with ZeRO and fp8 / fp4 training: the layers' "
+           "weights held and all-gathered in the recipe's format (fp8, or nvfp4 with "
+           "--fp4-param-gather)", "--fp8-param-gather / --fp4-param-gather, NeMo fp8_params, "
+           "torchtitan enable_fsdp_float8_all_gather",
+           with_zero=True, label=_on("fp8 weight gather"), precisions=("fp8", "mxfp8", "nvfp4"),
            solve="searched with fp8 training and ZeRO (pin it on or off)", searched=True,
            applies=lambda st, ch: ch("zero") >= 1,
-           needs="gathering the weights in fp8 needs fp8 training (--precision fp8 or "
-                 "mxfp8: Megatron-LM's --fp8-param-gather, torchtitan's float8 all-gather)",
+           needs="gathering the weights in fp8 needs fp8 or fp4 training (--precision fp8, "
+                 "mxfp8 or nvfp4: Megatron-LM's --fp8-param-gather / --fp4-param-gather, "
+                 "torchtitan's float8 all-gather)",
            launch={"megatron": WRITES,
                    "torchtitan": "torchtitan gathers weights in bf16 (its Float8Linear "
                                  "recipes are rowwise, with no fp8 all-gather); use --format "
@@ -254,6 +257,35 @@ SWITCHES: tuple[Switch, ...] = (
                    "deepspeed": "DeepSpeed has no fp8 weight all-gather; use --format "
                                 "megatron"},
            megatron_flags=("--fp8-param-gather",)),
+    Switch("weight_cache", True, "with fp8 / fp4 training: each layer weight's quantized "
+           "copy (rowwise and columnwise, with its scales) cast at the step's first "
+           "micro-batch and held for the others; off: cast in every micro-batch, nothing held",
+           "Transformer Engine's weight workspace (Megatron-LM passes is_first_microbatch; "
+           "TransformerConfig.disable_parameter_transpose_cache turns it off); torchtitan's "
+           "float8 (torchao) casts in every forward", limits=True, solve="pinned (default on)",
+           mixed=True, label=lambda value, plan: None if value else "weights cast every "
+                                                                   "micro-batch",
+           launch={"megatron": "Megatron-LM has no flag for TransformerConfig."
+                               "disable_parameter_transpose_cache (arguments.py at d98e8a6 "
+                               "keeps it off the command line): keep --weight-cache, or use "
+                               "--format torchtitan",
+                   # torchao's Float8Linear casts the weight in each forward; under FSDP2 TE
+                   # skips its cache too (linear.py at d0067d0: cache_name None if is_fsdp2)
+                   "torchtitan": AS_DEFAULT,
+                   "deepspeed": "DeepSpeed has no fp8 / fp4 recipe of its own (Transformer "
+                                "Engine's runs in the model code); use --format megatron"}),
+    Switch("fp8_activation_input", False, "with fp8 / fp4 training: the FFN activation "
+           "function's input (fc1's output) saved for its backward in fp8, 1 byte a value",
+           "Megatron-LM TransformerConfig.activation_func_fp8_input_store (NeMo "
+           "FP8_ACTIVATION / FP8_ACT, the MLPerf LoRA recipes)",
+           label=_on("fp8 activation input"), precisions=("fp8", "mxfp8", "nvfp4"),
+           mixed=True, needs="saving the activation's input in fp8 needs fp8 or fp4 training "
+                             "(--precision fp8, mxfp8 or nvfp4)",
+           launch={form: f"{form} has no flag for it (Megatron-LM's TransformerConfig."
+                         "activation_func_fp8_input_store has no argument at the commit "
+                         "checked; NeMo sets it); plan without --fp8-activation-input, or use "
+                         "--format env, slurm or torchrun to start your own script"
+                   for form in FRAMEWORK_FORMS}),
     Switch("fp8_activations", False, "with fp8 training: each fp8 GEMM's input saved for the "
            "backward in fp8, 1 byte a value", "Transformer Engine (torchao keeps it 16-bit)",
            label=_on("fp8 saved activations"), precisions=("fp8", "mxfp8"), mixed=True,

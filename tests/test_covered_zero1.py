@@ -101,8 +101,8 @@ def test_an_as_fast_zero1_twin_of_a_moe_pick_is_taken_though_no_band_covers_eith
 
     m, system = load_model("gpt-oss-120b"), load_system("dgx-b200")
     q = Search(global_batch=256, devices_max=64, searched=switches.SEARCHED)
-    fast, pick = supported_solve(m, system, Precision.mxfp8, q)
-    zero0 = supported_solve(m, system, Precision.mxfp8, q, prefer=0.0)[1]
+    fast, pick = supported_solve(m, system, Precision.fp8, q)
+    zero0 = supported_solve(m, system, Precision.fp8, q, prefer=0.0)[1]
     assert fast.plan.zero >= 2  # the case: a sharded-gradient pick beside its ZeRO 1 twin
     assert pick.plan.zero == zero0.plan.zero == 1 and pick.support["taken"]
     assert pick.support["tolerance"] == 0.0

@@ -113,9 +113,18 @@ def test_mlperf_rows_are_read_as_their_submitters_ran_them():
         assert (plan.tp, plan.pp, plan.cp, plan.dp) == tuple(
             int(row[k]) for k in ("tp", "pp", "cp", "dp"))
         assert plan.global_batch == int(row["global_batch"])
-        # the weights gathered in fp8 exactly where the config says so (and fp8 trains)
-        assert plan.fp8_weight_gather == (row["fp8_param_gather"] == "1" and plan.zero >= 1
-                                          and row["precision"] in ("fp8", "mxfp8"))
+        # the weights held in the recipe's format exactly where the config says so (and fp8
+        # trains), and in every LoRA recipe (its frozen base weights: fp8_params / NVFP4)
+        lora = row["benchmark"] == "llama2_70b_lora"
+        assert plan.fp8_weight_gather == ((row["fp8_param_gather"] == "1" or lora)
+                                          and plan.zero >= 1
+                                          and row["precision"] in ("fp8", "mxfp8", "nvfp4"))
+        # the LoRA recipes keep no weight transposes; the others TE's weight cache
+        assert plan.weight_cache == (not lora)
+        assert plan.fp8_activation_input == (row["fp8_activation_input"] == "1")
+        assert (plan.recompute.value, plan.recompute_layers) == (
+            (row["recompute"], int(row["recompute_layers"])) if row["recompute"]
+            else ("none", None))
         assert plan.fp8_current_scaling == (row["fp8_recipe"] == "tensorwise")
     assert {r.why_not for r in runs if r.why_not} == {
         "precision not given by the submission's files",
@@ -130,7 +139,7 @@ def test_mlperf_rows_are_read_as_their_submitters_ran_them():
         if r["grad_accum"] and run.why_not is None:
             assert int(r["grad_accum"]) * int(r["dp"]) * int(r["micro_batch"]) == int(
                 r["global_batch"])
-    assert sum(mlperf.plan_of(r).fp8_weight_gather for r in priced) == 36
+    assert sum(mlperf.plan_of(r).fp8_weight_gather for r in priced) == 36 + 106
     lora = [r for r in priced if r.row["benchmark"] == "llama2_70b_lora"]
     assert all(mlperf.plan_of(r).lora_rank == 16 for r in lora)
 

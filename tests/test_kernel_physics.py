@@ -79,17 +79,23 @@ def test_gemm_shape_depends_on_the_tp_split_symbolically():
 
 
 def test_fp8_speeds_up_only_the_gemms():
-    """FP8 (Micikevicius et al. 2022): the same activations, weights, gradients and TP traffic
-    as bf16; GEMMs at twice the rate, so the compute is faster but by less than 2x (casts and
-    16-bit elementwise kernels)."""
+    """FP8 (Micikevicius et al. 2022): the same activations, gradients and TP traffic as
+    bf16, the weights with their cached fp8 copies beside them (uncached: the same weights);
+    GEMMs at twice the rate, so the compute is faster but by less than 2x (casts and 16-bit
+    elementwise kernels)."""
     from planner.catalog import load_model
 
     m, system = load_model("llama3-8b"), load_system("dgx-h100")
     cfg = _cfg(t=2, p=1, d=4, mb=2, acc=4)
     bf16 = iteration(m, Hardware.of(system, Precision.bf16), cfg)
     fp8 = iteration(m, Hardware.of(system, Precision.fp8), cfg)
-    for key in ("activations", "weights", "gradients", "optimizer_state", "tp_comm"):
+    for key in ("activations", "gradients", "optimizer_state", "tp_comm"):
         assert float(fp8[key]) == pytest.approx(float(bf16[key]), rel=1e-12), key
+    # Hopper's fp8 copy: the data and its transpose, 2 bytes a layer weight (split t ways)
+    copies = 2 * m.layers * m.layer_params() / 2
+    assert float(fp8["weights"]) == pytest.approx(float(bf16["weights"]) + copies, rel=1e-12)
+    uncached = iteration(m, Hardware.of(system, Precision.fp8), cfg | {"weight_cache": False})
+    assert float(uncached["weights"]) == pytest.approx(float(bf16["weights"]), rel=1e-12)
     ratio = float(bf16["compute"] / fp8["compute"])
     assert 1.2 < ratio < 2.0, ratio
 

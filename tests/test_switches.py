@@ -155,6 +155,8 @@ CASES = {
     "lora_rank": ({"pp": 1}, 16), "cuda_graphs": ({}, True),
     "optimizer": ({}, "muon"), "grad_accumulation_fusion": ({}, False),
     "host_sync": ({}, False),
+    "weight_cache": ({"precision": "fp8"}, False),
+    "fp8_activation_input": ({"precision": "fp8"}, True),
 }
 
 

@@ -176,7 +176,7 @@ class TransformerLimits:
         """The aggregates' values at this t x p (r at d >= its node share)."""
         ex = self.expressions
         keys = [S.tau, S.tau_p2p, S.M, S.H, S.T_opt, S.T_sync, S.beta, S.alpha, S.beta_i, S.alpha_i,
-                S.Psi, S.Psi_t, S.delta, S.ell]
+                S.Psi, S.Psi_t, S.delta, S.W_q, S.ell]
         prog = graph.compile_graphs({k: ex.aggregates[_of(k)] for k in keys}, PLAN_SYMBOLS)
         out = {k: float(np.asarray(v)) for k, v in prog(self.tp, self.pp, 1e9, self.b, 1.0,
                                                          self.v, 1, 1, 1, 1, 1).items()}

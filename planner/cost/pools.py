@@ -138,7 +138,7 @@ def forms(overlap: bool, zero: int):
 
     c = Choices(overlap=overlap, zero=zero)
     args = (S.M, S.d, S.r, S.beta_i, S.alpha_i, S.beta, S.alpha, S.H, S.v, S.m, S.sigma, S.ell,
-            S.Psi, S.Psi_t, S.delta, S.gamma_g, S.kappa, S.A_act, S.p)
+            S.Psi, S.Psi_t, S.delta, S.gamma_g, S.kappa, S.A_act, S.W_q, S.p)
     return compile_graphs({"exposed": exposed_form(c), "memory": memory_form(c)}, args)
 
 
@@ -231,7 +231,8 @@ def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     psi = layers * p.layer_params + outer
     acts = (layers * p.layer_activations * in_flight + p.rebuilt_activations
             + np.where(j == pp - 1, p.logit_activations, 0.0))
-    return {"Psi": psi, "H": layers * p.layer_backward, "A_act": acts, "ell": layers}
+    return {"Psi": psi, "H": layers * p.layer_backward, "A_act": acts, "ell": layers,
+            "W_q": layers * p.layer_params * p.weight_copy_bytes}
 
 
 def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,
@@ -244,7 +245,7 @@ def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,
     out = forms(shape.overlap, zero)(
         size, ranks, per_node, links.intra_bw, links.intra_lat, links.bw, links.lat, agg["H"],
         1, micro_batches, p.hw.overlap_slowdown, agg["ell"], agg["Psi"], agg["Psi"],
-        p.weight_bytes, p.grad_bytes, p.state_bytes, agg["A_act"], pp)
+        p.weight_bytes, p.grad_bytes, p.state_bytes, agg["A_act"], agg["W_q"], pp)
     step = agg["Psi"] * p.optimizer_per_param / (ranks if zero else 1)
     return out["exposed"] + step, out["memory"]
 

@@ -58,6 +58,9 @@ class Hardware:
     step_sync_s: float = 0.0  # the host's time per step the device waits for (one sync a step)
     gemm_only: bool = False  # an fp8 / fp4 format: only the GEMMs run in it, inputs cast to it
     quantize_bytes: Fraction = Fraction(0)  # HBM bytes per GEMM input value its cast moves
+    # bytes per layer weight of its quantized copy (rowwise and columnwise, with the scales)
+    weight_copy_bytes: Fraction = Fraction(0)
+    held_weight_bytes: Fraction = Fraction(0)  # bytes per weight held in the format itself
     per_tensor_fp8: bool = False  # fp8 with one scale per tensor (current scaling applies)
     # what quantizing inside a norm saves, per value and in kernels, delayed / current scaled
     # (`Precision.norm_fused_saving`)
@@ -128,6 +131,8 @@ class Hardware:
             step_sync_s=(kernels.step_sync_us or 0.0) * 1e-6 if kernels else 0.0,
             gemm_only=precision.gemm_only,
             quantize_bytes=precision.quantize_bytes(dev.fp8_gemm_any_layout),
+            weight_copy_bytes=precision.weight_copy_bytes(dev.fp8_gemm_any_layout),
+            held_weight_bytes=precision.held_weight_bytes,
             per_tensor_fp8=precision is Precision.fp8,
             norm_fused=tuple(precision.norm_fused_saving(dev.fp8_gemm_any_layout, cur)
                              for cur in (False, True)),

@@ -689,6 +689,10 @@ class LayerCosts:
         other widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them. Each
         part (mixer, FFN) stores outside the tensor-parallel region its norm's input and output
         (4) and, with dropout, a 1-byte mask (1): their 10 for the two parts of a GPT layer.
+        With frozen base weights (LoRA on the attention projections) a dense FFN's GEMMs save
+        no inputs (Transformer Engine's Linear keeps its input only for the weight gradient:
+        `backward_needs_input = weight.requires_grad`, module/linear.py at d0067d0): neither
+        the FFN norm's output nor fc2's input is held.
         Inside it: attention stores Q, K, V and the output projection's input, of widths
         q_dim, kv_dim, kv_dim, q_dim (their 8 for multi-head attention; grouped queries store
         narrower K and V), and the scores without flash attention (5 a keys / h); a Mamba-2
@@ -698,7 +702,10 @@ class LayerCosts:
         ones, and the routed experts' input, top_k h per token gathered over e_t, at the latent
         width under LatentMoE with the l -> h projection's input). Sequence
         parallelism splits the outside part over t too; full recomputation keeps only the
-        layer's input. Eager SwiGLU saves silu's output for the product's backward too (f)."""
+        layer's input. Eager SwiGLU saves silu's output for the product's backward too (f).
+        With `fp8_activation_input` fc1's output, the activation function's input, is held at
+        1 byte (Megatron-LM's activation_func_fp8_input_store: mlp.py at d98e8a6 casts it to
+        fp8 for the backward)."""
         md, c = self.model, self.choices
         s, h, a = md.seq_len, md.hidden, md.heads
         sbh = s / self.cp * b * h * G.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
@@ -722,6 +729,9 @@ class LayerCosts:
         gated = G.Rational(3, 2) if md.gated_ffn else 1
         if kind.ffn == "dense":
             inside += 16 * G.Rational(md.dense_ffn_hidden or md.ffn_hidden, 4 * h) * gated
+            if c.lora_rank:  # frozen fc1 and fc2 keep no inputs: the norm's output, fc2's
+                outside -= G.Integer(2) / t if split else 2
+                inside -= 2 * G.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":
             width = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
                                                 or md.ffn_hidden) * md.shared_experts
@@ -732,6 +742,9 @@ class LayerCosts:
             lat = G.Rational(md.expert_width, h)
             inside += 2 * md.top_k * self.capacity * self.etp * lat
             inside += 2 * lat if md.moe_latent else 0
+        if c.fp8_activation_input and kind.ffn:  # fc1's output, the activation's input, in fp8
+            inside -= (G.Rational((2 if md.gated_ffn else 1) * self._ffn_width(kind), h)
+                       * (self.capacity if kind.ffn == "moe" else 1))
         if c.kernels == "eager" and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
             inside += G.Rational(2 * self._ffn_width(kind), h) * (
                 self.capacity if kind.ffn == "moe" else 1)
@@ -761,7 +774,7 @@ class LayerCosts:
             outside -= 1
             o = G.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
             inside += o if self.choices.flash_attention else -o
-        if kind.ffn == "dense":
+        if kind.ffn == "dense" and not self.choices.lora_rank:  # LoRA keeps neither
             outside -= 1
             inside -= G.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":

@@ -64,6 +64,7 @@ delta = sp.Symbol("delta", positive=True)  # bytes per weight value
 gamma_g = sp.Symbol("gamma_g", positive=True)  # bytes per gradient value (accumulated and reduced)
 kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
+W_q = sp.Symbol("W_q", nonnegative=True)  # bytes of the layers' quantized weight copies
 z = sp.Symbol("z", positive=True)  # ranks of one ZeRO shard group (HSDP; d without it)
 sigma = sp.Symbol("sigma", nonnegative=True)  # compute slowdown beside a collective
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
@@ -144,6 +145,9 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
     kappa: Meaning("optimizer state bytes per parameter (fp32 master + Adam moments)",
                    "B/parameter"),
     A_act: Meaning("activation bytes held on the first pipeline stage", "B"),
+    W_q: Meaning("bytes of the quantized copies of the device's layer weights that an fp8 / "
+                 "fp4 recipe holds across a step (Transformer Engine's weight cache: "
+                 "rowwise and columnwise data with their scales)", "B"),
     z: Meaning("ranks of one ZeRO / FSDP shard group under hybrid sharding (HSDP): the d / z "
                "groups each hold a whole copy of the sharded state", "replicas"),
     sigma: Meaning("how much slower compute runs while an overlapped collective shares the "

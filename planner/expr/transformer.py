@@ -151,6 +151,27 @@ class TransformerExpressions(LayerCosts):
                     + overlapped(2 * ring, core_bwd, slow))
 
         ep, moe = self.ep, sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
+        # one layer's weights on this device: the routed experts' (their mean share of a
+        # layer) split e_t e_p ways, the rest t ways
+        experts_per_layer = G.Rational(moe * md.experts * md.expert_params(), L)
+        layer_weights = ((md.layer_params() - experts_per_layer) / t
+                         + experts_per_layer / (self.etp * ep))
+
+        # --- the layer weights' casts to the GEMM format (fp8 / fp4 recipes): Transformer
+        # Engine's weight cache (`weight_cache`) casts them at the step's first micro-batch
+        # and holds the copies (W_q below; the one cast a step is not priced: at most one
+        # micro-batch's share). Uncached, or under ZeRO 3, whose weights are whole only
+        # while their layer runs (FSDP2: TE caches nothing), every micro-batch casts every
+        # weight, read at 16 bits and written in both layouts (`quantize_bytes`), one cast
+        # per weight GEMM (QKV, output projection, fc1, fc2). Held in the format (the fp8
+        # gather) they need no cast; uncached, the layout the held copy lacks (Hopper's fp8
+        # transpose) is made for each micro-batch's backward and freed, its time not priced:
+        # the Hopper LoRA runs, which keep no transposes, show none of it ---
+        quantized = hw.weight_copy_bytes
+        held = hw.held_weight_bytes if c.fp8_weight_gather else 0
+        cached = bool(quantized) and c.weight_cache and c.zero < 3
+        if quantized and not cached and not c.fp8_weight_gather:
+            layer = layer + self._kernels(4, layer_weights * hw.quantize_bytes)
 
         # --- multi-token prediction (DeepSeek-V3 sec. 2.2; Megatron-LM places the depths on
         # the last stage, after the output layer): per depth the 2h -> h projection (a
@@ -284,8 +305,6 @@ class TransformerExpressions(LayerCosts):
         forward = slots * (forward_stage + p2p / 2)
 
         # --- data parallel gradient sync: NCCL's ring through every replica ---
-        # the routed experts' weights are split e_t e_p ways (their mean share of a layer)
-        experts_per_layer = G.Rational(moe * md.experts * md.expert_params(), L)
         expert_params = here * experts_per_layer / (self.etp * ep)
         # the embedding and output layer, vocabulary-parallel over tp: the first stage holds
         # the embedding, the last the output layer (tied: a copy of the embedding, Megatron-LM's
@@ -336,12 +355,21 @@ class TransformerExpressions(LayerCosts):
             muon = (here * G.Rational(md.muon_step_flops(), L) / t
                     / hw.sixteen_bit_flops)
         # bytes per weight as the devices hold and all-gather them: with the fp8 gather the
-        # layers' weights in fp8 (Transformer Engine's Float8Tensor parameters; their norms,
-        # biases and router, under 0.1 %, counted with them), the embedding and output layer
-        # at 16 bits (Megatron-LM keeps them outside TE's fp8 modules)
-        layer_wb = 1 if c.fp8_weight_gather else vb
+        # layers' weights in the recipe's format (Transformer Engine's Float8Tensor / NVFP4
+        # parameters, `Precision.held_weight_bytes`; their norms, biases and router, under
+        # 0.1 %, counted with them), the embedding and output layer at 16 bits (Megatron-LM
+        # keeps them outside TE's quantized modules)
+        layer_wb = G.const(hw.held_weight_bytes) if c.fp8_weight_gather else vb
         wb = ((layer_wb * (local_params - outer) + vb * outer) / local_params
               if c.fp8_weight_gather else vb)
+        # the trained weights' bytes as stepped and gathered: LoRA's adapters stay 16-bit
+        # whatever format its frozen base weights are held in
+        train_wb = vb if c.lora_rank else wb
+        # the cached quantized copies of the layers' weights (Transformer Engine's weight
+        # workspace, `Precision.weight_copy_bytes`); weights held in fp8 are their rowwise
+        # copy already, so only the rest (Hopper's transpose, MXFP8's columnwise copy)
+        copy_bytes = G.const(max(quantized - held, 0) if cached else 0)
+        weight_copies = (local_params - outer) * copy_bytes
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         def _in_flight(rank):
@@ -391,7 +419,7 @@ class TransformerExpressions(LayerCosts):
             # a ring each (Rajbhandari et al. 2020, sec. 7); ZeRO-3 only reduce-scatters (the
             # next forward's gathers, priced per micro-batch, bring the weights)
             S.tau: stage, S.tau_p2p: p2p,
-            S.M: train * (gb if not c.zero else (gb + wb) / 2 if c.zero < 3
+            S.M: train * (gb if not c.zero else (gb + train_wb) / 2 if c.zero < 3
                           else G.Rational(gb, 2)),  # ZeRO-3 gathers in each pass
             # gradients are reduced over the d c_p ranks holding the same weights
             S.r: smin(_max(sfloor(u / (t * p)), 1), d * self.cp),
@@ -400,9 +428,9 @@ class TransformerExpressions(LayerCosts):
             S.H: (grads * proj + core_bwd + elem_bwd) * here,  # one micro-batch's backward
             S.ell: here,
             # read/write master, moments, gradient; write the 16-bit copy
-            S.T_opt: train * (2 * kappa + 2 * gb + wb) / hw.mem_bw + muon,
+            S.T_opt: train * (2 * kappa + 2 * gb + train_wb) / hw.mem_bw + muon,
             S.Psi: local_params, S.Psi_t: train, S.delta: wb, S.gamma_g: gb, S.kappa: kappa,
-            S.A_act: acts,
+            S.A_act: acts, S.W_q: weight_copies,
             S.sigma: hw.overlap_slowdown,
             # the training loop's one host sync a step (`host_sync`): the host's time after
             # it, which the device waits for (`KernelCosts.step_sync_us`); an evaluation step
@@ -454,7 +482,8 @@ class TransformerExpressions(LayerCosts):
             "send_bytes": send, "regather": regather,
             "grad_bytes": G.Integer(gb), "weight_bytes": wb,
             "state_bytes": kappa,
-            "optimizer_per_param": (2 * kappa + 2 * gb + wb) / hw.mem_bw,
+            "optimizer_per_param": (2 * kappa + 2 * gb + train_wb) / hw.mem_bw,
+            "weight_copy_bytes": copy_bytes,
             "host_sync": self.aggregates[S.T_sync],
         }
         memory = whole(self.forms["memory"]) + sum(state_extra.values())
@@ -473,7 +502,8 @@ class TransformerExpressions(LayerCosts):
             "dp_comm_exposed": whole(exposed_form(c)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": memory,
-            "weights": whole(S.Psi * S.delta / shard[3]) + state_extra["weights"],
+            "weights": (whole(S.Psi * S.delta / shard[3] + S.W_q)
+                        + state_extra["weights"]),
             "gradients": whole(S.Psi_t * S.gamma_g / shard[2]) + state_extra["gradients"],
             "optimizer_state": (whole(S.Psi_t * S.kappa / shard[1])
                                 + state_extra["optimizer_state"]),
@@ -605,8 +635,8 @@ def memory_form(c: Choices) -> G.Expr:
     parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
     activations of the first stage."""
     shard = _shards(c)
-    return (S.Psi * S.delta / shard[3] + S.Psi_t * (S.gamma_g / shard[2] + S.kappa / shard[1])
-            + S.A_act)
+    return (S.Psi * S.delta / shard[3] + S.W_q
+            + S.Psi_t * (S.gamma_g / shard[2] + S.kappa / shard[1]) + S.A_act)
 
 
 def build_program(model, hw, choices: tuple[Choices, ...], outputs: tuple[str, ...] = OUTPUTS

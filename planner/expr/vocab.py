@@ -13,7 +13,7 @@ c_p, e_p, e_t, n_r, d_s = (symbol(x) for x in ("c_p", "e_p", "e_t", "n_r", "d_s"
 # the aggregates the iteration's time and memory forms are written in
 tau, tau_p2p, r, H, ell = (symbol(x) for x in ("tau", "tau_p2p", "r", "H", "ell"))
 T_opt, Psi, Psi_t, delta = (symbol(x) for x in ("T_opt", "Psi", "Psi_t", "delta"))
-T_sync = symbol("T_sync")
+T_sync, W_q = symbol("T_sync"), symbol("W_q")
 gamma_g, kappa, A_act, z, sigma, M = (symbol(x) for x in ("gamma_g", "kappa", "A_act", "z",
                                                              "sigma", "M"))
 alpha, beta = symbol("alpha_inter"), symbol("beta_inter")

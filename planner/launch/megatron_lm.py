@@ -277,7 +277,10 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--num-distributed-optimizer-instances", plan["dp"] // plan["dp_shard"]]
     if plan["overlap"] and plan["dp"] > 1:
         a += ["--overlap-grad-reduce"]
-    a += switches.megatron_flags(plan)  # the switches that are one flag each
+    flags = switches.megatron_flags(plan)  # the switches that are one flag each
+    if target.precision in ("nvfp4", "fp4"):  # NVFP4 weights are gathered as native NVFP4
+        flags = ["--fp4-param-gather" if f == "--fp8-param-gather" else f for f in flags]
+    a += flags
     a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size",
           plan["global_batch"]]
     return [str(x) for x in a]

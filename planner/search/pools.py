@@ -339,7 +339,8 @@ class ClusterSolver:
                    "gpipe": 0, "overlap": q.overlap, **dict(given)}
             names = ("layer_time", "logit_time", "send_bytes", "regather", "layer_params",
                      "layer_backward", "optimizer_per_param", "grad_bytes", "weight_bytes",
-                     "state_bytes", "layer_activations", "rebuilt_activations")
+                     "state_bytes", "layer_activations", "rebuilt_activations",
+                     "weight_copy_bytes")
             values[k] = iteration(m, hw, cfg, names) if combos else {}
         return shapes, values
 
@@ -430,7 +431,8 @@ class ClusterSolver:
         for k in subset:
             part = cost.Parts(at[k], self.hws[k])
             agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
-                   "A_act": 0.0, "ell": n}
+                   "A_act": 0.0, "ell": n,
+                   "W_q": n * at[k]["layer_params"] * at[k]["weight_copy_bytes"]}
             per_node = np.minimum(np.maximum(self.hws[k].scale_up // (tp * p), 1),
                                   d * shape.cp)
             tail = cost.sync_and_memory(shape, agg, part, cost.pool_links(part), d,
@@ -463,7 +465,8 @@ class ClusterSolver:
 
             def memory(n, part=part, links=links, k=k):
                 agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
-                       "A_act": at[k]["rebuilt_activations"], "ell": n}
+                       "A_act": at[k]["rebuilt_activations"], "ell": n,
+                       "W_q": n * at[k]["layer_params"] * at[k]["weight_copy_bytes"]}
                 return cost.sync_and_memory(shapes[0], agg, part, links, d, 1, mcount, p)[1]
 
             one, two = memory(1.0), memory(2.0)
@@ -490,7 +493,7 @@ class ClusterSolver:
 
         def pieces(n):
             agg = {"Psi": n * at["layer_params"], "H": n * at["layer_backward"], "A_act": 0.0,
-                   "ell": n}
+                   "ell": n, "W_q": n * at["layer_params"] * at["weight_copy_bytes"]}
             step = agg["Psi"] * at["optimizer_per_param"] / (d * plain.cp if zero else 1)
             sync = cost.sync_and_memory(plain, agg, part, links, d, per_node, mcount, p)[0]
             return sync - step, agg["H"], step
@@ -555,7 +558,8 @@ class ClusterSolver:
         for k in subset:
             part = cost.Parts({name: v[si] for name, v in values[k].items()}, self.hws[k])
             agg = {"Psi": n * part.layer_params, "H": n * part.layer_backward,
-                   "A_act": n * part.layer_activations + part.rebuilt_activations, "ell": n}
+                   "A_act": n * part.layer_activations + part.rebuilt_activations, "ell": n,
+                   "W_q": n * part.layer_params * part.weight_copy_bytes}
             _, mem = cost.sync_and_memory(shape, agg, part, cost.pool_links(part),
                                           np.maximum(ranks, 1), 1, 1, p)
             ok &= np.asarray(mem) <= self.caps[k]

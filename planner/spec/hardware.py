@@ -76,6 +76,35 @@ class Precision(str, Enum):
                 "nvfp4": 2 + 2 + 2 * (half + nv),
                 "fp4": 2 + 2 * (half + mx)}.get(self.value, q(0))
 
+    @property
+    def held_weight_bytes(self) -> fractions.Fraction:
+        """Bytes per weight held in this format itself (its rowwise data and block scales), as
+        a run that keeps its layer weights quantized holds and all-gathers them (Megatron-LM
+        --fp8-param-gather / --fp4-param-gather, NeMo's fp8_params and its in-place NVFP4
+        pre-quantization of frozen LoRA weights); 0 for the formats GEMMs run in directly."""
+        q = fractions.Fraction
+        return {"fp8": q(1), "mxfp8": 1 + q(1, 32), "nvfp4": q(1, 2) + q(1, 16),
+                "fp4": q(1, 2) + q(1, 32)}.get(self.value, q(0))
+
+    def weight_copy_bytes(self, fp8_any_layout: bool = False) -> fractions.Fraction:
+        """Bytes per weight of the quantized copy a Transformer Engine layer keeps across a
+        step's micro-batches for training in this format (0 for the formats GEMMs run in
+        directly): the rowwise data the forward GEMM reads and the columnwise data the
+        backward's input-gradient GEMM reads, with their block scales. Megatron-LM passes
+        `is_first_microbatch` to TE (extensions/transformer_engine.py at d98e8a6, unless
+        TransformerConfig.disable_parameter_transpose_cache), so TE quantizes each weight at
+        the step's first micro-batch and caches the result (module/linear.py at d0067d0,
+        `_fp8_workspaces["weight"]`): per-tensor fp8 one byte, plus the transpose where the
+        device's fp8 GEMMs take only the TN layout (`fp8_any_layout` false: Hopper;
+        tensor/float8_tensor.py: `_transpose` only without is_non_tn_fp8_gemm_supported);
+        mxfp8 a byte and an E8M0 scale per 32 values in each direction; nvfp4 half a byte and
+        an E4M3 scale per 16 values in each direction (tensor/nvfp4_tensor.py
+        `inner_tensor_specs`); the 4-bit MX format half a byte and a scale per 32."""
+        q = fractions.Fraction
+        half, mx, nv = q(1, 2), q(1, 32), q(1, 16)
+        return {"fp8": q(1 if fp8_any_layout else 2), "mxfp8": 2 * (1 + mx),
+                "nvfp4": 2 * (half + nv), "fp4": 2 * (half + mx)}.get(self.value, q(0))
+
     def norm_fused_saving(self, fp8_any_layout: bool = False, current_scaling: bool = False
                           ) -> tuple[fractions.Fraction, int]:
         """(bytes per value, kernels) of `quantize_bytes` plus the norm's 16-bit write that Transformer
