@@ -632,8 +632,9 @@ def time_form(c: Choices) -> G.Expr:
 
 def memory_form(c: Choices) -> G.Expr:
     """Bytes per device: weights (delta), gradients (gamma_g) and optimizer state (kappa) per
-    parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), plus the
-    activations of the first stage."""
+    parameter, sharded by the ZeRO stage (Rajbhandari et al. 2020, sec. 3.1 and 5), the
+    quantized copies of the layers' weights an fp8 / fp4 recipe caches (W_q, never sharded),
+    plus the activations of the first stage."""
     shard = _shards(c)
     return (S.Psi * S.delta / shard[3] + S.W_q
             + S.Psi_t * (S.gamma_g / shard[2] + S.kappa / shard[1]) + S.A_act)
