@@ -164,11 +164,14 @@ def plan_of(run: Run) -> Plan:
 def _weight_cache(run: Run) -> bool:
     """Whether the run keeps Transformer Engine's cached weight copies: not where its YAML
     sets `disable_parameter_transpose_cache: True` (the v4.0 / v4.1 LoRA recipes and AMD's),
-    nor in any LoRA recipe on Hopper: the four H200 runs of the v5.0 / v5.1 recipe at tp 1
-    (70B of fp8 base weights on a 141 GB device, 1 byte each) leave no room for a transpose
-    of each weight, so their frozen fp8 weights keep none (on Blackwell the held fp8 copy is
-    the only one any GEMM reads, so it does not matter there)."""
-    return run.row["weight_cache"] != "0" and run.row["benchmark"] not in LORA
+    nor in any fp8 LoRA recipe: the four H200 runs of the v5.0 / v5.1 recipe at tp 1 (70B of
+    fp8 base weights on a 141 GB device, 1 byte each) leave no room for a transpose of each
+    weight, so their frozen fp8 weights keep none (on Blackwell the held fp8 copy is the only
+    one any GEMM reads, so it does not matter there). The NVFP4 LoRA recipes keep the
+    columnwise copy their backward reads beside the held rowwise one."""
+    r = run.row
+    return r["weight_cache"] != "0" and not (r["benchmark"] in LORA
+                                             and run.precision.value == "fp8")
 
 
 def _fp8_weights(run: Run) -> bool:

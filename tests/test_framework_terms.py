@@ -119,8 +119,9 @@ def test_mlperf_rows_are_read_as_their_submitters_ran_them():
         assert plan.fp8_weight_gather == ((row["fp8_param_gather"] == "1" or lora)
                                           and plan.zero >= 1
                                           and row["precision"] in ("fp8", "mxfp8", "nvfp4"))
-        # the LoRA recipes keep no weight transposes; the others TE's weight cache
-        assert plan.weight_cache == (not lora)
+        # the fp8 LoRA recipes keep no weight transposes; the others TE's weight cache
+        assert plan.weight_cache == (row["weight_cache"] != "0"
+                                     and not (lora and row["precision"] == "fp8"))
         assert plan.fp8_activation_input == (row["fp8_activation_input"] == "1")
         assert (plan.recompute.value, plan.recompute_layers) == (
             (row["recompute"], int(row["recompute_layers"])) if row["recompute"]

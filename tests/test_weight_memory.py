@@ -97,6 +97,9 @@ def test_nvfp4_weights_are_held_at_nine_sixteenths_of_a_byte(run):
     held = _eval("dgx-b200", precision="nvfp4", weight_cache=False, fp8_weight_gather=True)
     assert (plain.memory_breakdown["weights"] - held.memory_breakdown["weights"]
             == pytest.approx(_layer_weights() * (2 - Fraction(9, 16)), rel=1e-12))
+    cached = _eval("dgx-b200", precision="nvfp4", fp8_weight_gather=True)
+    assert (cached.memory_breakdown["weights"] - held.memory_breakdown["weights"]
+            == pytest.approx(_layer_weights() * Fraction(9, 16), rel=1e-12))
     code, out, err = run("evaluate", "-m", "llama3-8b", "-H", "dgx-b200", "--devices", "8",
                          "--global-batch", "32", "--precision", "nvfp4", "--zero", "1",
                          "--fp8-weight-gather", "--format", "megatron")
@@ -119,13 +122,37 @@ def test_lora_keeps_no_inputs_of_its_frozen_ffn():
 
 
 def test_the_activation_input_in_fp8_halves_fc1s_output():
-    """SwiGLU's input, fc1's 2 x ffn values a token, held at 1 byte instead of 2."""
+    """SwiGLU's input, fc1's 2 x ffn values a token, held at 1 byte instead of 2; with LoRA
+    and fp8 saved GEMM inputs beside it, the frozen projections save nothing more."""
     m = load_model("llama3-8b")
     plain = _eval(precision="fp8")
     fp8 = _eval(precision="fp8", fp8_activation_input=True)
     saved = m.layers * m.seq_len * 2 * m.ffn_hidden
     assert (plain.memory_breakdown["activations"] - fp8.memory_breakdown["activations"]
             == pytest.approx(saved, rel=1e-12))
+    lora = _eval(precision="fp8", lora_rank=16)
+    both = _eval(precision="fp8", lora_rank=16, fp8_activations=True)
+    assert both.memory_breakdown["activations"] == lora.memory_breakdown["activations"]
+
+
+def test_mtp_depths_hold_copies_but_not_their_embedding():
+    """DeepSeek-V3's multi-token prediction depth sits on the last stage (here the one that
+    holds the most) beside the output layer and an embedding copy, neither of which TE
+    quantizes: the cached copies, 2 bytes a weight on Hopper, are that stage's weights less
+    the output layer (with its final norm) and the embedding copy, each split over tp 2."""
+    m = load_model("deepseek-v3")
+    args = dict(devices=256, tp=2, pp=16, ep=8, etp=1, global_batch=256, micro_batch=1,
+                zero=1, precision="fp8", sequence_parallel=True, recompute="full",
+                seq_len=4096)
+    on = api.evaluate("deepseek-v3", "dgx-h100", **args).prediction
+    off = api.evaluate("deepseek-v3", "dgx-h100", weight_cache=False, **args).prediction
+    diff = on.memory_breakdown["weights"] - off.memory_breakdown["weights"]
+    stage = off.memory_breakdown["weights"] / 2  # its weights, 16-bit, whole at ZeRO 1
+    assert not m.tied_embeddings and m.mtp_layers == 1
+    outside = (m.head_params() + m.vocab * m.hidden) / 2
+    assert m.head_params() == m.vocab * m.hidden + m.hidden
+    assert diff == pytest.approx(2 * (stage - outside), rel=1e-9)
+    assert on.memory_bytes_per_device - off.memory_bytes_per_device == pytest.approx(diff)
 
 
 def test_every_mlperf_submission_fits_its_device():

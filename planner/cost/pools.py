@@ -231,8 +231,11 @@ def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     psi = layers * p.layer_params + outer
     acts = (layers * p.layer_activations * in_flight + p.rebuilt_activations
             + np.where(j == pp - 1, p.logit_activations, 0.0))
+    # the quantized weights: the layers', and the multi-token prediction depths' where the
+    # stage holds the output layer (`head_params` holds them with it)
+    mtp = p.mtp_params if pp == 1 else np.where(j == pp - 1, p.mtp_params, 0.0)
     return {"Psi": psi, "H": layers * p.layer_backward, "A_act": acts, "ell": layers,
-            "W_q": layers * p.layer_params * p.weight_copy_bytes}
+            "W_q": (layers * p.layer_params + mtp) * p.weight_copy_bytes}
 
 
 def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,

@@ -20,7 +20,7 @@ STAGE_OUTPUTS = ("layer_time", "logit_time", "layer_backward", "layer_params",
                  "embedding_params", "head_params", "single_params", "layer_activations",
                  "rebuilt_activations", "logit_activations", "send_bytes", "regather",
                  "grad_bytes", "weight_bytes", "state_bytes", "optimizer_per_param", "host_sync",
-                 "weight_copy_bytes")
+                 "weight_copy_bytes", "mtp_params")
 
 
 @dataclass(frozen=True)

@@ -679,6 +679,8 @@ class LayerCosts:
                 outside += 2  # mlp_norm's input
             if kind.ffn == "moe":
                 fc1 = (4 if md.gated_ffn else 2) * md.ffn_hidden * md.top_k
+                if self.choices.fp8_activation_input:  # held (and moved) at 1 byte
+                    fc1 = G.Rational(fc1, 2)
                 inside += (G.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
                            * G.Rational(md.expert_width, md.hidden)) * self.capacity
             total += n * sbh * ((outside / t if split else outside) + inside / t)
@@ -764,13 +766,15 @@ class LayerCosts:
         backward: the fp8 copy comes on top (without flash, only the Linear needs it, in fp8).
         A MoE FFN's norm output stays 16-bit (the router, a plain linear, saves it); its
         shared experts (and LatentMoE's h -> l projection) keep an fp8 copy beside it; the
-        routed experts' dispatched input and their fc2 input are fp8."""
+        routed experts' dispatched input and their fc2 input are fp8. With LoRA the frozen
+        projections keep no input of their own and the adapters keep the 16-bit ones, so the
+        attention and dense FFN parts change nothing."""
         md, h = self.model, self.model.hidden
         outside, inside = G.Integer(0), G.Integer(0)
         if kind.mixer == "mamba":
             outside -= 1
             inside -= G.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
-        elif kind.mixer:
+        elif kind.mixer and not self.choices.lora_rank:  # LoRA's adapters keep 16 bits
             outside -= 1
             o = G.Rational(md.heads * md.v_head_dim if md.mla else md.q_dim, h)
             inside += o if self.choices.flash_attention else -o

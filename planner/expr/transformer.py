@@ -318,6 +318,9 @@ class TransformerExpressions(LayerCosts):
         # embedding they read (gpt_model.py builds it where mtp_process): the busier of the
         # first and the last stage then holds the most
         expert_state, mtp_whole, mtp_last = expert_params, G.Integer(0), G.Integer(0)
+        # the weights Transformer Engine quantizes on the stage that holds the most: its
+        # layers' (and the multi-token prediction depths', not their embedding copy)
+        quantized_params = here * layer_weights
         if md.mtp_layers:
             mtp_experts = (md.mtp_layers * md.experts * md.expert_params()
                            * sum(k.ffn == "moe" for k in md.mtp_kinds()))
@@ -329,6 +332,9 @@ class TransformerExpressions(LayerCosts):
             first_params = here * share + G.Integer(emb) / t
             last_params = last * share + G.Integer(head_copy) / t + mtp_last
             local_params = _if(p > 1, _max(first_params, last_params), local_params + mtp_whole)
+            quantized_params = _if(p > 1, _max(here * layer_weights,
+                                               last * layer_weights + mtp_whole),
+                                   quantized_params + mtp_whole)
             last_experts = last * experts_per_layer / (self.etp * ep) + mtp_exp
             expert_state = _if(p > 1, _max(expert_params, last_experts), expert_params + mtp_exp)
         # the parameters that train: all, or with frozen base weights the LoRA adapters (of
@@ -369,7 +375,7 @@ class TransformerExpressions(LayerCosts):
         # workspace, `Precision.weight_copy_bytes`); weights held in fp8 are their rowwise
         # copy already, so only the rest (Hopper's transpose, MXFP8's columnwise copy)
         copy_bytes = G.const(max(quantized - held, 0) if cached else 0)
-        weight_copies = (local_params - outer) * copy_bytes
+        weight_copies = quantized_params * copy_bytes
 
         # --- memory per device (first stage: most micro-batches in flight) ---
         def _in_flight(rank):
@@ -483,7 +489,7 @@ class TransformerExpressions(LayerCosts):
             "grad_bytes": G.Integer(gb), "weight_bytes": wb,
             "state_bytes": kappa,
             "optimizer_per_param": (2 * kappa + 2 * gb + train_wb) / hw.mem_bw,
-            "weight_copy_bytes": copy_bytes,
+            "weight_copy_bytes": copy_bytes, "mtp_params": mtp_whole,
             "host_sync": self.aggregates[S.T_sync],
         }
         memory = whole(self.forms["memory"]) + sum(state_extra.values())
