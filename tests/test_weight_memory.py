@@ -171,3 +171,28 @@ def test_every_mlperf_submission_fits_its_device():
         if not r.fits_memory:
             over.append((run.row["submitter"], run.row["system"], run.row["benchmark"]))
     assert not over
+
+
+def test_an_offloaded_fp8_activation_input_is_saved_once():
+    """Mixtral's routed experts' fc1 output is both what activation offload moves to the host
+    and what `fp8_activation_input` holds at 1 byte: halved, it is moved at 1 byte too, so
+    what stays on the device (saved less moved) does not change and the move shrinks by the
+    halved part (2 x ffn x top_k values a token, 1 byte less each)."""
+    from planner.expr.layer import LayerCosts
+    from planner.expr.transformer import Choices
+    from planner.expr.vocab import b, c_p, e_p, e_t, t
+
+    m = load_model("mixtral-8x7b")
+    hw = Hardware.of(load_system("gb200-nvl72"), Precision.fp8)
+    at = {t: 2, b: 1, c_p: 1, e_p: 8, e_t: 1}
+    parts = {}
+    for on in (False, True):
+        costs = LayerCosts(m, hw, Choices(flash_attention=True, offload_activations=True,
+                                          sequence_parallel=True, fp8_activation_input=on))
+        parts[on] = (float(costs.activation_bytes_per_layer("none").subs(at)),
+                     float(costs.offloaded_bytes_per_layer("none").subs(at)))
+    (saved0, moved0), (saved1, moved1) = parts[False], parts[True]
+    assert saved1 - moved1 == pytest.approx(saved0 - moved0, rel=1e-12)
+    assert m.shared_experts == 0 and m.gated_ffn
+    assert moved0 - moved1 == pytest.approx(
+        m.seq_len * 2 * m.ffn_hidden * m.top_k / 2, rel=1e-12)  # over tp 2, capacity 1

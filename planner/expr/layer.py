@@ -7,6 +7,7 @@ parallelism, memory); the physics of each term is in its docstring and in that m
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 from typing import NamedTuple
 
 from planner.expr import graph as G
@@ -680,7 +681,7 @@ class LayerCosts:
             if kind.ffn == "moe":
                 fc1 = (4 if md.gated_ffn else 2) * md.ffn_hidden * md.top_k
                 if self.choices.fp8_activation_input:  # held (and moved) at 1 byte
-                    fc1 = G.Rational(fc1, 2)
+                    fc1 = Fraction(fc1, 2)
                 inside += (G.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
                            * G.Rational(md.expert_width, md.hidden)) * self.capacity
             total += n * sbh * ((outside / t if split else outside) + inside / t)
