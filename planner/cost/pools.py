@@ -219,6 +219,16 @@ def group_slots(cluster: Cluster, part: dict, group: Group, width: int) -> list[
             + sends(cluster, part, group, j, width) for j, s in enumerate(group.stages)]
 
 
+def layer_aggregates(values, layers, acts=0.0) -> dict:
+    """The forms' aggregates of `layers` layers alone (no embedding, output layer or
+    multi-token prediction depth): `values` a pool's per-layer parts (`Parts` or a dict of
+    arrays), `acts` the activations held."""
+    get = values.__getitem__ if isinstance(values, dict) else values.__getattr__
+    return {"Psi": layers * get("layer_params"), "H": layers * get("layer_backward"),
+            "A_act": acts, "ell": layers,
+            "W_q": layers * get("layer_params") * get("weight_copy_bytes")}
+
+
 def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     """The forms' aggregates of stage j (of pp) holding `layers` layers (j, layers and
     in_flight scalars or arrays of stages)."""
@@ -228,14 +238,13 @@ def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     else:
         outer = np.where(j == 0, p.embedding_params, 0.0) + np.where(j == pp - 1,
                                                                       p.head_params, 0.0)
-    psi = layers * p.layer_params + outer
     acts = (layers * p.layer_activations * in_flight + p.rebuilt_activations
             + np.where(j == pp - 1, p.logit_activations, 0.0))
     # the quantized weights: the layers', and the multi-token prediction depths' where the
     # stage holds the output layer (`head_params` holds them with it)
     mtp = p.mtp_params if pp == 1 else np.where(j == pp - 1, p.mtp_params, 0.0)
-    return {"Psi": psi, "H": layers * p.layer_backward, "A_act": acts, "ell": layers,
-            "W_q": (layers * p.layer_params + mtp) * p.weight_copy_bytes}
+    agg = layer_aggregates(p, layers, acts)
+    return {**agg, "Psi": agg["Psi"] + outer, "W_q": agg["W_q"] + mtp * p.weight_copy_bytes}
 
 
 def sync_and_memory(shape: Shape, agg: dict, p: Parts, links: Links, ranks: int,

@@ -430,9 +430,7 @@ class ClusterSolver:
         tables = []
         for k in subset:
             part = cost.Parts(at[k], self.hws[k])
-            agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
-                   "A_act": 0.0, "ell": n,
-                   "W_q": n * at[k]["layer_params"] * at[k]["weight_copy_bytes"]}
+            agg = cost.layer_aggregates(at[k], n)
             per_node = np.minimum(np.maximum(self.hws[k].scale_up // (tp * p), 1),
                                   d * shape.cp)
             tail = cost.sync_and_memory(shape, agg, part, cost.pool_links(part), d,
@@ -464,9 +462,7 @@ class ClusterSolver:
             links = cost.pool_links(part)
 
             def memory(n, part=part, links=links, k=k):
-                agg = {"Psi": n * at[k]["layer_params"], "H": n * at[k]["layer_backward"],
-                       "A_act": at[k]["rebuilt_activations"], "ell": n,
-                       "W_q": n * at[k]["layer_params"] * at[k]["weight_copy_bytes"]}
+                agg = cost.layer_aggregates(at[k], n, at[k]["rebuilt_activations"])
                 return cost.sync_and_memory(shapes[0], agg, part, links, d, 1, mcount, p)[1]
 
             one, two = memory(1.0), memory(2.0)
@@ -492,8 +488,7 @@ class ClusterSolver:
         plain = replace(shapes[0], overlap=False)
 
         def pieces(n):
-            agg = {"Psi": n * at["layer_params"], "H": n * at["layer_backward"], "A_act": 0.0,
-                   "ell": n, "W_q": n * at["layer_params"] * at["weight_copy_bytes"]}
+            agg = cost.layer_aggregates(at, n)
             step = agg["Psi"] * at["optimizer_per_param"] / (d * plain.cp if zero else 1)
             sync = cost.sync_and_memory(plain, agg, part, links, d, per_node, mcount, p)[0]
             return sync - step, agg["H"], step
@@ -557,9 +552,8 @@ class ClusterSolver:
         n = self.m.layers // p
         for k in subset:
             part = cost.Parts({name: v[si] for name, v in values[k].items()}, self.hws[k])
-            agg = {"Psi": n * part.layer_params, "H": n * part.layer_backward,
-                   "A_act": n * part.layer_activations + part.rebuilt_activations, "ell": n,
-                   "W_q": n * part.layer_params * part.weight_copy_bytes}
+            agg = cost.layer_aggregates(
+                part, n, n * part.layer_activations + part.rebuilt_activations)
             _, mem = cost.sync_and_memory(shape, agg, part, cost.pool_links(part),
                                           np.maximum(ranks, 1), 1, 1, p)
             ok &= np.asarray(mem) <= self.caps[k]
