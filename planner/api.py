@@ -246,7 +246,7 @@ def evaluate(specs: Specs, *, nodes: int | None = None, devices: int | None = No
                      "collective")
     plan = Plan.data_parallel(n, g, global_batch, col, overlap, softsync,
                               cnn.options.optimizer.value)
-    return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.memory_bytes,
+    return Evaluation(plan, within(predict(cnn, plan), cnn.system.device.usable_memory_bytes,
                                    memory_headroom))
 
 
@@ -466,7 +466,7 @@ def _place_tables(specs: Specs, *, devices: int | None = None, nodes: int | None
     if batch % devices:
         raise SpecError(f"global_batch: {batch} does not split evenly over {devices} devices")
     prec = specs.precision
-    cap = usable_bytes(system.device.memory_bytes, check_headroom(memory_headroom))
+    cap = usable_bytes(system.device.usable_memory_bytes, check_headroom(memory_headroom))
     c = costs(m, system, prec, devices, batch, cap)
     found = place(c, [t.name for t in m.tables], time_limit_s, workers)
     return dataclasses.replace(found, model=m, system=system, global_batch=batch,
@@ -674,7 +674,7 @@ def sweep(specs: Specs, *, memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
     if specs.family == "transformer":
         return _sweep(specs, memory_headroom=memory_headroom, **kwargs)
     sw = _sweep(specs, **kwargs)
-    device_bytes = specs.system.device.memory_bytes
+    device_bytes = specs.system.device.usable_memory_bytes
     points = [dataclasses.replace(p, prediction=within(p.prediction, device_bytes,
                                                        memory_headroom)) for p in sw.points]
     return dataclasses.replace(sw, points=points)

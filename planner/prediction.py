@@ -111,7 +111,7 @@ def predict(model: DataParallelModel, plan: Plan) -> Prediction:
     t_one = float(model.numeric("compute")(1, 1, plan.global_batch)) + val("optimizer")
     speedup = t_one / t_iter
     mem = {k: val(f"memory.{k}") for k in model.memory}
-    capacity = model.system.device.memory_bytes
+    capacity = model.system.device.usable_memory_bytes
     compute, exposed, optimizer = val("compute"), val("exposed"), val("optimizer")
     breakdown = {"compute": compute, "dp_comm_exposed": exposed, "optimizer": optimizer}
     asynchrony = None

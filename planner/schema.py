@@ -401,6 +401,7 @@ def _show() -> dict:
     device = _envelope("show", {
         "kind": {"const": "device"}, "name": STR, "description": STR,
         "peak_tflops": {"type": "object", "additionalProperties": NUM}, "memory_GiB": NUM,
+        "runtime_reserve_GiB": NUM,
         "memory_bandwidth_GBps": NUM, "efficiency": spec,
         "collective_library": {"enum": ["nccl", "rccl", "mpi"]}, "fp8_gemm_any_layout": BOOL,
         "kernels": {"oneOf": [{"type": "null"}, obj({"launch_us": NUM, "gemm_half_dim": NUM,

@@ -15,7 +15,7 @@ import pytest
 from planner import rules
 from tests.test_launch import megatron_argv, megatron_flags
 
-LAB = ("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+LAB = ("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "512")
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_megatron_pins_node_ranks(lab):
     (missing,) = _torchrun_args(lab["megatron"], NODE_RANK="")
     assert missing.startswith("exit 1") and "NODE_RANK" in missing
     argv, _ = megatron_argv(lab["megatron"], NODE_RANK="0")
-    assert argv[argv.index("--global-batch-size") + 1] == "1536"
+    assert argv[argv.index("--global-batch-size") + 1] == "512"
 
 
 def test_slurm_het_job_gives_each_node_its_stage_order_rank(lab):
@@ -175,7 +175,7 @@ def test_slurm_components_take_the_pools_partitions(run, tmp_path):
                     "  - {system: dgx-a100-80gb, nodes: 32, partition: a100}\n"
                     "  - {system: dgx-h100, nodes: 16, partition: h100}\n"
                     "between_pools: {link: ndr-ib, count: 8}\n")
-    code, out, err = run("solve", "-m", "gpt3-175b", "-H", str(path), "--global-batch", "1536",
+    code, out, err = run("solve", "-m", "gpt3-175b", "-H", str(path), "--global-batch", "512",
                          "--format", "slurm")
     assert code == 0, err
     assert "#SBATCH --partition=a100" in out and "#SBATCH --partition=h100" in out

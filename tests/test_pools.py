@@ -248,7 +248,7 @@ def test_mixed_is_never_slower_than_one_pool(run_json):
 
     from planner.schema import schemas
 
-    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "512")
     jsonschema.validate(doc, schemas()["solve"])
     assert doc["status"] == "optimal"
     singles = [s for s in doc["subsets"] if len(s["pools"]) == 1]
@@ -299,7 +299,7 @@ def test_break_even_bandwidth_bisection_is_the_closed_form():
     from planner import api
     from planner.analysis import pools as limits
 
-    sol = api.solve("gpt3-175b", "lab-a100-h100", global_batch=1536)
+    sol = api.solve("gpt3-175b", "lab-a100-h100", global_batch=512)
     m, c, plan = load_model("gpt3-175b"), load_target("lab-a100-h100"), sol.best.plan
     target = sol.of(("dgx-h100",)).seconds_per_sample
     prec = Precision.bf16  # the cluster's one precision, which the search priced
@@ -319,7 +319,7 @@ def test_limits_over_a_cluster_is_solves_limits(run_json, run):
 
     from planner.schema import schemas
 
-    args = ("-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    args = ("-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "512")
     lim, sol = run_json("limits", *args), run_json("solve", *args)
     jsonschema.validate(lim, schemas()["limits"])
     assert lim["limits"] == sol["limits"] and lim["plan"] == sol["plan"]

@@ -75,7 +75,7 @@ class TimeToTrain:
     def _b_max(self) -> float:
         """The largest local batch that fits in device memory (doubling, then bisection)."""
         mem = self.dp.numeric("memory")
-        cap = self.dp.system.device.memory_bytes
+        cap = self.dp.system.device.usable_memory_bytes
         if float(mem(1, 1, 1.0)) > cap:
             return 1.0
         lo, hi = 1.0, 2.0

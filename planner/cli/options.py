@@ -178,9 +178,10 @@ def headroom_option(f):
     return click.option(
         "--memory-headroom", "memory_headroom", type=FiniteFloat(0, 1, max_open=True),
         default=DEFAULT_MEMORY_HEADROOM, show_default=True,
-        help="Fraction of each device's memory kept free (CUDA context, NCCL buffers, "
-             "fragmentation): a plan fits when it needs at most (1 - FRACTION) x the device "
-             "memory. 0.05 keeps 5 % free.")(f)
+        help="Fraction of each device's usable memory kept free (fragmentation): a plan "
+             "fits when it needs at most (1 - FRACTION) x (the device memory less its runtime "
+             "reserve: the driver's share, the CUDA context, NCCL's buffers). 0.05 keeps 5 % "
+             "free.")(f)
 
 
 def training_options(f):

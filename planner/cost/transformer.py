@@ -44,7 +44,7 @@ class Hardware:
     intra_lat: float
     nic_bw: float  # one node's network bandwidth (all NICs)
     inter_lat: float
-    memory_bytes: float
+    memory_bytes: float  # what a plan may take: the device memory less the runtime reserve
     value_bytes: int  # bytes per stored activation / weight value
     # bytes per gradient value as accumulated and reduced: fp32 with bf16 weights, as
     # Megatron-LM (bf16 forces --accumulate-allreduce-grads-in-fp32) and PyTorch FSDP2
@@ -118,7 +118,7 @@ class Hardware:
             intra_lat=system.scale_up_link.latency_s,
             nic_bw=system.inter_node_bandwidth_Bps,
             inter_lat=system.inter_node.latency_s,
-            memory_bytes=dev.memory_bytes,
+            memory_bytes=dev.usable_memory_bytes,
             value_bytes=precision.storage_bytes,
             grad_bytes=(4 if precision is not Precision.fp16 and precision.storage_bytes == 2
                         else precision.storage_bytes),

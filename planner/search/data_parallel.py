@@ -62,7 +62,7 @@ class DataParallelSolver:
 
     def _predict(self, plan: Plan) -> Prediction:
         """The prediction with the usable memory (the headroom taken off) as its capacity."""
-        return within(predict(self.m, plan), self.m.system.device.memory_bytes,
+        return within(predict(self.m, plan), self.m.system.device.usable_memory_bytes,
                       self.p.memory_headroom)
 
     def _check(self):
@@ -153,7 +153,7 @@ class DataParallelSolver:
         Bcol = N * rows["b"]
         gates = []
         mem = m.numeric("memory")(1, 1, rows["b"].astype(float))
-        cap = usable_bytes(sysm.device.memory_bytes, p.memory_headroom)
+        cap = usable_bytes(sysm.device.usable_memory_bytes, p.memory_headroom)
         fits = rows["b"][mem <= cap]
         b_small = int(rows["b"].min())
         need = float(m.numeric("memory")(1, 1, float(b_small)))

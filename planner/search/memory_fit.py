@@ -1,8 +1,8 @@
-"""How full a device may be: the usable memory is (1 - headroom) x the device's memory.
-
-The headroom is what a real run loses before the model's own bytes: the CUDA context, NCCL's
-buffers, allocator fragmentation. The default 0 keeps the device's whole memory usable (the
-planner's numbers before the flag existed); `--memory-headroom 0.05` keeps 5 % free.
+"""How full a device may be: the usable memory is (1 - headroom) x the device's memory less
+its runtime reserve (`Device.usable_memory_bytes`: the driver's share, the CUDA context and the
+collective library's buffers, which a real run loses before the model's own bytes). The
+headroom keeps a fraction more free, for the allocator's fragmentation: the default 0 none,
+`--memory-headroom 0.05` 5 %.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def check_headroom(headroom: float) -> float:
 
 
 def usable_bytes(device_bytes: float, headroom: float) -> float:
-    """The bytes a plan may use on a device of `device_bytes`."""
+    """The bytes a plan may use on a device of `device_bytes` (its memory less the runtime
+    reserve)."""
     return device_bytes * (1 - check_headroom(headroom))
 
 

@@ -112,7 +112,7 @@ class SplitSearch:
         if unsupported:
             key = unsupported[0].replace("fewest_nodes_within", "within")
             raise SpecError(f"{key}: --{key} applies to --strategy data only")
-        self.capacity = usable_bytes(model.system.device.memory_bytes, problem.memory_headroom)
+        self.capacity = usable_bytes(model.system.device.usable_memory_bytes, problem.memory_headroom)
 
     # --- the points both strategies share ------------------------------------------------------
 

@@ -291,6 +291,9 @@ class Device(Spec):
     description: str = ""
     peak_tflops: dict[Annotated[Precision, Field(strict=False)], float] = Field(min_length=1)
     memory_GiB: float = Field(gt=0, le=1e6)
+    # what a training process cannot give its tensors: the capacity the driver keeps, the CUDA
+    # (HIP) context, the collective library's buffers (`docs/hardware.md`, Runtime reserve)
+    runtime_reserve_GiB: float = Field(default=0.0, ge=0, le=1e6)
     memory_bandwidth_GBps: float = Field(ge=MIN_GBPS, le=1e6)
     efficiency: Efficiency
     kernels: KernelCosts | None = None
@@ -307,6 +310,9 @@ class Device(Spec):
 
     @model_validator(mode="after")
     def _peaks_positive(self) -> Device:
+        if self.runtime_reserve_GiB >= self.memory_GiB:
+            raise ValueError(f"key 'runtime_reserve_GiB': must be less than memory_GiB "
+                             f"({self.memory_GiB:g}), got {self.runtime_reserve_GiB:g}")
         for precision, value in self.peak_tflops.items():
             if not MIN_TFLOPS <= value <= 1e6:
                 raise ValueError(f"key 'peak_tflops.{precision.value}': must be in "
@@ -316,6 +322,12 @@ class Device(Spec):
     @property
     def memory_bytes(self) -> float:
         return self.memory_GiB * GiB
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """The bytes a plan's weights, gradients, optimizer state and activations may take:
+        the memory less the runtime's reserve."""
+        return (self.memory_GiB - self.runtime_reserve_GiB) * GiB
 
     @property
     def memory_bandwidth_Bps(self) -> float:
