@@ -48,7 +48,7 @@ def fastest_fitting(m, system, global_batch: int, budget: int, splits,
     if not plans:
         return math.inf
     time_s, memory = priced(m, system, precision, plans)
-    cap = usable_bytes(system.device.memory_bytes, DEFAULT_MEMORY_HEADROOM)
+    cap = usable_bytes(system.device.usable_memory_bytes, DEFAULT_MEMORY_HEADROOM)
     fits = memory <= cap
     # partial recomputation is tried where no recomputation of the same plan does not fit
     fits_none = {_key(x): ok for x, ok in zip(plans, fits, strict=True)

@@ -156,7 +156,7 @@ def test_solve_places_dlrm_proven(run):
     jsonschema.validate(doc, schemas()["solve"])
     assert doc["status"] == "optimal" and doc["devices"] == 128
     assert [t["name"] for t in doc["tables"]] == [f"cat_{i}" for i in range(26)]
-    cap = load_system("dgx-h100").device.memory_bytes
+    cap = load_system("dgx-h100").device.usable_memory_bytes
     assert all(d["memory_bytes"] <= cap for d in doc["per_device"])
     busiest = max(d["embedding_time_s"] for d in doc["per_device"])
     pred = doc["prediction"]
