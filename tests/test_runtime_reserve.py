@@ -70,3 +70,13 @@ def test_a_reserve_as_large_as_the_memory_is_refused_in_one_line(tmp_path):
     with pytest.raises(SpecError) as err:
         load_hardware_any(str(path))
     assert "\n" not in str(err.value) and "runtime_reserve_GiB" in str(err.value)
+
+
+def test_show_and_evaluate_name_the_usable_memory(run, run_json):
+    code, out, _ = run("show", "hardware", "h100-sxm5-80gb")
+    assert code == 0 and "80 GiB (77 GiB usable: 3 GiB runtime reserve)" in out
+    doc = run_json("show", "hardware", "h100-sxm5-80gb")
+    assert doc["runtime_reserve_GiB"] == 3 and doc["memory_GiB"] == 80
+    code, out, _ = run("evaluate", "-m", "llama3-8b", "-H", "dgx-h100", "--devices", "8",
+                       "--global-batch", "64")
+    assert code == 0 and " of 82.7 GB usable (" in out  # 77 GiB

@@ -91,8 +91,9 @@ def evaluation_text(plan, pred, precision: dict | None = None,
         pairs.append(("per device", f"{pred.tflops_per_device_model:.1f} TFLOP/s model, "
                                     f"{pred.tflops_per_device_hardware:.1f} hardware; MFU "
                                     f"{pred.mfu:.1%}, HFU {pred.hfu:.1%}"))
+    # the capacity is what a plan may use: the memory less the runtime reserve and headroom
     pairs.append(("memory/device", f"{si(pred.memory_bytes_per_device, 'B')} of "
-                                   f"{si(pred.memory_capacity_bytes, 'B')} ({mem})"
+                                   f"{si(pred.memory_capacity_bytes, 'B')} usable ({mem})"
                                    + ("" if pred.fits_memory else "  DOES NOT FIT")))
     if pred.speedup is not None:
         pairs.append(("speed-up", f"{pred.speedup:.2f} x (efficiency {pred.efficiency:.1%})"))
@@ -294,7 +295,7 @@ def split_text(sol, precision: dict | None = None, price: dict | None = None) ->
              ("communication", f"{span(p.communication_time_s)} "
                                f"({span(p.exposed_communication_time_s)} exposed)"),
              ("memory/device", f"{si(p.memory_bytes_per_device, 'B')} of "
-                               f"{si(p.memory_capacity_bytes, 'B')}"),
+                               f"{si(p.memory_capacity_bytes, 'B')} usable"),
              ("speed-up", f"{p.speedup:.2f} x (efficiency {p.efficiency:.1%})")]
     if p.bubble_fraction is not None:
         pairs.insert(2, ("pipeline bubble", f"{p.bubble_fraction:.1%}"))

@@ -116,7 +116,11 @@ def hardware_text(spec: Device | Link | System | Cluster) -> str:
     if isinstance(spec, Device):
         peaks = ", ".join(f"{p.value} {v:g}" for p, v in spec.peak_tflops.items())
         pairs = [("device", f"{spec.name}: {spec.description}"),
-                 ("peak TFLOP/s", peaks), ("memory", f"{spec.memory_GiB:g} GiB"),
+                 ("peak TFLOP/s", peaks),
+                 ("memory", f"{spec.memory_GiB:g} GiB"
+                  + (f" ({spec.memory_GiB - spec.runtime_reserve_GiB:g} GiB usable: "
+                     f"{spec.runtime_reserve_GiB:g} GiB runtime reserve)"
+                     if spec.runtime_reserve_GiB else "")),
                  ("memory bandwidth", f"{spec.memory_bandwidth_GBps:g} GB/s"),
                  ("efficiency", f"compute {spec.efficiency.compute:g}, "
                                 f"memory {spec.efficiency.memory:g}")]
