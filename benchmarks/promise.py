@@ -31,7 +31,7 @@ import statistics
 import time
 from collections import defaultdict
 
-from planner import fit_mlperf, mlperf, switches
+from planner import bands, fit_mlperf, mlperf, switches
 from planner.catalog import load_model, load_system
 from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import Search
@@ -165,6 +165,19 @@ def main() -> None:
                 if id(job) in tuned and r["pick"] is not None and bool(job["lora"]) == lora]
         print(f"  {label}: {len(part)} tuned jobs, median {statistics.median(part):+.1%} "
               f"(worst {max(part):+.1%}; {sum(c > 0.20 for c in part)} over +20 %)")
+    print("\nThe promise split in two, by benchmark and system family (tuned jobs, medians): "
+          "the model's error on the submission's own plan (measured / own - 1: > 0, the model "
+          "too fast) and the search's gain inside the model (own / pick - 1)")
+    parts: dict[tuple, list] = defaultdict(list)
+    for job, r in zip(every, results, strict=True):
+        if id(job) in tuned and r["pick"] is not None:
+            family = bands.family(load_system(job["system"]).device.name)
+            parts[(job["benchmark"], family)].append(
+                (job["measured_s"] / job["own_s"] - 1, job["own_s"] / r["pick"] - 1))
+    for (bench, family), pairs in sorted(parts.items()):
+        print(f"  {bench:<16} {family:<12} {len(pairs):>3} jobs  model "
+              f"{statistics.median(p[0] for p in pairs):+6.1%}  search "
+              f"{statistics.median(p[1] for p in pairs):+6.1%}")
 
 
 if __name__ == "__main__":
