@@ -14,7 +14,8 @@ mixture-of-experts runs (a dense model's residuals say nothing of routing, permu
 dispatch), plans that shard the weights
 (ZeRO-3 / FSDP, gathered in every micro-batch) only from such runs, and plans that shard the
 gradients (ZeRO-2, whose framework paths hold and reduce them otherwise than the distributed
-optimizer of every calibration run) only from such runs: with none in the data their band
+optimizer of every calibration run) only from such runs, and LoRA plans through a pipeline
+only from such runs (every LoRA run in the data is pp 1): with none in the data their band
 says "not covered" rather than something it does not know.
 
     python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
@@ -36,9 +37,9 @@ CSV = Path(__file__).parent / "calibration" / "residuals.csv"
 MIN_RUNS = 4
 QUANTILES = (0.10, 0.90)
 FIELDS = ("source", "group", "family", "precision", "size", "scale", "moe", "sharding",
-          "measured_over_predicted")
+          "lora_pipeline", "measured_over_predicted")
 # features a band never generalises over: a plan of another kind borrows nothing
-STRICT = ("moe", "sharding")
+STRICT = ("moe", "sharding", "lora_pipeline")
 
 
 def family(device_name: str) -> str:
@@ -66,21 +67,26 @@ def scale_class(devices: int) -> str:
 
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
-             devices: int = 1, replicas: int | None = None, hsdp: bool = False) -> dict:
+             devices: int = 1, replicas: int | None = None, hsdp: bool = False,
+             lora_pipeline: bool = False) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
     gradient buffer, Megatron-LM's distributed optimizer being ZeRO 1) over `replicas` ranks
     holding the same weights (one: nothing is sharded, whatever the stage); `hsdp`: the state
-    sharded over groups of them, the groups replicating (no calibration run does)."""
+    sharded over groups of them, the groups replicating (no calibration run does);
+    `lora_pipeline`: LoRA fine-tuning through a pipeline (every LoRA run in the data is pp 1:
+    its backward, without the base weights' gradient GEMMs, is half as long against the
+    same bubble and sends, and no run measures the two together)."""
     sharded = replicas is None or replicas > 1
     if hsdp and sharded:
-        return {**features(model, device_name, precision, 0, devices, 1),
-                "sharding": "hybrid sharded"}
+        return {**features(model, device_name, precision, 0, devices, 1,
+                           lora_pipeline=lora_pipeline), "sharding": "hybrid sharded"}
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
-            "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole"}
+            "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole",
+            "lora_pipeline": "yes" if lora_pipeline else "no"}
 
 
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
@@ -111,7 +117,8 @@ def residuals(path: Path = CSV) -> tuple[dict, ...]:
         return tuple(csv.DictReader(fh))
 
 
-FEATURES = ("family", "precision", "size", "scale", "moe", "sharding")  # as `features` gives
+FEATURES = ("family", "precision", "size", "scale", "moe", "sharding",
+            "lora_pipeline")  # as `features` gives
 
 
 def band(feat: dict, rows=None) -> Band:
@@ -141,6 +148,8 @@ def _band(feat: dict, rows) -> Band:
                         f"10th-90th percentile of measured / predicted over {len(match)} "
                         f"runs ({group}; {', '.join(sources)})")
     what = ("a mixture-of-experts model" if feat["moe"] == "moe"
+            else "LoRA fine-tuning through a pipeline (every LoRA run is pp 1)"
+            if feat["lora_pipeline"] == "yes"
             else "a plan with sharded weights (ZeRO-3 / FSDP)"
             if feat["sharding"] == "weights sharded"
             else "a plan with sharded gradients (ZeRO-2: Megatron-FSDP optim_grads, DeepSpeed "
@@ -165,7 +174,7 @@ def _rows() -> list[dict]:
     out = []
     c, gs = ft.Constants.shipped(), ft.groups()
     a100 = {"family": "A100", "precision": "16-bit+", "moe": "dense",
-            "sharding": "weights whole"}
+            "sharding": "weights whole", "lora_pipeline": "no"}
     for g in gs:
         system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
             else c.system()
@@ -186,7 +195,7 @@ def _rows() -> list[dict]:
         model = load_model(run.model)
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
-                        plan.devices)
+                        plan.devices, lora_pipeline=bool(plan.lora_rank) and plan.pp > 1)
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / held.get(
                         fit_mlperf.key(run), r["predicted_s"])})

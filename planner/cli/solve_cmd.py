@@ -285,26 +285,34 @@ def _support_line(sol) -> str:
     best, what, good = {"cost": ("cheapest", "cost", "cheap"),
                         "time-to-train": ("fastest to train", "time to train", "fast")}.get(
         sup["objective"], ("fastest", "time", "fast"))
+    # what the covered plan holds, in words, and the flag that pins it (a ZeRO 1 plan, or
+    # for a LoRA pipeline one without)
+    holds, pin = (("with its gradients and weights whole", f"--zero {sol.plan.zero}")
+                  if sup["covered_by"] == "ZeRO 1" else ("without a pipeline", "--pp 1"))
     if sup["taken"]:
         change = sol.objective.value / sup["fastest_objective"] - 1
-        if abs(change) < 5e-4:  # the twin of the fastest: nothing was given up
+        if abs(change) < 5e-4 and sup["covered_by"] == "ZeRO 1":
+            # the twin of the fastest: nothing was given up
             # (--prefer-supported 0 takes it too: nothing to keep)
             return (f"planner: note: took ZeRO {sol.plan.zero}, as {good} as the {best} plan, "
                     f"which has {why.removeprefix('not covered: ')}")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
-        return (f"planner: note: took the {best} plan with its gradients and weights whole "
-                f"(ZeRO {sol.plan.zero}, {change:+.1%} {what}, {within}) over the {best}, which"
-                f" has {why.removeprefix('not covered: ')} (--prefer-supported 0 keeps it)")
+        kept = f"ZeRO {sol.plan.zero}" if sup["covered_by"] == "ZeRO 1" else "pp 1"
+        return (f"planner: note: took the {best} plan {holds} ({kept}, {change:+.1%} {what}, "
+                f"{within}) over the {best}, which has {why.removeprefix('not covered: ')} "
+                f"(--prefer-supported 0 keeps it)")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         change = alt["objective_value"] / sup["fastest_objective"] - 1
-        line += (f"; with gradients and weights whole the {best} plan is tp {c['tp']} x cp "
-                 f"{c['cp']} x pp {c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}"
-                 f", {change:+.1%} {what} (--zero {c['zero']} pins it; --prefer-supported F "
-                 f"takes it when within F of the {best})")
+        if sup["covered_by"] == "ZeRO 1":
+            pin = f"--zero {c['zero']}"
+        holds = holds.replace("with its ", "with ")
+        line += (f"; {holds} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
+                 f"{c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, {change:+.1%} {what} ({pin} "
+                 f"pins it; --prefer-supported F takes it when within F of the {best})")
     return line
 
 

@@ -157,7 +157,9 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
                                             plan.devices, replicas=plan.dp * plan.cp,
                                             hsdp=plan.dp_shard is not None
-                                            and plan.dp_shard < plan.dp))
+                                            and plan.dp_shard < plan.dp,
+                                            lora_pipeline=bool(plan.lora_rank)
+                                            and plan.pp > 1))
         .to_json(t_iter),
     )
 

@@ -1,12 +1,14 @@
 """Where the chosen plan has no calibration run behind it (its `likely` band says "not
-covered": weights sharded with ZeRO-3 / FSDP, gradients sharded with ZeRO-2, or a
-mixture-of-experts model; `planner.bands`), the fastest plan the data does cover beside it,
-and the preference for it, compared in what the search minimised (the time per sample, the cost
-or the time to train). For a ZeRO-2 or ZeRO-3 pick the covered plan is the fastest ZeRO 1
-plan (gradients and weights whole, Megatron-LM's distributed optimizer, what every calibration
-run holds): the search itself offers stages 2 and 3 only, stage 2 moving what stages 0 and 1
-move and holding less (its dominance rule, `planner.search.hybrid`), so a pick holds its
-gradients sharded wherever that is not slower, a framework path no measurement checks.
+covered": weights sharded with ZeRO-3 / FSDP, gradients sharded with ZeRO-2, LoRA through a
+pipeline, or a mixture-of-experts model; `planner.bands`), the fastest plan the data does cover
+beside it, and the preference for it, compared in what the search minimised (the time per
+sample, the cost or the time to train). For a ZeRO-2 or ZeRO-3 pick the covered plan is the
+fastest ZeRO 1 plan (gradients and weights whole, Megatron-LM's distributed optimizer, what
+every calibration run holds): the search itself offers stages 2 and 3 only, stage 2 moving what
+stages 0 and 1 move and holding less (its dominance rule, `planner.search.hybrid`), so a pick
+holds its gradients sharded wherever that is not slower, a framework path no measurement
+checks. For a LoRA pick through a pipeline it is the fastest plan without one (pp 1, as every
+LoRA run in the data), itself covered the same way.
 
 The preference by default: the covered plan is taken when it is within the error band of the
 fastest, i.e. when the two plans' bands overlap. The fastest plan has no band of its own; it is
@@ -16,7 +18,7 @@ plan is taken when alt x low <= fastest x high, that is within high / low - 1 of
 predictions differ by less than the model's own 10th-90th percentile spread on such runs are
 not told apart by the model, and then the one the data checks is the safer pick (a search
 otherwise walks into the corner its cost model is most optimistic about: the optimizer's
-curse). A fraction F instead takes it within 1 + F (0: only a ZeRO 1 plan as good)."""
+curse). A fraction F instead takes it within 1 + F (0: only a covered plan as good)."""
 
 from __future__ import annotations
 
@@ -26,19 +28,25 @@ from collections.abc import Callable
 from planner.errors import InfeasibleError, SpecError
 from planner.search.solution import Solution
 
+# what a covered alternative holds that the fastest plan does not (the support record's
+# `covered_by`): its gradients and weights whole, or no pipeline
+ZERO1, NO_PIPELINE = "ZeRO 1", "pp 1"
 
-def with_support(sol: Solution, solve_covered: Callable[[], Solution],
-                 prefer: float | None = None) -> Solution:
-    """`sol` with its `support` record where its band is not covered: the note, the fastest
-    ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick (None where none fits), the tolerance and whether
-    the plan was taken: when its objective value (time per sample, cost, time to train) is
-    within 1 + tolerance of the fastest plan's, the tolerance being `prefer` F or, with None,
-    the covered plan's band spread (high / low - 1; 0 where it has no band)."""
+
+def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
+                 prefer: float | None = None, covered_by: str = ZERO1) -> Solution:
+    """`sol` with its `support` record where its band is not covered: the note, the covered
+    plan `solve_covered` gives (the fastest ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick, the
+    fastest without a pipeline for a pipelined LoRA one; None where none fits or none is
+    asked), the tolerance and whether the plan was taken: when its objective value (time per
+    sample, cost, time to train) is within 1 + tolerance of the fastest plan's, the tolerance
+    being `prefer` F or, with None, the covered plan's band spread (high / low - 1; 0 where it
+    has no band)."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
     alt = None
-    if sol.plan.zero >= 2:
+    if solve_covered is not None:
         try:
             alt = solve_covered()
         except (SpecError, InfeasibleError):
@@ -48,7 +56,7 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution],
     # proportional to the iteration time of its plan, so the band's spread carries over)
     taken = (alt is not None and tolerance is not None
              and alt.objective.value <= (1 + tolerance) * sol.objective.value)
-    record = {"note": band["note"], "taken": taken,
+    record = {"note": band["note"], "taken": taken, "covered_by": covered_by,
               "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
               "fastest_iteration_time_s": sol.prediction.iteration_time_s,
               "objective": sol.objective.name, "fastest_objective": sol.objective.value,
@@ -76,16 +84,29 @@ def band_tolerance(alt: Solution | None) -> float | None:
 def supported_solve(m, system, precision, q, prefer: float | None = None
                     ) -> tuple[Solution, Solution]:
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
-    plan, or beside an uncovered ZeRO-2 / ZeRO-3 one the fastest ZeRO 1 plan where
-    `with_support` takes it). A ZeRO stage the request pins is the user's: the fastest plan is
-    the pick."""
+    plan, or beside an uncovered one the fastest covered plan where `with_support` takes it:
+    ZeRO 1 beside ZeRO-2 / ZeRO-3, for LoRA pp 1 and ZeRO 1 beside either). A ZeRO stage or
+    a pipeline the request pins is the user's: the fastest plan is the pick."""
     from planner.search.hybrid import HybridSolver
 
     solver = HybridSolver(m, system, precision, q)
     fastest = solver.solve()
+    plan = fastest.plan
+    pipeline = bool(plan.lora_rank) and plan.pp > 1 and q.pp is None
+    if q.lora_rank and q.pp is None and (pipeline or plan.zero >= 2 and q.zero is None):
+        # a LoRA plan is covered only without a pipeline: the covered plan is the fastest
+        # with pp 1 and (unless the request pins the stage) ZeRO 1
+
+        def covered() -> Solution:
+            pins = {"pp": 1, "zero": 1 if q.zero is None else q.zero}
+            return HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
+
+        return fastest, with_support(fastest, covered, prefer,
+                                     NO_PIPELINE if pipeline else ZERO1)
     if q.zero is not None:
         return fastest, fastest
     # the fastest ZeRO 1 plan: the best ZeRO 1 twin of the table the search priced (for a
     # ZeRO 2 pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
     # is faster), its runners-up, front and knee ZeRO 1 plans too (`HybridSolver.covered`)
-    return fastest, with_support(fastest, solver.covered, prefer)
+    return fastest, with_support(fastest, solver.covered if plan.zero >= 2 else None,
+                                 prefer)
