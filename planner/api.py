@@ -328,7 +328,8 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
     defaults to the device spec's. The objective defaults, as on the command line, to
     token-budget with a token budget (`tokens`), else throughput. A transformer pick no calibration
     run covers carries `support` (`planner.search.support`): for a ZeRO-2 or ZeRO-3 pick the
-    fastest ZeRO 1 plan beside it, taken by default where it lies within the fastest plan's
+    fastest ZeRO 1 plan beside it (for a LoRA pick the fastest without a pipeline, at
+    ZeRO 1), taken by default where it lies within the fastest plan's
     error band (the covered plan's high / low - 1), or with `prefer_supported` F within 1 + F
     (0: only one as good), in the objective's value. `framework` (megatron, torchtitan,
     deepspeed): the plan is priced as that framework runs it (`switches.framework_pins`) and

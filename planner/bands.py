@@ -142,7 +142,9 @@ def _band(feat: dict, rows) -> Band:
         if len(match) >= MIN_RUNS:
             ratio = np.array([float(r["measured_over_predicted"]) for r in match])
             low, high = np.quantile(ratio, QUANTILES)
-            group = ", ".join(feat[k] for k in (*keys, *STRICT))
+            # (a plan that is no LoRA pipeline says nothing of it)
+            group = ", ".join(feat[k] for k in (*keys, *STRICT)
+                              if (k, feat[k]) != ("lora_pipeline", "no"))
             sources = sorted({r["source"] for r in match})
             return Band(float(low), float(high), len(match), group,
                         f"10th-90th percentile of measured / predicted over {len(match)} "

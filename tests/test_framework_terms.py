@@ -161,14 +161,15 @@ def test_mlperf_accuracy_holds():
 def _rows(ratios, **feat):
     base = {"source": "t", "group": "g", "family": "A100", "precision": "16-bit+",
             "size": "under 20B", "scale": "up to 64 devices", "moe": "dense",
-            "sharding": "weights whole"}
+            "sharding": "weights whole", "lora_pipeline": "no"}
     return [{**base, **feat, "measured_over_predicted": str(x)} for x in ratios]
 
 
 def test_band_is_the_quantiles_of_the_most_specific_group():
     rows = _rows(np.linspace(0.8, 1.2, 11)) + _rows([2.0] * 10, size="20B and over")
     feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B",
-            "scale": "up to 64 devices", "moe": "dense", "sharding": "weights whole"}
+            "scale": "up to 64 devices", "moe": "dense", "sharding": "weights whole",
+            "lora_pipeline": "no"}
     b = bands.band(feat, rows)
     assert b.runs == 11 and b.low == pytest.approx(0.84) and b.high == pytest.approx(1.16)
     doc = b.to_json(10.0)
@@ -186,11 +187,14 @@ def test_band_is_the_quantiles_of_the_most_specific_group():
 def test_moe_and_sharded_plans_borrow_nothing_from_other_runs():
     rows = _rows([1.0] * 50)
     feat = {"family": "A100", "precision": "16-bit+", "size": "under 20B",
-            "scale": "up to 64 devices", "moe": "moe", "sharding": "weights whole"}
+            "scale": "up to 64 devices", "moe": "moe", "sharding": "weights whole",
+            "lora_pipeline": "no"}
     b = bands.band(feat, rows)
     assert b.low is None and b.runs == 0 and "mixture-of-experts" in b.note
     b = bands.band({**feat, "moe": "dense", "sharding": "weights sharded"}, rows)
     assert b.low is None and "ZeRO-3" in b.note
+    b = bands.band({**feat, "moe": "dense", "lora_pipeline": "yes"}, rows)
+    assert b.low is None and "LoRA fine-tuning through a pipeline" in b.note
 
 
 def test_shipped_residuals_cover_the_calibration_sets():

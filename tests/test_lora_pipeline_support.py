@@ -51,10 +51,9 @@ def test_a_pinned_pipeline_is_the_users_and_said_to_be_not_covered():
     m, system, q = _request(8, pp=2)
     fastest, pick = supported_solve(m, system, Precision.fp8, q)
     sup = pick.support
-    assert fastest.plan.pp == pick.plan.pp == 2 and sup["covered_by"] == "ZeRO 1"
+    assert pick.plan == fastest.plan and pick.plan.pp == 2 and sup["covered_by"] == "pp 1"
     assert "LoRA fine-tuning through a pipeline" in sup["note"]
-    # only the ZeRO stage may change (a ZeRO 2 pick's ZeRO 1 twin), never the pipeline
-    assert sup["alternative"] is None or sup["alternative"]["config"]["pp"] == 2
+    assert sup["alternative"] is None and not sup["taken"]
 
 
 def test_solve_says_which_plan_it_took_or_names_the_one_without_a_pipeline(run):
@@ -68,3 +67,18 @@ def test_solve_says_which_plan_it_took_or_names_the_one_without_a_pipeline(run):
     line = next(x for x in err.splitlines() if "pipeline" in x)
     assert ("took the fastest plan without a pipeline (pp 1" in line
             or "without a pipeline the fastest plan is" in line and "--pp 1 pins it" in line)
+
+
+def test_a_pinned_sharded_stage_offers_no_pipeline_free_plan_that_is_still_uncovered():
+    """With ZeRO 2 pinned a plan without a pipeline is still not covered (its gradients
+    sharded): nothing is offered beside the pick, which is the fastest."""
+    m, system, q = _request(8, zero=2)
+    fastest, pick = supported_solve(m, system, Precision.fp8, q, prefer=0.5)
+    assert pick is fastest
+
+
+def test_band_groups_name_no_lora_pipeline_feature_of_other_plans():
+    m, system, q = _request(8, pp=1, zero=1)
+    sol = supported_solve(m, system, Precision.fp8, q)[1]
+    group = sol.prediction.time_band["group"]
+    assert group.endswith("dense, weights whole") and "no" not in group.split(", ")

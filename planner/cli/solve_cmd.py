@@ -84,7 +84,8 @@ from planner.search.objective import Objective
                    "this fraction of the best plan's (0.10 = 10%).")
 @click.option("--prefer-supported", type=FiniteFloat(0, 1), default=None,
               help="Transformers: when no calibration run resembles the fastest plan "
-                   "(ZeRO-2 / -3), take the best ZeRO 1 plan if it is within this "
+                   "(ZeRO-2 / -3, a LoRA pipeline), take the best ZeRO 1 plan (for LoRA "
+                   "without a pipeline) if it is within this "
                    "fraction of the best plan's objective (time per sample, cost, time to "
                    "train; 0: only one as good). Default: when it is within the best "
                    "plan's error band (the two bands overlap).")
@@ -285,10 +286,10 @@ def _support_line(sol) -> str:
     best, what, good = {"cost": ("cheapest", "cost", "cheap"),
                         "time-to-train": ("fastest to train", "time to train", "fast")}.get(
         sup["objective"], ("fastest", "time", "fast"))
-    # what the covered plan holds, in words, and the flag that pins it (a ZeRO 1 plan, or
-    # for a LoRA pipeline one without)
-    holds, pin = (("with its gradients and weights whole", f"--zero {sol.plan.zero}")
-                  if sup["covered_by"] == "ZeRO 1" else ("without a pipeline", "--pp 1"))
+    # what the covered plan holds, in words (a ZeRO 1 plan, or for a LoRA pipeline one
+    # without)
+    holds = ("with its gradients and weights whole" if sup["covered_by"] == "ZeRO 1"
+             else "without a pipeline")
     if sup["taken"]:
         change = sol.objective.value / sup["fastest_objective"] - 1
         if abs(change) < 5e-4 and sup["covered_by"] == "ZeRO 1":
@@ -307,8 +308,8 @@ def _support_line(sol) -> str:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         change = alt["objective_value"] / sup["fastest_objective"] - 1
-        if sup["covered_by"] == "ZeRO 1":
-            pin = f"--zero {c['zero']}"
+        pin = (f"--zero {c['zero']}" if sup["covered_by"] == "ZeRO 1"
+               else f"--pp 1 --zero {c['zero']}")
         holds = holds.replace("with its ", "with ")
         line += (f"; {holds} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
                  f"{c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, {change:+.1%} {what} ({pin} "

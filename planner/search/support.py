@@ -86,16 +86,18 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
     plan, or beside an uncovered one the fastest covered plan where `with_support` takes it:
     ZeRO 1 beside ZeRO-2 / ZeRO-3, for LoRA pp 1 and ZeRO 1 beside either). A ZeRO stage or
-    a pipeline the request pins is the user's: the fastest plan is the pick."""
+    a pipeline the request pins is the user's: the fastest plan is the pick (a pinned LoRA
+    pipeline says it is not covered, with no plan beside it)."""
     from planner.search.hybrid import HybridSolver
 
     solver = HybridSolver(m, system, precision, q)
     fastest = solver.solve()
     plan = fastest.plan
-    pipeline = bool(plan.lora_rank) and plan.pp > 1 and q.pp is None
-    if q.lora_rank and q.pp is None and (pipeline or plan.zero >= 2 and q.zero is None):
+    pipeline = bool(plan.lora_rank) and plan.pp > 1
+    if (q.lora_rank and q.pp is None and (pipeline or plan.zero >= 2)
+            and (q.zero is None or q.zero <= 1)):
         # a LoRA plan is covered only without a pipeline: the covered plan is the fastest
-        # with pp 1 and (unless the request pins the stage) ZeRO 1
+        # with pp 1 and ZeRO 1 (or the stage 0 / 1 the request pins); a second search
 
         def covered() -> Solution:
             pins = {"pp": 1, "zero": 1 if q.zero is None else q.zero}
@@ -105,6 +107,8 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
                                      NO_PIPELINE if pipeline else ZERO1)
     if q.zero is not None:
         return fastest, fastest
+    if pipeline:  # the request's own pipeline: no plan beside it is covered
+        return fastest, with_support(fastest, None, prefer, NO_PIPELINE)
     # the fastest ZeRO 1 plan: the best ZeRO 1 twin of the table the search priced (for a
     # ZeRO 2 pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
     # is faster), its runners-up, front and knee ZeRO 1 plans too (`HybridSolver.covered`)
