@@ -92,6 +92,12 @@ def features(model, device_name: str, precision: Precision, zero: int = 0,
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
 
 
+def lora_pipeline(plan) -> bool:
+    """Whether `plan` (a `planner.plan.Plan`) fine-tunes with LoRA through a pipeline, which
+    no calibration run does (`features`)."""
+    return bool(plan.lora_rank) and plan.pp > 1
+
+
 @dataclasses.dataclass(frozen=True)
 class Band:
     """The measured time is likely (10th-90th percentile of comparable runs) between `low` and
@@ -197,7 +203,7 @@ def _rows() -> list[dict]:
         model = load_model(run.model)
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
-                        plan.devices, lora_pipeline=bool(plan.lora_rank) and plan.pp > 1)
+                        plan.devices, lora_pipeline=lora_pipeline(plan))
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / held.get(
                         fit_mlperf.key(run), r["predicted_s"])})

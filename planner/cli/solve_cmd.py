@@ -286,20 +286,21 @@ def _support_line(sol) -> str:
     best, what, good = {"cost": ("cheapest", "cost", "cheap"),
                         "time-to-train": ("fastest to train", "time to train", "fast")}.get(
         sup["objective"], ("fastest", "time", "fast"))
-    # what the covered plan holds, in words (a ZeRO 1 plan, or for a LoRA pipeline one
-    # without)
-    holds = ("with its gradients and weights whole" if sup["covered_by"] == "ZeRO 1"
-             else "without a pipeline")
+    # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan, or
+    # for a LoRA pipeline one without)
+    zero1 = sup["covered_by"] == "ZeRO 1"
+    holds, holding = (("with its gradients and weights whole", "with gradients and weights whole")
+                      if zero1 else ("without a pipeline",) * 2)
     if sup["taken"]:
         change = sol.objective.value / sup["fastest_objective"] - 1
-        if abs(change) < 5e-4 and sup["covered_by"] == "ZeRO 1":
+        if abs(change) < 5e-4 and zero1:
             # the twin of the fastest: nothing was given up
             # (--prefer-supported 0 takes it too: nothing to keep)
             return (f"planner: note: took ZeRO {sol.plan.zero}, as {good} as the {best} plan, "
                     f"which has {why.removeprefix('not covered: ')}")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
-        kept = f"ZeRO {sol.plan.zero}" if sup["covered_by"] == "ZeRO 1" else "pp 1"
+        kept = f"ZeRO {sol.plan.zero}" if zero1 else "pp 1"
         return (f"planner: note: took the {best} plan {holds} ({kept}, {change:+.1%} {what}, "
                 f"{within}) over the {best}, which has {why.removeprefix('not covered: ')} "
                 f"(--prefer-supported 0 keeps it)")
@@ -308,10 +309,8 @@ def _support_line(sol) -> str:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         change = alt["objective_value"] / sup["fastest_objective"] - 1
-        pin = (f"--zero {c['zero']}" if sup["covered_by"] == "ZeRO 1"
-               else f"--pp 1 --zero {c['zero']}")
-        holds = holds.replace("with its ", "with ")
-        line += (f"; {holds} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
+        pin = f"--zero {c['zero']}" if zero1 else f"--pp 1 --zero {c['zero']}"
+        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
                  f"{c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, {change:+.1%} {what} ({pin} "
                  f"pins it; --prefer-supported F takes it when within F of the {best})")
     return line

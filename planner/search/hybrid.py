@@ -158,8 +158,7 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
                                             plan.devices, replicas=plan.dp * plan.cp,
                                             hsdp=plan.dp_shard is not None
                                             and plan.dp_shard < plan.dp,
-                                            lora_pipeline=bool(plan.lora_rank)
-                                            and plan.pp > 1))
+                                            lora_pipeline=bands.lora_pipeline(plan)))
         .to_json(t_iter),
     )
 

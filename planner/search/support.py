@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from planner import bands
 from planner.errors import InfeasibleError, SpecError
 from planner.search.solution import Solution
 
@@ -93,7 +94,7 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     solver = HybridSolver(m, system, precision, q)
     fastest = solver.solve()
     plan = fastest.plan
-    pipeline = bool(plan.lora_rank) and plan.pp > 1
+    pipeline = bands.lora_pipeline(plan)
     if (q.lora_rank and q.pp is None and (pipeline or plan.zero >= 2)
             and (q.zero is None or q.zero <= 1)):
         # a LoRA plan is covered only without a pipeline: the covered plan is the fastest
