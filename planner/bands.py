@@ -16,7 +16,12 @@ dispatch), plans that shard the weights
 gradients (ZeRO-2, whose framework paths hold and reduce them otherwise than the distributed
 optimizer of every calibration run) only from such runs, and LoRA plans through a pipeline
 only from such runs (every LoRA run in the data is pp 1): with none in the data their band
-says "not covered" rather than something it does not know.
+says "not covered" rather than something it does not know. So does a plan whose context
+parallelism goes beyond every calibration run of its system family (`covered_cp`: Hopper's
+runs reach cp 2, Blackwell's cp 8): the ring's exposed steps and their merges at that degree
+are terms no measurement of the family checks, and where the data has been checked beyond its
+own range the model erred both ways (LoRA at cp 4 on B200 and MI300X 16-36 % too fast, at cp 8
+on NVL72 9-16 % too slow).
 
     python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
                                    # refits included)
@@ -37,7 +42,7 @@ CSV = Path(__file__).parent / "calibration" / "residuals.csv"
 MIN_RUNS = 4
 QUANTILES = (0.10, 0.90)
 FIELDS = ("source", "group", "family", "precision", "size", "scale", "moe", "sharding",
-          "lora_pipeline", "measured_over_predicted")
+          "lora_pipeline", "cp", "measured_over_predicted")
 # features a band never generalises over: a plan of another kind borrows nothing
 STRICT = ("moe", "sharding", "lora_pipeline")
 
@@ -68,7 +73,7 @@ def scale_class(devices: int) -> str:
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
              devices: int = 1, replicas: int | None = None, hsdp: bool = False,
-             lora_pipeline: bool = False) -> dict:
+             lora_pipeline: bool = False, cp: int = 1) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
@@ -77,16 +82,17 @@ def features(model, device_name: str, precision: Precision, zero: int = 0,
     sharded over groups of them, the groups replicating (no calibration run does);
     `lora_pipeline`: LoRA fine-tuning through a pipeline (every LoRA run in the data is pp 1:
     its backward, without the base weights' gradient GEMMs, is half as long against the
-    same bubble and sends, and no run measures the two together)."""
+    same bubble and sends, and no run measures the two together); `cp`: the context-parallel
+    degree (covered up to the family's `covered_cp`)."""
     sharded = replicas is None or replicas > 1
     if hsdp and sharded:
         return {**features(model, device_name, precision, 0, devices, 1,
-                           lora_pipeline=lora_pipeline), "sharding": "hybrid sharded"}
+                           lora_pipeline=lora_pipeline, cp=cp), "sharding": "hybrid sharded"}
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
             "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole",
-            "lora_pipeline": "yes" if lora_pipeline else "no"}
+            "lora_pipeline": "yes" if lora_pipeline else "no", "cp": int(cp)}
 
 
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
@@ -124,7 +130,7 @@ def residuals(path: Path = CSV) -> tuple[dict, ...]:
 
 
 FEATURES = ("family", "precision", "size", "scale", "moe", "sharding",
-            "lora_pipeline")  # as `features` gives
+            "lora_pipeline", "cp")  # as `features` gives
 
 
 def band(feat: dict, rows=None) -> Band:
@@ -140,9 +146,35 @@ def _shipped(values: tuple[str, ...]) -> Band:
     return _band(dict(zip(FEATURES, values, strict=True)), residuals())
 
 
+def covered_cp(device_name: str, rows=None) -> int:
+    """The highest context-parallel degree a calibration run of the device's family ran
+    (the shipped residuals unless `rows`; 1 where the family has none): a plan beyond it is
+    not covered (`band`)."""
+    fam = family(device_name)
+    if rows is None:
+        return _covered_cp(fam)
+    return max((_cp(r) for r in rows if r.get("family") == fam), default=1)
+
+
+@functools.lru_cache(maxsize=32)
+def _covered_cp(fam: str) -> int:
+    return max((_cp(r) for r in residuals() if r["family"] == fam), default=1)
+
+
+def _cp(row: dict) -> int:
+    return int(row.get("cp") or 1)  # rows written before the column: cp 1
+
+
 def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
+    ours = [_cp(r) for r in rows if r.get("family") == feat["family"]]
+    most = max(ours, default=1)
+    if ours and feat.get("cp", 1) > most:  # (a family with no run is not covered below)
+        return Band(None, None, 0, None,
+                    f"not covered: no calibration run of {feat['family']} systems has context "
+                    f"parallelism beyond cp {most} (this plan: cp {feat['cp']}); the "
+                    f"prediction rests on terms no measurement checks")
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
@@ -182,7 +214,7 @@ def _rows() -> list[dict]:
     out = []
     c, gs = ft.Constants.shipped(), ft.groups()
     a100 = {"family": "A100", "precision": "16-bit+", "moe": "dense",
-            "sharding": "weights whole", "lora_pipeline": "no"}
+            "sharding": "weights whole", "lora_pipeline": "no", "cp": 1}
     for g in gs:
         system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
             else c.system()
@@ -203,7 +235,7 @@ def _rows() -> list[dict]:
         model = load_model(run.model)
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
-                        plan.devices, lora_pipeline=lora_pipeline(plan))
+                        plan.devices, lora_pipeline=lora_pipeline(plan), cp=plan.cp)
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / held.get(
                         fit_mlperf.key(run), r["predicted_s"])})

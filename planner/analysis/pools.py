@@ -135,7 +135,8 @@ def time_band(m: Transformer, cluster: Cluster, precision: Precision, plan: Mixe
     used = sorted({s.pool for g in plan.groups for s in g.stages})
     devices = sum(plan.devices_on(k) for k in used)
     per = {k: bands.band(bands.features(m, cluster.pools[k].system.device.name, precision,
-                                        plan.shape.zero, devices)) for k in used}
+                                        plan.shape.zero, devices, cp=plan.shape.cp))
+           for k in used}
     missing = next((k for k, b in per.items() if b.low is None), None)
     if missing is not None:  # the band's note says "not covered: ..."
         return {"runs": 0, "group": None, "note": f"{per[missing].note} (pool {names[missing]})"}

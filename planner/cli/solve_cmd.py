@@ -286,11 +286,16 @@ def _support_line(sol) -> str:
     best, what, good = {"cost": ("cheapest", "cost", "cheap"),
                         "time-to-train": ("fastest to train", "time to train", "fast")}.get(
         sup["objective"], ("fastest", "time", "fast"))
-    # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan, or
-    # for a LoRA pipeline one without)
+    # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan; for
+    # a LoRA pipeline one without; for context parallelism beyond the data one within it)
     zero1 = sup["covered_by"] == "ZeRO 1"
+    parts = sup["covered_by"].split(", ")
+    no_pipe, cp_max = "pp 1" in parts, next(
+        (int(x.rsplit(" ", 1)[1]) for x in parts if x.startswith("cp at most")), None)
+    words = [w for w, on in (("without a pipeline", no_pipe),
+                             (f"at cp {cp_max} or less", cp_max is not None)) if on]
     holds, holding = (("with its gradients and weights whole", "with gradients and weights whole")
-                      if zero1 else ("without a pipeline",) * 2)
+                      if zero1 else (" and ".join(words),) * 2)
     if sup["taken"]:
         change = sol.objective.value / sup["fastest_objective"] - 1
         if abs(change) < 5e-4 and zero1:
@@ -300,7 +305,8 @@ def _support_line(sol) -> str:
                     f"which has {why.removeprefix('not covered: ')}")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
-        kept = f"ZeRO {sol.plan.zero}" if zero1 else "pp 1"
+        kept = f"ZeRO {sol.plan.zero}" if zero1 else ", ".join(
+            x for x, on in (("pp 1", no_pipe), (f"cp {sol.plan.cp}", cp_max is not None)) if on)
         return (f"planner: note: took the {best} plan {holds} ({kept}, {change:+.1%} {what}, "
                 f"{within}) over the {best}, which has {why.removeprefix('not covered: ')} "
                 f"(--prefer-supported 0 keeps it)")
@@ -309,7 +315,8 @@ def _support_line(sol) -> str:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         change = alt["objective_value"] / sup["fastest_objective"] - 1
-        pin = f"--zero {c['zero']}" if zero1 else f"--pp 1 --zero {c['zero']}"
+        pin = " ".join(x for x, on in ((f"--cp {c['cp']}", cp_max is not None),
+                                        ("--pp 1", no_pipe), (f"--zero {c['zero']}", True)) if on)
         line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
                  f"{c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, {change:+.1%} {what} ({pin} "
                  f"pins it; --prefer-supported F takes it when within F of the {best})")

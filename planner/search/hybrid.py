@@ -158,7 +158,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
                                             plan.devices, replicas=plan.dp * plan.cp,
                                             hsdp=plan.dp_shard is not None
                                             and plan.dp_shard < plan.dp,
-                                            lora_pipeline=bands.lora_pipeline(plan)))
+                                            lora_pipeline=bands.lora_pipeline(plan),
+                                            cp=plan.cp))
         .to_json(t_iter),
     )
 

@@ -37,6 +37,7 @@ class Search:
     devices_max: int | None = None
     tp: int | None = None
     cp: int | None = None
+    cp_max: int | None = None  # the highest context-parallel degree offered (None: 16)
     ep: int | None = None
     etp: int | None = None
     pp: int | None = None
@@ -88,11 +89,13 @@ def candidate_batches(lo: int, hi: int) -> list[int]:
 
 def cps(m: Transformer, q: Search) -> list[int]:
     """Context-parallel degrees the search offers: the pin, or 1 and every power of two up to
-    16 whose 2 cp load-balanced chunks divide the sequence, for sequences of 8k tokens and
-    more (shorter ones gain nothing from splitting)."""
+    16 (up to `cp_max`) whose 2 cp load-balanced chunks divide the sequence, for sequences of
+    8k tokens and more (shorter ones gain nothing from splitting)."""
     if q.cp is not None:
         return [q.cp]
-    return [1] + [c for c in (2, 4, 8, 16) if m.seq_len >= 8192 and m.seq_len % (2 * c) == 0]
+    top = 16 if q.cp_max is None else q.cp_max
+    return [1] + [c for c in (2, 4, 8, 16)
+                  if c <= top and m.seq_len >= 8192 and m.seq_len % (2 * c) == 0]
 
 
 def eps(m: Transformer, q: Search) -> list[int]:

@@ -86,32 +86,62 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
                     ) -> tuple[Solution, Solution]:
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
     plan, or beside an uncovered one the fastest covered plan where `with_support` takes it:
-    ZeRO 1 beside ZeRO-2 / ZeRO-3, for LoRA pp 1 and ZeRO 1 beside either). A ZeRO stage or
-    a pipeline the request pins is the user's: the fastest plan is the pick (a pinned LoRA
-    pipeline says it is not covered, with no plan beside it)."""
+    ZeRO 1 beside ZeRO-2 / ZeRO-3; for LoRA pp 1 and ZeRO 1 beside either; context
+    parallelism within the family's calibrated degrees (`planner.bands.covered_cp`) beside a
+    plan beyond them). A ZeRO stage, a pipeline or a context-parallel degree the request pins
+    is the user's: the fastest plan is the pick (a pinned LoRA pipeline or cp beyond the data
+    says it is not covered, with no plan beside it)."""
     from planner.search.hybrid import HybridSolver
 
     solver = HybridSolver(m, system, precision, q)
     fastest = solver.solve()
     plan = fastest.plan
     pipeline = bands.lora_pipeline(plan)
-    if (q.lora_rank and q.pp is None and (pipeline or plan.zero >= 2)
-            and (q.zero is None or q.zero <= 1)):
-        # a LoRA plan is covered only without a pipeline: the covered plan is the fastest
-        # with pp 1 and ZeRO 1 (or the stage 0 / 1 the request pins); a second search
-
+    most = bands.covered_cp(system.device.name)
+    pins = covered_pins(q, plan, most)
+    if pins:
+        # a second search over the covered plans only
         def covered() -> Solution:
-            pins = {"pp": 1, "zero": 1 if q.zero is None else q.zero}
             return HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
 
-        return fastest, with_support(fastest, covered, prefer,
-                                     NO_PIPELINE if pipeline else ZERO1)
+        return fastest, with_support(fastest, covered, prefer, covered_by(pins))
     if q.zero is not None:
         return fastest, fastest
-    if pipeline:  # the request's own pipeline: no plan beside it is covered
-        return fastest, with_support(fastest, None, prefer, NO_PIPELINE)
+    if plan.cp > most or pipeline:  # the request's own cp or pipeline: none beside it
+        return fastest, with_support(fastest, None, prefer, covered_by(
+            {"cp_max": most} if plan.cp > most else {"pp": 1}))
     # the fastest ZeRO 1 plan: the best ZeRO 1 twin of the table the search priced (for a
     # ZeRO 2 pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
     # is faster), its runners-up, front and knee ZeRO 1 plans too (`HybridSolver.covered`)
     return fastest, with_support(fastest, solver.covered if plan.zero >= 2 else None,
                                  prefer)
+
+
+def covered_pins(q, plan, most: int) -> dict:
+    """The pins of the search for the covered plan beside `plan`, the fastest of request `q`
+    (empty where that takes no second search): a LoRA plan is covered without a pipeline at
+    ZeRO 0 / 1 (every LoRA run is pp 1 with whole gradients), any plan at context parallelism
+    up to `most` (and then at ZeRO 1 unless the request pins its stage). What the request
+    pins is kept: no covered plan where the pin itself is what the data lacks."""
+    if ((q.zero is not None and q.zero >= 2) or (q.cp is not None and q.cp > most)
+            or (q.lora_rank and q.pp is not None and q.pp > 1)):
+        return {}  # the pin itself is uncovered: no plan of the request is
+    lora = q.lora_rank and q.pp is None
+    beyond = plan.cp > most and q.cp is None
+    if not (beyond or lora and (bands.lora_pipeline(plan) or plan.zero >= 2)):
+        return {}
+    pins = {"cp_max": most} if beyond else {}
+    if lora:
+        pins |= {"pp": 1, "zero": 1 if q.zero is None else q.zero}
+    elif q.zero is None:
+        pins["zero"] = 1
+    return pins
+
+
+def covered_by(pins: dict) -> str:
+    """What the covered plan holds that the fastest may not (the support record's
+    `covered_by`): "ZeRO 1", "pp 1", "cp at most N", or those of them its search pinned."""
+    parts = [NO_PIPELINE] if pins.get("pp") == 1 else []
+    if "cp_max" in pins:
+        parts.append(f"cp at most {pins['cp_max']}")
+    return ", ".join(parts) or ZERO1

@@ -1,0 +1,112 @@
+"""Context parallelism beyond every calibration run of a system family has no measurement
+behind it (Hopper's runs reach cp 2): its band says "not covered", and `solve` takes the fastest
+plan within the family's calibrated degrees where it lies within that plan's error band
+(`planner.search.support`), as for ZeRO-2 / -3 and LoRA pipelines."""
+
+import dataclasses
+import json
+
+import jsonschema
+
+from planner import bands, switches
+from planner.catalog import load_model, load_system
+from planner.schema import schemas
+from planner.search.hybrid import Search
+from planner.search.hybrid_space import cps
+from planner.search.support import covered_by, covered_pins, supported_solve
+from planner.spec.hardware import Precision
+from planner.spec.transformer import with_seq_len
+
+
+def _request(devices: int, **pins) -> tuple:
+    """The Llama 2 70B LoRA job of MLPerf (rank 16, sequence 8,192, global batch 8) on
+    `devices` H100 in fp8 with the v4.1 recipe's switches (CUDA graphs, no fp8 attention),
+    every plan choice free unless pinned."""
+    m = with_seq_len(load_model("llama2-70b"), 8192)
+    q = Search(global_batch=8, devices=devices, grad_reduce_bf16=True, cuda_graphs=True,
+               lora_rank=16, fp8_weight_gather=True, weight_cache=False,
+               searched=tuple(n for n in switches.SEARCHED if n != "fp8_weight_gather"),
+               **pins)
+    return m, load_system("dgx-h100"), q
+
+
+def test_each_familys_covered_degree_is_the_highest_its_runs_ran():
+    # MLPerf Training: Hopper's LoRA and Llama 3.1 405B runs at cp 2, Blackwell's LoRA on
+    # NVL72 and B200 at cp 8, one MI300X LoRA run at cp 4; vTrain and SC21 at cp 1
+    got = {name: bands.covered_cp(load_system(name).device.name)
+           for name in ("dgx-h100", "hgx-h200", "gb200-nvl72", "dgx-b200", "mi300x-8",
+                        "dgx-a100-80gb")}
+    assert got == {"dgx-h100": 2, "hgx-h200": 2, "gb200-nvl72": 8, "dgx-b200": 8,
+                   "mi300x-8": 4, "dgx-a100-80gb": 1}
+    assert all(int(r["cp"]) <= got["dgx-h100"] for r in bands.residuals()
+               if r["family"] == "H100 / H200")
+
+
+def test_a_plan_beyond_the_covered_degree_has_no_band_and_within_it_the_same_band():
+    m = load_model("llama2-70b")
+    h100 = load_system("dgx-h100").device.name
+    feat = {c: bands.features(m, h100, Precision.fp8, 1, 64, cp=c) for c in (1, 2, 4)}
+    one, two, four = (bands.band(feat[c]) for c in (1, 2, 4))
+    assert four.low is None and "beyond cp 2 (this plan: cp 4)" in four.note
+    # the degree is no grouping key: within the covered range the band is the family's
+    assert (two.low, two.high, two.group) == (one.low, one.high, one.group)
+
+
+def test_the_search_offers_no_degree_above_cp_max():
+    m = with_seq_len(load_model("llama2-70b"), 8192)
+    assert cps(m, Search(global_batch=8, devices=64)) == [1, 2, 4, 8, 16]
+    assert cps(m, Search(global_batch=8, devices=64, cp_max=2)) == [1, 2]
+
+
+def test_the_covered_search_pins_what_the_data_covers():
+    plan = type("P", (), {"cp": 4, "pp": 1, "zero": 1, "lora_rank": 16})()
+    _, _, q = _request(64)
+    assert covered_pins(q, plan, 2) == {"cp_max": 2, "pp": 1, "zero": 1}
+    assert covered_pins(dataclasses.replace(q, cp=4), plan, 2) == {}  # the user's cp
+    assert covered_pins(dataclasses.replace(q, zero=2), plan, 2) == {}  # itself uncovered
+    assert covered_pins(dataclasses.replace(q, lora_rank=None), plan, 2) == {"cp_max": 2,
+                                                                            "zero": 1}
+    assert covered_pins(q, plan, 4) == {}
+    assert covered_by({"cp_max": 2, "pp": 1, "zero": 1}) == "pp 1, cp at most 2"
+    assert covered_by({"zero": 1}) == "ZeRO 1" and covered_by({"cp_max": 8}) == "cp at most 8"
+
+
+def test_a_cp_beyond_the_data_weighs_the_fastest_plan_within_it():
+    m, system, q = _request(64)
+    fastest, pick = supported_solve(m, system, Precision.fp8, q)
+    assert fastest.plan.cp > 2
+    assert fastest.prediction.time_band["note"].startswith("not covered")
+    sup = pick.support
+    assert sup["covered_by"] == "pp 1, cp at most 2"
+    alt, tol = sup["alternative"], sup["tolerance"]
+    assert alt["config"]["cp"] <= 2 and "low_s" in alt["time_band"]
+    assert sup["taken"] == (alt["objective_value"] <= (1 + tol) * fastest.objective.value)
+    assert (pick.plan.cp <= 2) == sup["taken"]
+    # the alternative is the fastest plan of each covered degree, pinned one at a time
+    best = min(supported_solve(m, system, Precision.fp8,
+                               dataclasses.replace(q, cp=c, pp=1, zero=1))[1].objective.value
+               for c in (1, 2))
+    assert abs(alt["objective_value"] / best - 1) < 1e-9
+
+
+def test_a_pinned_cp_beyond_the_data_is_the_users_and_said_to_be_not_covered():
+    m, system, q = _request(64, cp=4)
+    fastest, pick = supported_solve(m, system, Precision.fp8, q)
+    sup = pick.support
+    assert pick.plan == fastest.plan and pick.plan.cp == 4
+    assert sup["covered_by"] == "cp at most 2" and sup["alternative"] is None
+    assert not sup["taken"] and "beyond cp 2" in sup["note"]
+
+
+def test_solve_says_it_took_a_plan_within_the_covered_degree(run):
+    args = ("solve", "-m", "llama2-70b", "-H", "dgx-h100", "--devices", "64", "--global-batch",
+            "8", "--seq-len", "8192", "--lora-rank", "16", "--precision", "fp8",
+            "--fp8-weight-gather", "--no-weight-cache", "--cuda-graphs")
+    code, out, err = run(*args, "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, schemas()["solve"])
+    assert doc["support"]["covered_by"] == "pp 1, cp at most 2"
+    line = next(x for x in err.splitlines() if "cp 2 or less" in x)
+    assert ("took the fastest plan without a pipeline and at cp 2 or less" in line
+            or "--cp " in line and "--pp 1 --zero" in line)
