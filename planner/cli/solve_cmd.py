@@ -84,8 +84,9 @@ from planner.search.objective import Objective
                    "this fraction of the best plan's (0.10 = 10%).")
 @click.option("--prefer-supported", type=FiniteFloat(0, 1), default=None,
               help="Transformers: when no calibration run resembles the fastest plan "
-                   "(ZeRO-2 / -3, a LoRA pipeline), take the best ZeRO 1 plan (for LoRA "
-                   "without a pipeline) if it is within this "
+                   "(ZeRO-2 / -3, a LoRA pipeline, cp beyond the family's runs), take the "
+                   "best ZeRO 1 plan (for LoRA without a pipeline; at the covered cp) if it "
+                   "is within this "
                    "fraction of the best plan's objective (time per sample, cost, time to "
                    "train; 0: only one as good). Default: when it is within the best "
                    "plan's error band (the two bands overlap).")
