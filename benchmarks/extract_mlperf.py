@@ -94,6 +94,52 @@ def parse_log(text):
     return ev, dlpal
 
 
+# NeMo prints its resolved model config into the result log (one "key: value" line each):
+# the layout that ran, whatever the config file the submission ships says
+LAYOUT = re.compile(r"^[ \t]*(?:\d+:[ \t]*)?(tensor_model_parallel_size|pipeline_model_parallel_size|"
+                    r"context_parallel_size|micro_batch_size): (\d+)[ \t]*$", re.M)
+LAYOUT_FIELD = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+                "context_parallel_size": "cp", "micro_batch_size": "micro_batch"}
+
+
+def logged_layout(text):
+    """{tp, pp, cp, micro_batch: value} the result log prints, each where it prints one value."""
+    found = {}
+    for m in LAYOUT.finditer(text):
+        found.setdefault(LAYOUT_FIELD[m.group(1)], set()).add(int(m.group(2)))
+    return {k: v.pop() for k, v in found.items() if len(v) == 1}
+
+
+def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn):
+    """The config and fields that agree with the layout the result log prints: the selected
+    config where it does; else the one config of the same GPU count and global batch whose
+    layout is the logged one; else the selected config's with the logged layout written over
+    its own (dp and the local batch derived again), noted. A log that prints no layout leaves
+    the selection as it is."""
+    if not layout or all(fl.get(k) == v for k, v in layout.items()):
+        return path, fl, how
+    cands = {p: fields(e, sys_gpn) for p, e in pool.cfg.items()}
+    agree = sorted(p for p, f in cands.items()
+                   if f["gpus"] == fl["gpus"] and all(f.get(k) == v for k, v in layout.items())
+                   and not (gbs_log and f["cfg_global_batch"] and f["cfg_global_batch"] != gbs_log))
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(layout.items()))
+    if agree and len({tuple(cands[p][k] for k in SIG) for p in agree}) == 1:
+        return agree[0], cands[agree[0]], (
+            f"{how}; the result log prints layout {shown}, not that of "
+            f"{os.path.basename(path)}: the config that agrees with the log")
+    f = dict(fl)
+    old = ", ".join(f"{k} {fl.get(k)}" for k in sorted(layout))
+    f.update(layout)
+    tp, pp, cp = f["tp"], f["pp"], f["cp"]
+    f["dp"] = (f["gpus"] // (tp * pp * cp) if f["gpus"] and tp and pp and cp
+               and f["gpus"] % (tp * pp * cp) == 0 else None)
+    f["local_batch"] = gbs_log // f["dp"] if gbs_log and f["dp"] else None
+    f["_notes"] = fl["_notes"] + [
+        f"the result log prints layout {shown} where the config says {old}: the log's is what "
+        "ran (dp and local batch derived from it, the config's other settings kept)"]
+    return path, f, how
+
+
 def first(ev, key):
     for e in ev:
         if e.get("key") == key:
@@ -595,6 +641,7 @@ def process_repo(repo, scratch, rows, excluded):
         except ValueError:
             sysjson = {}
         per_run, gbs_log, seq_log, ga_log, dlpal, used = [], None, None, None, set(), []
+        layout = {}
         methods, ccs, ccms, nsteps = set(), [], set(), []
         for rf in sorted(rfiles, key=lambda s: int(re.search(r"result_(\d+)", s).group(1))):
             txt = git(repo, "show", f"HEAD:{rf}", check=False)
@@ -602,6 +649,7 @@ def process_repo(repo, scratch, rows, excluded):
                 continue  # blob absent from the snapshot
             ev, dl = parse_log(txt)
             dlpal |= dl
+            layout = layout or logged_layout(txt)
             g = first(ev, "global_batch_size")
             if g is None:
                 continue
@@ -641,6 +689,8 @@ def process_repo(repo, scratch, rows, excluded):
         if path is None:
             excluded.append(f"{key}: {why}")
             continue
+        path, fl, how = honour_log(pool, path, fl, how, layout, gbs_log,
+                                   _int(sysjson, "accelerators_per_node"))
         notes = list(fl["_notes"])
         prec, recipe = fl["precision"], fl["fp8_recipe"]
         if not prec:

@@ -7,7 +7,8 @@ each was derived). `rows()` prices every row at exactly that plan with the specs
 (the Blackwell and AMD GEMM shares are fitted to these rows by `planner.fit_mlperf`, which
 also predicts them leave-one-benchmark-out; nothing is fitted to the Hopper rows), a Run's
 `why_not` says why a row cannot be priced (a device or precision the catalog lacks, or a
-logged gradient accumulation that contradicts the config's split: 6 rows), and
+logged gradient accumulation that contradicts the split: the 2 rows whose logs print no
+layout; `benchmarks/extract_mlperf.py` takes the layout a log prints over its config's), and
 `python benchmarks/accuracy.py` reports the error by group.
 """
 
