@@ -172,8 +172,8 @@ def _band(feat: dict, rows) -> Band:
     most = max(ours, default=1)
     if ours and feat.get("cp", 1) > most:  # (a family with no run is not covered below)
         return Band(None, None, 0, None,
-                    f"not covered: no calibration run of {feat['family']} systems has context "
-                    f"parallelism beyond cp {most} (this plan: cp {feat['cp']}); the "
+                    f"not covered: no calibration run of context parallelism beyond cp {most} "
+                    f"on {feat['family']} systems (this plan: cp {feat['cp']}); the "
                     f"prediction rests on terms no measurement checks")
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
