@@ -14,14 +14,15 @@ and the job is solved with its framework settings (a slower submission of the sa
 not what the recipes reach: GPT-3 on 1,536 H100 ran at 6.34 s and at 5.17 s a step, on 768
 H100 with the same plan and settings at 12.13 s in v3.0 and 11.08 s in v3.1). The promise
 against every submission's own settings (the fastest submission of each) is printed too.
-The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers
-where it lies within the error band of an uncovered fastest one (ZeRO-2 / ZeRO-3, a LoRA
-pipeline, context parallelism beyond the family's runs: `planner.search.support`). Also printed: how far the pick's prediction is from the
-prediction of the submission's own plan (the search's gain inside the model), and the
-promise of the fastest plan by the point estimate (`solve --prefer-supported 0`). The
-Blackwell and AMD GEMM shares and every device's host time per step are fitted to these runs
-(`planner.fit_mlperf`), so the promise is given twice: with the specs as shipped, and out of
-sample, each job solved with the fit redone without the job's benchmark.
+The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers where it
+lies within the error band of an uncovered fastest one (ZeRO-2 / ZeRO-3, a LoRA pipeline,
+context parallelism beyond the family's runs: `planner.search.support`). Also printed: how
+far the pick's prediction is from the prediction of the submission's own plan (the search's
+gain inside the model), and the promise of the fastest plan by the point estimate (`solve
+--prefer-supported 0`). The Blackwell and AMD GEMM shares and every device's host time per
+step are fitted to these runs (`planner.fit_mlperf`), so the promise is given twice: with
+the specs as shipped, and out of sample, each job solved with the fit redone without the
+job's benchmark.
 
     python benchmarks/promise.py            # about 2.5 minutes
 """

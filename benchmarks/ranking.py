@@ -16,8 +16,8 @@ fastest (the issue's bar: within 1 % of the best).
   submitters and software versions ran the configurations, so part of a job's spread is not
   the plan's.
 
-    python benchmarks/ranking.py                              # about 4 minutes
-    python benchmarks/ranking.py --calculon /tmp/calculon     # with the peer, 1 minute more
+    python benchmarks/ranking.py                              # about 20 s
+    python benchmarks/ranking.py --calculon /tmp/calculon     # with the peer, 40 s more
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def vtrain_held_out(rows: list[dict]) -> dict:
 
 
 def calculon(checkout: Path, rows: list[dict]) -> dict:
-    """Each vTrain job's regret by Calculon's times (a configuration it refuses is never its
-    pick)."""
+    """Each vTrain job's regret by Calculon's times, over the configurations it prices (one it
+    refuses is never its pick; a job left with fewer than two is not counted)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import peers
 
@@ -70,7 +70,8 @@ def calculon(checkout: Path, rows: list[dict]) -> dict:
         dims = peers._dims(r["hidden"], r["heads"], r["layers"], r["seq_len"], 4 * r["hidden"])
         t = calc.time(dims, peers._execution(r["tp"], r["pp"], r["dp"], r["global_batch"],
                                              r["micro_batch"], 1, (0, 0, 0)))
-        out.append((_job(r), r["iteration_time_ms"], np.inf if t is None else t))
+        if t is not None:
+            out.append((_job(r), r["iteration_time_ms"], t))
     return by_job(out)
 
 

@@ -146,19 +146,19 @@ def _shipped(values: tuple[str, ...]) -> Band:
     return _band(dict(zip(FEATURES, values, strict=True)), residuals())
 
 
-def covered_cp(device_name: str, rows=None) -> int:
+def covered_cp(device_name: str, rows=None) -> int | None:
     """The highest context-parallel degree a calibration run of the device's family ran
-    (the shipped residuals unless `rows`; 1 where the family has none): a plan beyond it is
-    not covered (`band`)."""
+    (the shipped residuals unless `rows`; None where the family has no run, whose plans are
+    not covered at any degree): a plan beyond it is not covered (`band`)."""
     fam = family(device_name)
     if rows is None:
         return _covered_cp(fam)
-    return max((_cp(r) for r in rows if r.get("family") == fam), default=1)
+    return max((_cp(r) for r in rows if r.get("family") == fam), default=None)
 
 
 @functools.lru_cache(maxsize=32)
-def _covered_cp(fam: str) -> int:
-    return max((_cp(r) for r in residuals() if r["family"] == fam), default=1)
+def _covered_cp(fam: str) -> int | None:
+    return max((_cp(r) for r in residuals() if r["family"] == fam), default=None)
 
 
 def _cp(row: dict) -> int:

@@ -85,63 +85,75 @@ def band_tolerance(alt: Solution | None) -> float | None:
 def supported_solve(m, system, precision, q, prefer: float | None = None
                     ) -> tuple[Solution, Solution]:
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
-    plan, or beside an uncovered one the fastest covered plan where `with_support` takes it:
-    ZeRO 1 beside ZeRO-2 / ZeRO-3; for LoRA pp 1 and ZeRO 1 beside either; context
-    parallelism within the family's calibrated degrees (`planner.bands.covered_cp`) beside a
-    plan beyond them). A ZeRO stage, a pipeline or a context-parallel degree the request pins
-    is the user's: the fastest plan is the pick (a pinned LoRA pipeline or cp beyond the data
-    says it is not covered, with no plan beside it)."""
+    plan, or beside an uncovered one the fastest covered plan where `with_support` takes it).
+    The covered plan holds its gradients and weights whole (ZeRO 1), keeps to the context-
+    parallel degrees the family's runs reach (`planner.bands.covered_cp`) and, for LoRA, has
+    no pipeline. What the request pins is the user's: where a pin is itself what no run
+    checks (a cp beyond the data, a LoRA pipeline), or the model is one no run covers
+    (mixture-of-experts at ZeRO 0 / 1), the pick says it is not covered and names no plan
+    beside it; a pinned ZeRO 2 / 3 is the pick with no record (its `likely` band says it)."""
     from planner.search.hybrid import HybridSolver
 
     solver = HybridSolver(m, system, precision, q)
     fastest = solver.solve()
-    plan = fastest.plan
-    pipeline = bands.lora_pipeline(plan)
-    most = bands.covered_cp(system.device.name)
-    pins = covered_pins(q, plan, most)
-    if pins:
-        # a second search over the covered plans only
-        def covered() -> Solution:
-            return HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
-
-        return fastest, with_support(fastest, covered, prefer, covered_by(pins))
-    if q.zero is not None:
+    band = fastest.prediction.time_band
+    if not band or "low_s" in band:
         return fastest, fastest
-    if plan.cp > most or pipeline:  # the request's own cp or pipeline: none beside it
-        return fastest, with_support(fastest, None, prefer, covered_by(
-            {"cp_max": most} if plan.cp > most else {"pp": 1}))
-    # the fastest ZeRO 1 plan: the best ZeRO 1 twin of the table the search priced (for a
-    # ZeRO 2 pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
-    # is faster), its runners-up, front and knee ZeRO 1 plans too (`HybridSolver.covered`)
-    return fastest, with_support(fastest, solver.covered if plan.zero >= 2 else None,
-                                 prefer)
+    plan = fastest.plan
+    most = bands.covered_cp(system.device.name)
+    beyond = most is not None and plan.cp > most
+    pipeline = bands.lora_pipeline(plan)
+    label = covered_by(pipeline, most if beyond else None)
+    pins = covered_pins(q, plan, most)
+    if pins is None:
+        if q.zero is not None and q.zero >= 2:
+            return fastest, fastest  # a pinned stage is the user's (its band says so)
+        return fastest, with_support(fastest, None, prefer, label)
+
+    def search(pins: dict) -> Callable[[], Solution]:
+        """The fastest plan of the request with `pins` added: a second search."""
+        return lambda: HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
+
+    if pins == {"zero": 1} or pins == {"zero": 1, "cp_max": most}:
+        # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
+        # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan is
+        # faster; its runners-up, front and knee ZeRO 1 plans too: `HybridSolver.covered`),
+        # searched again with the cp bound where that twin goes beyond it
+        def twin() -> Solution:
+            alt = solver.covered()
+            return search(pins)() if most is not None and alt.plan.cp > most else alt
+
+        return fastest, with_support(fastest, twin, prefer, label)
+    return fastest, with_support(fastest, search(pins), prefer, label)
 
 
-def covered_pins(q, plan, most: int) -> dict:
-    """The pins of the search for the covered plan beside `plan`, the fastest of request `q`
-    (empty where that takes no second search): a LoRA plan is covered without a pipeline at
-    ZeRO 0 / 1 (every LoRA run is pp 1 with whole gradients), any plan at context parallelism
-    up to `most` (and then at ZeRO 1 unless the request pins its stage). What the request
-    pins is kept: no covered plan where the pin itself is what the data lacks."""
-    if ((q.zero is not None and q.zero >= 2) or (q.cp is not None and q.cp > most)
-            or (q.lora_rank and q.pp is not None and q.pp > 1)):
-        return {}  # the pin itself is uncovered: no plan of the request is
-    lora = q.lora_rank and q.pp is None
-    beyond = plan.cp > most and q.cp is None
-    if not (beyond or lora and (bands.lora_pipeline(plan) or plan.zero >= 2)):
-        return {}
-    pins = {"cp_max": most} if beyond else {}
-    if lora:
-        pins |= {"pp": 1, "zero": 1 if q.zero is None else q.zero}
-    elif q.zero is None:
-        pins["zero"] = 1
+def covered_pins(q, plan, most: int | None) -> dict | None:
+    """The pins that keep the search for the covered plan beside `plan` (the fastest of
+    request `q`, not covered) to what the calibration runs hold: ZeRO 1, cp up to `most`
+    (None: the family has no run, so no degree is covered), for LoRA pp 1; the request's own
+    pins are kept. None where nothing beside it can be covered: the request pins what no run
+    checks (ZeRO 2 / 3, a cp beyond `most`, a LoRA pipeline), or the plan is uncovered for
+    another reason only (a mixture-of-experts model at ZeRO 0 / 1)."""
+    beyond = most is not None and plan.cp > most
+    pipeline = bands.lora_pipeline(plan)
+    if ((q.zero is not None and q.zero >= 2) or (beyond and q.cp is not None)
+            or (pipeline and q.pp is not None)):
+        return None  # the pin itself is uncovered: no plan of the request is
+    if not (beyond or pipeline or plan.zero >= 2):
+        return None
+    pins = {"zero": 1 if q.zero is None else q.zero}
+    if q.cp is None and most is not None:
+        pins["cp_max"] = most
+    if q.lora_rank and q.pp is None:
+        pins["pp"] = 1
     return pins
 
 
-def covered_by(pins: dict) -> str:
-    """What the covered plan holds that the fastest may not (the support record's
-    `covered_by`): "ZeRO 1", "pp 1", "cp at most N", or those of them its search pinned."""
-    parts = [NO_PIPELINE] if pins.get("pp") == 1 else []
-    if "cp_max" in pins:
-        parts.append(f"cp at most {pins['cp_max']}")
+def covered_by(pipeline: bool, cp_max: int | None) -> str:
+    """What the covered plan holds that the fastest lacks (the support record's
+    `covered_by`): no pipeline ("pp 1", a LoRA plan), the covered cp degrees ("cp at most N"),
+    both, or else its gradients and weights whole ("ZeRO 1")."""
+    parts = [NO_PIPELINE] if pipeline else []
+    if cp_max is not None:
+        parts.append(f"cp at most {cp_max}")
     return ", ".join(parts) or ZERO1
