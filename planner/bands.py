@@ -151,14 +151,17 @@ def covered_cp(device_name: str, rows=None) -> int | None:
     (the shipped residuals unless `rows`; None where the family has no run, whose plans are
     not covered at any degree): a plan beyond it is not covered (`band`)."""
     fam = family(device_name)
-    if rows is None:
-        return _covered_cp(fam)
-    return max((_cp(r) for r in rows if r.get("family") == fam), default=None)
+    return _covered_cp(fam) if rows is None else _most_cp(fam, rows)
 
 
 @functools.lru_cache(maxsize=32)
 def _covered_cp(fam: str) -> int | None:
-    return max((_cp(r) for r in residuals() if r["family"] == fam), default=None)
+    return _most_cp(fam, residuals())
+
+
+def _most_cp(fam: str, rows) -> int | None:
+    """The highest cp of `rows` of family `fam` (None: the family has none)."""
+    return max((_cp(r) for r in rows if r.get("family") == fam), default=None)
 
 
 def _cp(row: dict) -> int:
@@ -168,9 +171,8 @@ def _cp(row: dict) -> int:
 def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
-    ours = [_cp(r) for r in rows if r.get("family") == feat["family"]]
-    most = max(ours, default=1)
-    if ours and feat.get("cp", 1) > most:  # (a family with no run is not covered below)
+    most = _most_cp(feat["family"], rows)
+    if most is not None and feat.get("cp", 1) > most:  # (a family with no run: below)
         return Band(None, None, 0, None,
                     f"not covered: no calibration run of context parallelism beyond cp {most} "
                     f"on {feat['family']} systems (this plan: cp {feat['cp']}); the "

@@ -114,7 +114,7 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         """The fastest plan of the request with `pins` added: a second search."""
         return lambda: HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
 
-    if pins == {"zero": 1} or pins == {"zero": 1, "cp_max": most}:
+    if "pp" not in pins and pins["zero"] == 1:
         # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
         # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan is
         # faster; its runners-up, front and knee ZeRO 1 plans too: `HybridSolver.covered`),
