@@ -73,6 +73,8 @@ def test_the_covered_search_pins_what_the_data_covers():
     # a sharded pick within the degrees: its covered plan keeps to them too
     assert covered_pins(q, sharded, 2) == {"cp_max": 2, "pp": 1, "zero": 1}
     assert covered_pins(q, sharded, None) == {"pp": 1, "zero": 1}  # no run: no bound
+    # the request's own bound is never raised to the family's degree
+    assert covered_pins(dataclasses.replace(q, cp_max=1), sharded, 2)["cp_max"] == 1
     assert covered_by(True, 2) == "pp 1, cp at most 2" and covered_by(True, None) == "pp 1"
     assert covered_by(False, None) == "ZeRO 1" and covered_by(False, 8) == "cp at most 8"
 
@@ -130,3 +132,29 @@ def test_solve_says_it_took_a_plan_within_the_covered_degree(run):
     line = next(x for x in err.splitlines() if "cp 2 or less" in x)
     assert ("took the fastest plan at cp 2 or less (cp " in line
             or "--cp " in line and "--zero " in line and "--pp" not in line)
+
+
+def test_cp_max_on_the_command_line_bounds_solve_and_sweep(run):
+    args = ("-m", "llama2-70b", "-H", "dgx-h100", "--global-batch", "8", "--seq-len", "8192",
+            "--lora-rank", "16", "--precision", "fp8", "--fp8-weight-gather",
+            "--no-weight-cache", "--cuda-graphs", "--format", "json")
+    free = json.loads(run("solve", *args, "--devices", "64", "--prefer-supported", "0")[1])
+    assert free["config"]["cp"] > 2  # the premise: unbounded, the fastest goes beyond cp 2
+    code, out, _ = run("solve", *args, "--devices", "64", "--cp-max", "2",
+                       "--prefer-supported", "0")
+    assert code == 0
+    bounded = json.loads(out)
+    assert bounded["config"]["cp"] <= 2  # its degree covered: no cp note (a ZeRO one may be)
+    assert "context parallelism" not in bounded.get("support", {}).get("note", "")
+    assert bounded["objective"]["value"] >= free["objective"]["value"]
+    code, out, _ = run("sweep", *args, "--nodes", "4:8:x2", "--cp-max", "1")
+    assert code == 0 and all(p["config"]["cp"] == 1 for p in json.loads(out)["points"])
+
+
+def test_cp_max_refuses_a_pin_above_it_and_a_cnn(run):
+    code, _, err = run("solve", "-m", "llama2-70b", "-H", "dgx-h100", "--global-batch", "8",
+                       "--devices", "64", "--seq-len", "8192", "--cp", "8", "--cp-max", "4")
+    assert code == 2 and "the pinned cp 8 is above cp_max 4" in err
+    code, _, err = run("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
+                       "--cp-max", "4")
+    assert code == 2 and "--cp-max applies to transformer models only" in err

@@ -171,6 +171,15 @@ def framework_of(framework: str | None, fmt: str, family: str) -> str | None:
     return framework or form
 
 
+def cp_max_option(f):
+    """--cp-max: the highest context-parallel degree a search offers (solve, sweep)."""
+    return click.option(
+        "--cp-max", "cp_max", type=DecimalInt(1, 1024),
+        help="Transformers: the highest context-parallel degree the search tries (a cp "
+             "your measurements do not reach, or beyond the calibration runs: `solve`'s "
+             "covered plan keeps to the family's degrees the same way) [default: 16].")(f)
+
+
 def headroom_option(f):
     """--memory-headroom: how full a device may be (evaluate, solve, sweep)."""
     from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM
@@ -251,8 +260,8 @@ def require(model, hardware) -> None:
 
 
 def reject_transformer_flags(kw: dict) -> None:
-    """A CNN takes none of the hybrid choices."""
-    for key in TRANSFORMER_KEYS:
+    """A CNN takes none of the hybrid choices (nor the search's bound on them)."""
+    for key in (*TRANSFORMER_KEYS, "cp_max"):
         if kw.get(key) is not None:
             raise SpecError(f"{key}: --{key.replace('_', '-')} applies to transformer models "
                             "only")

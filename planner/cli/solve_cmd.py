@@ -7,6 +7,7 @@ import click
 from planner.cli.options import (
     TRANSFORMER_KEYS,
     cnn_options,
+    cp_max_option,
     framework_of,
     framework_option,
     headroom_option,
@@ -99,6 +100,7 @@ from planner.search.objective import Objective
                                       "guard stops says so).")
 @cnn_options
 @transformer_options
+@cp_max_option
 @framework_option
 @headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
@@ -141,6 +143,7 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         raise SpecError("price_per_device_hour: --price-per-device-hour prices a training run: "
                         "give --tokens (a token budget) or --critical-batch with a target")
     hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
+    hybrid["cp_max"] = problem.pop("cp_max")  # a bound of the search, not a pin
     training = {"critical_batch": critical_batch, "target_steps": target_steps,
                 "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
                 "deadline_s": deadline_s, "budget_usd": budget_usd}

@@ -7,6 +7,7 @@ import click
 from planner.cli.batch_cmd import Reporter, check_scheduler, cluster_options
 from planner.cli.options import (
     cnn_options,
+    cp_max_option,
     headroom_option,
     parallel_check,
     parallel_options,
@@ -50,6 +51,7 @@ from planner.report import render
                    "train (iteration time without a target), CNNs speed-up and time breakdown.")
 @cnn_options
 @transformer_options
+@cp_max_option
 @headroom_option
 @parallel_options
 @cluster_options

@@ -188,6 +188,11 @@ class HybridSolver:
         # pins no plan of this model can meet are bad input, not infeasibility
         check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep,
                    first=q.first_stage_layers, last=q.last_stage_layers)
+        if q.cp_max is not None:
+            if q.cp_max < 1:
+                raise SpecError(f"cp_max: must be at least 1, got {q.cp_max}")
+            if q.cp is not None and q.cp > q.cp_max:
+                raise SpecError(f"cp: the pinned cp {q.cp} is above cp_max {q.cp_max}")
         if q.lora_rank is not None:
             check_lora(m, q.lora_rank)
         _check_system(system, precision, q)

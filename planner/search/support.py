@@ -142,8 +142,8 @@ def covered_pins(q, plan, most: int | None) -> dict | None:
     if not (beyond or pipeline or plan.zero >= 2):
         return None
     pins = {"zero": 1 if q.zero is None else q.zero}
-    if q.cp is None and most is not None:
-        pins["cp_max"] = most
+    if q.cp is None and most is not None:  # never above the request's own bound
+        pins["cp_max"] = most if q.cp_max is None else min(most, q.cp_max)
     if q.lora_rank and q.pp is None:
         pins["pp"] = 1
     return pins
