@@ -102,12 +102,51 @@ LAYOUT_FIELD = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_siz
                 "context_parallel_size": "cp", "micro_batch_size": "micro_batch"}
 
 
+# ... and its switches, "key: true|false": the GEMM format (fp4, fp8), CUDA graphs (the LoRA
+# recipes' conf/megatron_gpt_peft_tuning_config.yaml reads enable_cuda_graph from
+# MCORE_CUDA_GRAPH and external_cuda_graph from LAYER_CUDA_GRAPH) and userbuffers' tp overlap
+SWITCH = re.compile(r"^[ \t]*(?:\d+:[ \t]*)?(fp4|fp8|enable_cuda_graph|external_cuda_graph|"
+                    r"ub_tp_comm_overlap): (true|false)[ \t]*$", re.M)
+GRAPH_SWITCH = {"enable_cuda_graph": "MCORE_CUDA_GRAPH", "external_cuda_graph": "LAYER_CUDA_GRAPH"}
+
+
 def logged_layout(text):
     """{tp, pp, cp, micro_batch: value} the result log prints, each where it prints one value."""
     found = {}
     for m in LAYOUT.finditer(text):
         found.setdefault(LAYOUT_FIELD[m.group(1)], set()).add(int(m.group(2)))
     return {k: v.pop() for k, v in found.items() if len(v) == 1}
+
+
+def logged_switches(text):
+    """{switch: bool} of `SWITCH` the result log prints, each where it prints one value."""
+    found = {}
+    for m in SWITCH.finditer(text):
+        found.setdefault(m.group(1), set()).add(m.group(2) == "true")
+    return {k: v.pop() for k, v in found.items() if len(v) == 1}
+
+
+def format_of(precision):
+    """A config's precision as the log's switches name its GEMM format."""
+    return ("fp4" if "fp4" in precision else "fp8" if "fp8" in precision
+            else "bf16" if precision == "bf16" else None)
+
+
+def agrees_with_log(f, layout, switches):
+    """Whether a config's fields ran as the result log says: its layout (`logged_layout`), its
+    GEMM format, its CUDA graphs and its tp overlap (`logged_switches`), each where printed."""
+    if not all(f.get(k) == v for k, v in layout.items()):
+        return False
+    if "fp4" in switches and "fp8" in switches:
+        ran = "fp4" if switches["fp4"] else "fp8" if switches["fp8"] else "bf16"
+        if format_of(f["precision"]) != ran:
+            return False
+    graphs = set(f["cuda_graph"].split("+"))
+    if any(key in switches and (var in graphs) != switches[key]
+           for key, var in GRAPH_SWITCH.items()):
+        return False
+    overlap = switches.get("ub_tp_comm_overlap")
+    return overlap is None or f["tp_comm_overlap"] in ("", int(overlap))
 
 
 def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn):
@@ -522,8 +561,15 @@ def norm(s):
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
-def select_config(pool, system, sysjson, gbs_log, dlpal):
-    """Return (path, fields, how, reason_if_none)."""
+def _names_system(path, system):
+    """Whether a config's file name carries the system's name (config_<SYSTEM>_1x8x....sh)."""
+    name = norm(os.path.basename(path)[len("config_"):].split("_")[0])
+    return len(name) > 4 and name in norm(system)
+
+
+def select_config(pool, system, sysjson, gbs_log, dlpal, layout=None, switches=None):
+    """Return (path, fields, how, reason_if_none). Candidates that differ in layout or
+    settings are told apart by what the result log prints (`layout`, `switches`)."""
     acc_apn = _int(sysjson, "accelerators_per_node")
     acc_nodes = _int(sysjson, "number_of_nodes")
     total = acc_apn * acc_nodes if acc_apn and acc_nodes else None
@@ -596,11 +642,19 @@ def select_config(pool, system, sysjson, gbs_log, dlpal):
                 flt = same
                 sigs = {tuple(cands[p][k] for k in SIG) for p in flt}
                 how.append(f"config name carries the accelerator ({mine[0]})")
+    if len(sigs) > 1 and (layout or switches):
+        ran = [p for p in flt if agrees_with_log(cands[p], layout or {}, switches or {})]
+        ran_sigs = {tuple(cands[p][k] for k in SIG) for p in ran}
+        if len(ran_sigs) == 1:
+            flt, sigs = ran, ran_sigs
+            how.append("the one candidate whose layout and settings the result log prints")
     if len(sigs) > 1:
         names = ", ".join(sorted(os.path.basename(p) for p in flt))
         return None, None, None, (f"ambiguous: {len(flt)} candidate configs differ in parallel "
                                   f"layout/precision: {names}")
-    flt.sort()
+    # of configs identical in SIG, one named after the system first (its other settings are
+    # the system's own: a B300 row is not read from a GB300 config)
+    flt.sort(key=lambda p: (not _names_system(p, system), p))
     if len(flt) > 1:
         how.append(f"{len(flt)} candidate configs identical in {'/'.join(SIG)}: "
                    + ", ".join(os.path.basename(p) for p in flt))
@@ -641,7 +695,7 @@ def process_repo(repo, scratch, rows, excluded):
         except ValueError:
             sysjson = {}
         per_run, gbs_log, seq_log, ga_log, dlpal, used = [], None, None, None, set(), []
-        layout = {}
+        layout, switches = {}, {}
         methods, ccs, ccms, nsteps = set(), [], set(), []
         for rf in sorted(rfiles, key=lambda s: int(re.search(r"result_(\d+)", s).group(1))):
             txt = git(repo, "show", f"HEAD:{rf}", check=False)
@@ -650,6 +704,7 @@ def process_repo(repo, scratch, rows, excluded):
             ev, dl = parse_log(txt)
             dlpal |= dl
             layout = layout or logged_layout(txt)
+            switches = switches or logged_switches(txt)
             g = first(ev, "global_batch_size")
             if g is None:
                 continue
@@ -685,7 +740,8 @@ def process_repo(repo, scratch, rows, excluded):
         if (sub, bench) not in pools:
             pools[(sub, bench)] = ConfigPool(repo, files, sub, bench, scratch)
         pool = pools[(sub, bench)]
-        path, fl, how, why = select_config(pool, system, sysjson, gbs_log, dlpal)
+        path, fl, how, why = select_config(pool, system, sysjson, gbs_log, dlpal, layout,
+                                           switches)
         if path is None:
             excluded.append(f"{key}: {why}")
             continue
