@@ -35,7 +35,7 @@ from planner.calibrate import _golden_min
 from planner.catalog import load_model, load_system
 from planner.cost.transformer import Hardware, iteration
 from planner.plan import Plan
-from planner.spec.hardware import KernelCosts, Precision, System
+from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer, build_transformer
 
 SYSTEM = "dgx-a100-80gb"
@@ -61,11 +61,14 @@ class Constants:
                    s.intra_node.latency_us)
 
     def system(self) -> System:
+        """The A100 system with these constants, its other kernel costs as its spec has them
+        (the overlap slowdown, the GPU's own time per kernel)."""
         s = load_system(SYSTEM)
         dev = s.device
         dev = dev.model_copy(update={
             "efficiency": dev.efficiency.model_copy(update={"matmul": self.matmul}),
-            "kernels": KernelCosts(launch_us=self.launch_us, gemm_half_dim=self.gemm_half_dim)})
+            "kernels": dev.kernels.model_copy(update={"launch_us": self.launch_us,
+                                                      "gemm_half_dim": self.gemm_half_dim})})
         intra = s.intra_node.model_copy(update={"latency_us": self.intra_latency_us})
         return dataclasses.replace(s, device=dev, intra_node=intra)
 
