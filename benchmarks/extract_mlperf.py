@@ -102,12 +102,15 @@ LAYOUT_FIELD = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_siz
                 "context_parallel_size": "cp", "micro_batch_size": "micro_batch"}
 
 
-# ... and its switches, "key: true|false": the GEMM format (fp4, fp8), CUDA graphs (the LoRA
-# recipes' conf/megatron_gpt_peft_tuning_config.yaml reads enable_cuda_graph from
-# MCORE_CUDA_GRAPH and external_cuda_graph from LAYER_CUDA_GRAPH) and userbuffers' tp overlap
+# ... and its switches, "key: true|false": the GEMM format (fp4, fp8), CUDA graphs and
+# userbuffers' tp overlap. Which config variable sets each CUDA-graph switch is the
+# implementation's own YAML's to say (`GRAPH_BINDING`): the v5.x LoRA recipes read
+# enable_cuda_graph from MCORE_CUDA_GRAPH and external_cuda_graph from LAYER_CUDA_GRAPH, v4.x's
+# and several v5.x submitters' enable_cuda_graph from LAYER_CUDA_GRAPH
 SWITCH = re.compile(r"^[ \t]*(?:\d+:[ \t]*)?(fp4|fp8|enable_cuda_graph|external_cuda_graph|"
                     r"ub_tp_comm_overlap): (true|false)[ \t]*$", re.M)
-GRAPH_SWITCH = {"enable_cuda_graph": "MCORE_CUDA_GRAPH", "external_cuda_graph": "LAYER_CUDA_GRAPH"}
+GRAPH_BINDING = re.compile(r"^[ \t]*(enable_cuda_graph|external_cuda_graph):[ \t]*"
+                           r"\$\{(?:oc\.decode:\$\{)?oc\.env:(\w+)", re.M)
 
 
 def logged_layout(text):
@@ -127,29 +130,34 @@ def logged_switches(text):
 
 
 def format_of(precision):
-    """A config's precision as the log's switches name its GEMM format."""
+    """A config's precision as the log's switches name its GEMM format (None: not known)."""
+    precision = (precision or "").lower()
     return ("fp4" if "fp4" in precision else "fp8" if "fp8" in precision
             else "bf16" if precision == "bf16" else None)
 
 
 def agrees_with_log(f, layout, switches):
     """Whether a config's fields ran as the result log says: its layout (`logged_layout`), its
-    GEMM format, its CUDA graphs and its tp overlap (`logged_switches`), each where printed."""
+    GEMM format, its CUDA graphs (by its implementation's `GRAPH_BINDING`) and its tp overlap
+    (`logged_switches`), each where the log prints it and the config says it: a value the
+    config leaves unknown contradicts nothing."""
     if not all(f.get(k) == v for k, v in layout.items()):
         return False
-    if "fp4" in switches and "fp8" in switches:
+    fmt = format_of(f["precision"])
+    if "fp4" in switches and "fp8" in switches and fmt is not None:
         ran = "fp4" if switches["fp4"] else "fp8" if switches["fp8"] else "bf16"
-        if format_of(f["precision"]) != ran:
+        if fmt != ran:
             return False
-    graphs = set(f["cuda_graph"].split("+"))
-    if any(key in switches and (var in graphs) != switches[key]
-           for key, var in GRAPH_SWITCH.items()):
-        return False
+    if f["cuda_graph"] != "":
+        graphs = set(f["cuda_graph"].split("+"))
+        if any(key in switches and (var in graphs) != switches[key]
+               for key, var in f["_graph_binding"].items()):
+            return False
     overlap = switches.get("ub_tp_comm_overlap")
     return overlap is None or f["tp_comm_overlap"] in ("", int(overlap))
 
 
-def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn):
+def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn, system):
     """The config and fields that agree with the layout the result log prints: the selected
     config where it does; else the one config of the same GPU count and global batch whose
     layout is the logged one; else the selected config's with the logged layout written over
@@ -158,9 +166,11 @@ def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn):
     if not layout or all(fl.get(k) == v for k, v in layout.items()):
         return path, fl, how
     cands = {p: fields(e, sys_gpn) for p, e in pool.cfg.items()}
-    agree = sorted(p for p, f in cands.items()
-                   if f["gpus"] == fl["gpus"] and all(f.get(k) == v for k, v in layout.items())
-                   and not (gbs_log and f["cfg_global_batch"] and f["cfg_global_batch"] != gbs_log))
+    agree = sorted((p for p, f in cands.items()
+                    if f["gpus"] == fl["gpus"] and all(f.get(k) == v for k, v in layout.items())
+                    and not (gbs_log and f["cfg_global_batch"]
+                             and f["cfg_global_batch"] != gbs_log)),
+                   key=lambda p: (-_system_name_match(p, system), p))
     shown = ", ".join(f"{k} {v}" for k, v in sorted(layout.items()))
     if agree and len({tuple(cands[p][k] for k in SIG) for p in agree}) == 1:
         return agree[0], cands[agree[0]], (
@@ -366,6 +376,8 @@ class ConfigPool:
             if self._yaml_literal(os.path.dirname(f), "disable_parameter_transpose_cache",
                                   "True"):
                 env["__NO_WEIGHT_CACHE__"] = "1"
+            env["__GRAPH_BINDING__"] = ",".join(
+                f"{k}={v}" for k, v in self._graph_binding(os.path.dirname(f)).items())
             if not hard:
                 # defaults the implementation's own Hydra/OmegaConf YAML gives to unset variables
                 # (${oc.env:VAR,default}); only used when every sourced file is present
@@ -386,6 +398,17 @@ class ConfigPool:
             for m in re.finditer(r"oc\.env:(\w+),\s*([^}\s]+)\}", txt):
                 out.setdefault(m.group(1), (m.group(2).strip("'\""), os.path.basename(f)))
         return out
+
+    def _graph_binding(self, impl_dir):
+        """{log switch: config variable} the implementation's YAML binds each CUDA-graph switch
+        to (`GRAPH_BINDING`); a switch two of its YAMLs bind differently is left out."""
+        found = {}
+        for f in self.yamls:
+            if f.startswith(impl_dir + "/"):
+                txt = git(self.repo, "show", f"HEAD:{f}", check=False) or ""
+                for m in GRAPH_BINDING.finditer(txt):
+                    found.setdefault(m.group(1), set()).add(m.group(2))
+        return {k: v.pop() for k, v in sorted(found.items()) if len(v) == 1}
 
     def _yaml_literal(self, impl_dir, key, value):
         """Whether a YAML file of the implementation sets `key: value` outright."""
@@ -550,6 +573,8 @@ def fields(env, sys_gpn):
         + ([f"defaults from the implementation's YAML for variables the config leaves unset: "
             f"{env['__YAMLDEF__'].strip()}"] if env.get("__YAMLDEF__") else []),
         "_dgxsystem": env.get("DGXSYSTEM", ""),
+        "_graph_binding": dict(x.split("=", 1) for x in env.get("__GRAPH_BINDING__", "").split(",")
+                               if "=" in x),
     }
 
 
@@ -561,10 +586,13 @@ def norm(s):
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
-def _names_system(path, system):
-    """Whether a config's file name carries the system's name (config_<SYSTEM>_1x8x....sh)."""
-    name = norm(os.path.basename(path)[len("config_"):].split("_")[0])
-    return len(name) > 4 and name in norm(system)
+def _system_name_match(path, system):
+    """How much of the system's name a config's file name carries (config_<SYSTEM>_1x8x....sh):
+    the length of that name where the system's contains it, else 0 (a longer name is the
+    closer: XE9680L over XE9680 for an XE9680L system)."""
+    stem = os.path.splitext(os.path.basename(path))[0][len("config_"):]
+    name = norm(stem.split("_")[0])
+    return len(name) if len(name) > 4 and name in norm(system) else 0
 
 
 def select_config(pool, system, sysjson, gbs_log, dlpal, layout=None, switches=None):
@@ -654,7 +682,7 @@ def select_config(pool, system, sysjson, gbs_log, dlpal, layout=None, switches=N
                                   f"layout/precision: {names}")
     # of configs identical in SIG, one named after the system first (its other settings are
     # the system's own: a B300 row is not read from a GB300 config)
-    flt.sort(key=lambda p: (not _names_system(p, system), p))
+    flt.sort(key=lambda p: (-_system_name_match(p, system), p))
     if len(flt) > 1:
         how.append(f"{len(flt)} candidate configs identical in {'/'.join(SIG)}: "
                    + ", ".join(os.path.basename(p) for p in flt))
@@ -746,7 +774,7 @@ def process_repo(repo, scratch, rows, excluded):
             excluded.append(f"{key}: {why}")
             continue
         path, fl, how = honour_log(pool, path, fl, how, layout, gbs_log,
-                                   _int(sysjson, "accelerators_per_node"))
+                                   _int(sysjson, "accelerators_per_node"), system)
         notes = list(fl["_notes"])
         prec, recipe = fl["precision"], fl["fp8_recipe"]
         if not prec:

@@ -7,9 +7,12 @@ import dataclasses
 import json
 
 import jsonschema
+import pytest
 
+import planner
 from planner import bands, switches
 from planner.catalog import load_model, load_system
+from planner.errors import SpecError
 from planner.schema import schemas
 from planner.search.hybrid import Search
 from planner.search.hybrid_space import cps
@@ -158,3 +161,14 @@ def test_cp_max_refuses_a_pin_above_it_and_a_cnn(run):
     code, _, err = run("solve", "-m", "alexnet", "-H", "k80-fdr", "--global-batch", "256",
                        "--cp-max", "4")
     assert code == 2 and "--cp-max applies to transformer models only" in err
+
+
+def test_cp_max_beyond_the_degrees_tried_is_refused(run):
+    code, _, err = run("solve", "-m", "llama2-70b", "-H", "dgx-h100", "--global-batch", "8",
+                       "--devices", "64", "--cp-max", "32")
+    assert code == 2 and "--cp-max" in err and "Traceback" not in err
+    m, system, q = _request(64, cp_max=32)
+    with pytest.raises(SpecError, match="cp_max: must be 1 to 16"):
+        supported_solve(m, system, Precision.fp8, q)
+    with pytest.raises(SpecError, match="applies to transformer models only"):
+        planner.solve("alexnet", "k80-fdr", global_batch=256, cp_max=2)

@@ -22,10 +22,17 @@ LOG = """0:   tensor_model_parallel_size: 1
 """
 
 
-def _env(precision: str, graph: bool) -> dict:
-    """A one-node LoRA config's environment: tp 1, global batch 8, in fp8 or NVFP4."""
+# the v5.x LoRA recipes' binding of the log's CUDA-graph switches to config variables
+LORA_BINDING = "enable_cuda_graph=MCORE_CUDA_GRAPH,external_cuda_graph=LAYER_CUDA_GRAPH"
+
+
+def _env(precision: str, graph: bool, binding: str = LORA_BINDING) -> dict:
+    """A one-node LoRA config's environment: tp 1, global batch 8, in fp8 or NVFP4, with
+    MCORE_CUDA_GRAPH on or off, its implementation's YAML binding the graph switches as
+    `binding` says (what `ConfigPool` records)."""
     env = {"DGXNNODES": "1", "DGXNGPU": "8", "TP": "1", "PP": "1", "CP": "1", "MBS": "1",
-           "MINIBS": "1", "FP8": "True", "FP8_RECIPE": "delayed", "TP_COMM_OVERLAP": "False"}
+           "MINIBS": "1", "FP8": "True", "FP8_RECIPE": "delayed", "TP_COMM_OVERLAP": "False",
+           "MCORE_CUDA_GRAPH": "0", "__GRAPH_BINDING__": binding}
     if precision == "nvfp4":
         env |= {"FP4": "True", "FP4_RECIPE": "nvfp4"}
     if graph:
@@ -75,7 +82,7 @@ def test_the_log_tells_apart_configs_of_another_precision_or_cuda_graphs():
     assert path.endswith("_fp4.sh") and fields["precision"] == "nvfp4"
     assert "the one candidate whose layout and settings the result log prints" in how
     path, fields, _, _ = _select(configs, LOG.format(fp4="false", graph="false"))
-    assert path.endswith("config_B_1x8x1xtp1pp1cp1.sh") and fields["cuda_graph"] == ""
+    assert path.endswith("config_B_1x8x1xtp1pp1cp1.sh") and fields["cuda_graph"] == "0"
     # two that agree with the log in every switch it prints (not the fp8 recipe) stay ambiguous
     configs["config_C_1x8x1xtp1pp1cp1.sh"] = _env("fp8", graph=False) | {
         "FP8_RECIPE": "tensorwise"}
@@ -94,5 +101,45 @@ def test_of_configs_that_agree_the_one_named_after_the_system_is_read():
     assert "2 candidate configs identical" in how
     path, fields, _, _ = _select(configs, None, system="MI300X_EPYC_9575F_pytorch")
     assert path.endswith("config_MI300X_1x8x1.sh") and fields["recompute"] == "full"
-    assert X._names_system("x/config_XE9780x8B300-SXM-270GB_1x8x1.sh", "1xXE9780x8B300-SXM-270GB")
-    assert not X._names_system("x/config_GB300_2x4x1.sh", "1xXE9780x8B300-SXM-270GB")
+
+
+def test_the_graph_switches_are_read_as_the_implementation_binds_them():
+    # an implementation whose YAML sets enable_cuda_graph from LAYER_CUDA_GRAPH (the v4.x
+    # recipes): MCORE_CUDA_GRAPH says nothing of it
+    layer = "enable_cuda_graph=LAYER_CUDA_GRAPH"
+    on = X.fields(_env("fp8", graph=False, binding=layer) | {"LAYER_CUDA_GRAPH": "1"}, 8)
+    off = X.fields(_env("fp8", graph=True, binding=layer), 8)
+    logged = {"enable_cuda_graph": True}
+    assert X.agrees_with_log(on, {}, logged) and not X.agrees_with_log(off, {}, logged)
+    # no binding found, or no graph variable in the config: the switch contradicts nothing
+    unbound = X.fields(_env("fp8", graph=True, binding=""), 8)
+    assert X.agrees_with_log(unbound, {}, {"enable_cuda_graph": False})
+    unset = X.fields({k: v for k, v in _env("fp8", graph=False).items()
+                      if k != "MCORE_CUDA_GRAPH"}, 8)
+    assert unset["cuda_graph"] == "" and X.agrees_with_log(unset, {}, {"enable_cuda_graph": True})
+
+
+def test_tp_overlap_and_precision_tell_configs_apart_only_where_known():
+    overlap = X.fields(_env("fp8", graph=False) | {"TP_COMM_OVERLAP": "True"}, 8)
+    plain = X.fields(_env("fp8", graph=False), 8)
+    assert not X.agrees_with_log(overlap, {}, {"ub_tp_comm_overlap": False})
+    assert X.agrees_with_log(plain, {}, {"ub_tp_comm_overlap": False})
+    unknown = X.fields({k: v for k, v in _env("fp8", graph=False).items()
+                        if k != "TP_COMM_OVERLAP"}, 8)
+    assert unknown["tp_comm_overlap"] == ""
+    assert X.agrees_with_log(unknown, {}, {"ub_tp_comm_overlap": True})
+    # a precision the config does not give (an implementation's source sets it) is no evidence
+    bare = X.fields({k: v for k, v in _env("fp8", graph=False).items() if k != "FP8"}, 8)
+    assert bare["precision"] == "" and X.format_of(bare["precision"]) is None
+    assert X.agrees_with_log(bare, {}, {"fp4": True, "fp8": False})
+    assert X.format_of("NVFP4") == "fp4" and X.format_of("MXFP8") == "fp8"
+
+
+def test_the_longest_system_name_a_config_carries_wins():
+    system = "XE9680Lx8H200-SXM-141GB"
+    assert (X._system_name_match("c/config_XE9680Lx8H200-SXM-141GB_1x8x2.sh", system)
+            > X._system_name_match("c/config_XE9680_1x8x2.sh", system) > 0)
+    # a config named after the system alone, no layout suffix
+    assert X._system_name_match("c/config_1xXE9680Lx8B200-SXM-180GB.sh",
+                                "1xXE9680Lx8B200-SXM-180GB") > 0
+    assert X._system_name_match("c/config_GB300_2x4x1.sh", "1xXE9780x8B300-SXM-270GB") == 0

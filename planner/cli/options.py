@@ -174,10 +174,10 @@ def framework_of(framework: str | None, fmt: str, family: str) -> str | None:
 def cp_max_option(f):
     """--cp-max: the highest context-parallel degree a search offers (solve, sweep)."""
     return click.option(
-        "--cp-max", "cp_max", type=DecimalInt(1, 1024),
-        help="Transformers: the highest context-parallel degree the search tries (a cp "
-             "your measurements do not reach, or beyond the calibration runs: `solve`'s "
-             "covered plan keeps to the family's degrees the same way) [default: 16].")(f)
+        "--cp-max", "cp_max", type=DecimalInt(1, 16),
+        help="Transformers: the highest context-parallel degree the search tries, 1 to 16 "
+             "(for instance the highest your own runs have reached; solve's covered plan "
+             "bounds it by the calibration runs' degrees the same way) [default: 16].")(f)
 
 
 def headroom_option(f):

@@ -54,7 +54,13 @@ from planner.plan import (
 from planner.prediction import Prediction
 from planner.search import driver
 from planner.search import table as core
-from planner.search.hybrid_space import Search, candidate_batches, choices, structures
+from planner.search.hybrid_space import (
+    CP_TRIED,
+    Search,
+    candidate_batches,
+    choices,
+    structures,
+)
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
 from planner.search.objective import Objective, objective_for
 from planner.search.solution import Solution
@@ -189,8 +195,9 @@ class HybridSolver:
         check_pins(m, tp=q.tp, pp=q.pp, interleave=q.interleave, cp=q.cp, ep=q.ep,
                    first=q.first_stage_layers, last=q.last_stage_layers)
         if q.cp_max is not None:
-            if q.cp_max < 1:
-                raise SpecError(f"cp_max: must be at least 1, got {q.cp_max}")
+            if not 1 <= q.cp_max <= CP_TRIED[-1]:
+                raise SpecError(f"cp_max: must be 1 to {CP_TRIED[-1]} (the degrees the search "
+                                f"tries), got {q.cp_max}")
             if q.cp is not None and q.cp > q.cp_max:
                 raise SpecError(f"cp: the pinned cp {q.cp} is above cp_max {q.cp_max}")
         if q.lora_rank is not None:

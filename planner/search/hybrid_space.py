@@ -87,14 +87,18 @@ def candidate_batches(lo: int, hi: int) -> list[int]:
     return sorted(out)
 
 
+# the context-parallel degrees a search tries beyond 1 (bounded by `Search.cp_max`)
+CP_TRIED = (2, 4, 8, 16)
+
+
 def cps(m: Transformer, q: Search) -> list[int]:
     """Context-parallel degrees the search offers: the pin, or 1 and every power of two up to
     16 (up to `cp_max`) whose 2 cp load-balanced chunks divide the sequence, for sequences of
     8k tokens and more (shorter ones gain nothing from splitting)."""
     if q.cp is not None:
         return [q.cp]
-    top = 16 if q.cp_max is None else q.cp_max
-    return [1] + [c for c in (2, 4, 8, 16)
+    top = CP_TRIED[-1] if q.cp_max is None else q.cp_max
+    return [1] + [c for c in CP_TRIED
                   if c <= top and m.seq_len >= 8192 and m.seq_len % (2 * c) == 0]
 
 
