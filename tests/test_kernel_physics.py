@@ -312,6 +312,16 @@ def test_fitted_constants_are_a_coordinate_wise_minimum_of_the_calibration_loss(
             assert ft.loss(moved, gs) >= base * 0.999, (name, sign)
 
 
+def test_the_shipped_constants_price_the_shipped_a100():
+    """The fit prices its runs on the A100 spec as shipped: its four constants in place, every
+    other field (the overlap slowdown, the GPU's own time per kernel, the links) the spec's."""
+    from planner import fit_transformer as ft
+
+    shipped, fitted = load_system(ft.SYSTEM), ft.Constants.shipped().system()
+    assert fitted.device == shipped.device
+    assert fitted.intra_node == shipped.intra_node and fitted.inter_node == shipped.inter_node
+
+
 def test_vtrain_and_sc21_errors_with_the_shipped_constants():
     """In sample: vTrain's 1,440 single-node runs within 8 % MAPE, SC21 within 5 %."""
     from planner import fit_transformer as ft
