@@ -172,7 +172,7 @@ def honour_log(pool, path, fl, how, layout, gbs_log, sys_gpn, system):
                              and f["cfg_global_batch"] != gbs_log)),
                    key=lambda p: (-_system_name_match(p, system), p))
     shown = ", ".join(f"{k} {v}" for k, v in sorted(layout.items()))
-    if agree and len({tuple(cands[p][k] for k in SIG) for p in agree}) == 1:
+    if agree and len({sig(cands[p]) for p in agree}) == 1:
         return agree[0], cands[agree[0]], (
             f"{how}; the result log prints layout {shown}, not that of "
             f"{os.path.basename(path)}: the config that agrees with the log")
@@ -582,6 +582,11 @@ SIG = ("tp", "pp", "vp", "cp", "micro_batch", "precision", "fp8_recipe", "cuda_g
        "local_batch")
 
 
+def sig(f):
+    """A config's fields that make it another plan to price (`SIG`)."""
+    return tuple(f[k] for k in SIG)
+
+
 def norm(s):
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
@@ -655,7 +660,7 @@ def select_config(pool, system, sysjson, gbs_log, dlpal, layout=None, switches=N
             how.append("implementation directory named after the system")
     if not flt:
         return None, None, None, f"no config matches systems JSON GPU count {total} and logged GBS {gbs_log}"
-    sigs = {tuple(cands[p][k] for k in SIG) for p in flt}
+    sigs = {sig(cands[p]) for p in flt}
     if len(sigs) > 1:
         # accelerator token of the DGXSYSTEM name against the systems JSON accelerator
         acc = norm(sysjson.get("accelerator_model_name", ""))
@@ -668,11 +673,11 @@ def select_config(pool, system, sysjson, gbs_log, dlpal, layout=None, switches=N
             same = [p for p in flt if mine[0] in norm(cands[p]["_dgxsystem"] or os.path.basename(p))]
             if same:
                 flt = same
-                sigs = {tuple(cands[p][k] for k in SIG) for p in flt}
+                sigs = {sig(cands[p]) for p in flt}
                 how.append(f"config name carries the accelerator ({mine[0]})")
     if len(sigs) > 1 and (layout or switches):
         ran = [p for p in flt if agrees_with_log(cands[p], layout or {}, switches or {})]
-        ran_sigs = {tuple(cands[p][k] for k in SIG) for p in ran}
+        ran_sigs = {sig(cands[p]) for p in ran}
         if len(ran_sigs) == 1:
             flt, sigs = ran, ran_sigs
             how.append("the one candidate whose layout and settings the result log prints")

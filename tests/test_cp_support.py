@@ -172,3 +172,12 @@ def test_cp_max_beyond_the_degrees_tried_is_refused(run):
         supported_solve(m, system, Precision.fp8, q)
     with pytest.raises(SpecError, match="applies to transformer models only"):
         planner.solve("alexnet", "k80-fdr", global_batch=256, cp_max=2)
+
+
+def test_the_covered_by_label_reads_back_as_written():
+    from planner.search.support import covered_parts
+
+    for pipeline in (False, True):
+        for most in (None, 2, 8):
+            label = covered_by(pipeline, most)
+            assert covered_parts(label) == (pipeline, most), label

@@ -284,6 +284,8 @@ def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, train
 def _support_line(sol) -> str:
     """The stderr line of a plan no calibration run covers (`sol.support`): the covered plan
     --prefer-supported took, or the one a user may pin beside the fastest."""
+    from planner.search.support import ZERO1, covered_parts
+
     sup = sol.support
     why, alt = sup["note"], sup["alternative"]
     # the objective's words: the best plan, its measure, "as <good> as"
@@ -292,10 +294,8 @@ def _support_line(sol) -> str:
         sup["objective"], ("fastest", "time", "fast"))
     # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan; for
     # a LoRA pipeline one without; for context parallelism beyond the data one within it)
-    zero1 = sup["covered_by"] == "ZeRO 1"
-    parts = sup["covered_by"].split(", ")
-    no_pipe, cp_max = "pp 1" in parts, next(
-        (int(x.rsplit(" ", 1)[1]) for x in parts if x.startswith("cp at most")), None)
+    zero1 = sup["covered_by"] == ZERO1
+    no_pipe, cp_max = covered_parts(sup["covered_by"])
     words = [w for w, on in (("without a pipeline", no_pipe),
                              (f"at cp {cp_max} or less", cp_max is not None)) if on]
     holds, holding = (("with its gradients and weights whole", "with gradients and weights whole")

@@ -32,6 +32,7 @@ from planner.search.solution import Solution
 # what a covered alternative holds that the fastest plan does not (the support record's
 # `covered_by`): its gradients and weights whole, or no pipeline
 ZERO1, NO_PIPELINE = "ZeRO 1", "pp 1"
+CP_AT_MOST = "cp at most "  # the covered cp bound's label, "cp at most N" (`covered_by`)
 
 
 def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
@@ -155,5 +156,13 @@ def covered_by(pipeline: bool, cp_max: int | None) -> str:
     both, or else its gradients and weights whole ("ZeRO 1")."""
     parts = [NO_PIPELINE] if pipeline else []
     if cp_max is not None:
-        parts.append(f"cp at most {cp_max}")
+        parts.append(f"{CP_AT_MOST}{cp_max}")
     return ", ".join(parts) or ZERO1
+
+
+def covered_parts(label: str) -> tuple[bool, int | None]:
+    """(no pipeline, the covered cp bound or None) that a `covered_by` label says: the label
+    read back where it is worded for the user (`planner.cli.solve_cmd`)."""
+    parts = label.split(", ")
+    return NO_PIPELINE in parts, next(
+        (int(x.removeprefix(CP_AT_MOST)) for x in parts if x.startswith(CP_AT_MOST)), None)
