@@ -348,12 +348,9 @@ def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
         raise SpecError(f"pp: the {rest} layers left of '{m.name}' ({m.layers} minus the pinned "
                         f"first / last stages) do not split evenly over the {others} other "
                         f"stages")
-    v = v or 1
-    for key, n in (("first_stage_layers", first), ("last_stage_layers", last),
-                   ("interleave", rest // others if others else 0)):
-        if n and n % v:
-            raise SpecError(f"{key}: {n} layers per stage do not divide into interleave({v}) "
-                            "virtual stages")
+    # with interleaving, a stage's layers need not divide into its v chunks: Megatron-LM's
+    # --pipeline-model-parallel-layout places any count per chunk (the launcher writes it;
+    # `stage_chunks` gives the split the cost model prices)
 
 
 def chunk_layers(layers: int, pp: int, v: int) -> list[int]:
@@ -365,12 +362,19 @@ def chunk_layers(layers: int, pp: int, v: int) -> list[int]:
     return [base + (1 <= k <= left) for k in range(pp * v)]
 
 
+def stage_chunks(n: int, v: int) -> list[int]:
+    """A pinned layout's split of one stage's n layers into its v chunks: as even as they
+    divide, the larger chunks first (ceil(n / v) the largest)."""
+    base, left = divmod(n, v)
+    return [base + (k < left) for k in range(v)]
+
+
 def largest_chunk(layers: int, pp: int, v: int = 1, first: int | None = None,
                   last: int | None = None) -> int:
     """Layers of the largest pipeline chunk: the even layout's, or the largest stage's over
-    its v chunks when stages are pinned (each pinned stage's layers divide into them)."""
+    its v chunks when stages are pinned (`stage_chunks`)."""
     if first or last:
-        return max(stage_layers(layers, pp, v, first, last)) // v
+        return -(-max(stage_layers(layers, pp, v, first, last)) // v)
     return max(chunk_layers(layers, pp, v)) if pp * v <= layers else 1
 
 

@@ -60,6 +60,9 @@ GPT_OSS_120B = {  # openai/gpt-oss-120b
     "layer_types": ["sliding_attention", "full_attention"] * 18, "vocab_size": 201088,
     "initial_context_length": 4096, "max_position_embeddings": 131072,
     "tie_word_embeddings": False}
+GPT_OSS_20B = {**GPT_OSS_120B, "num_hidden_layers": 24,  # openai/gpt-oss-20b
+               "num_local_experts": 32, "layer_types": ["sliding_attention",
+                                                        "full_attention"] * 12}
 GEMMA2_2B = {  # google/gemma-2-2b
     "architectures": ["Gemma2ForCausalLM"], "hidden_size": 2304, "intermediate_size": 9216,
     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
@@ -113,6 +116,7 @@ CASES = {
     "qwen3-30b-a3b": (QWEN3_30B_A3B, 30_532_122_624, 30.5, 1),
     "deepseek-v3": (DEEPSEEK_V3, 682_636_487_424, 671, 0),
     "gpt-oss-120b": (GPT_OSS_120B, 116_829_156_672, 116.83, 2),
+    "gpt-oss-20b": (GPT_OSS_20B, 20_914_757_184, 20.91, 2),
     "gemma-2-2b": (GEMMA2_2B, 2_614_341_888, 2.61, 2),
     "gemma-3-1b": (GEMMA3_1B, 999_885_952, 1.0, 1),
     "gpt2": (GPT2, 124_439_808, 0.124, 3),
@@ -135,7 +139,7 @@ def test_exact_parameters_from_the_config(name):
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b",
-                                  "nemotron-h-8b", "nemotron-3-super"])
+                                  "gpt-oss-20b", "nemotron-h-8b", "nemotron-3-super"])
 def test_config_and_builtin_agree(name):
     """The config.json and the built-in YAML describe one model: same counts, same FLOPs."""
     hf, builtin = from_config(CASES[name][0], "config.json", name), load_model(name)

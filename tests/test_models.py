@@ -116,6 +116,7 @@ TRANSFORMERS = {
     "qwen3-30b-a3b": (30_532_122_624, 30.5, 1),
     "qwen3-235b-a22b": (235_093_634_560, 235, 0),
     "gpt-oss-120b": (116_829_156_672, 116.83, 2),  # model card: 116.83B
+    "gpt-oss-20b": (20_914_757_184, 20.91, 2),  # model card: 20.91B
     "nemotron-h-8b": (8_100_852_736, 8, 0),
 }
 
@@ -127,6 +128,7 @@ ACTIVE = {
     "qwen3-30b-a3b": (("embedding", "unembedding"), 3.3, 1),  # 3.353B, truncated to 3.3B
     "qwen3-235b-a22b": (("embedding", "unembedding"), 22, 0),
     "gpt-oss-120b": (("unembedding",), 5.13, 2),  # model card: 5.13B active
+    "gpt-oss-20b": (("unembedding",), 3.61, 2),  # model card: 3.61B active
 }
 
 

@@ -59,7 +59,6 @@ def test_a_lighter_first_stage_holds_fewer_activations():
 @pytest.mark.parametrize("pins, message", [
     ({"pp": 4, "first": 6}, "the 26 layers left"),
     ({"pp": 1, "first": 8}, "pp: pinning the first / last stage layers needs pp >= 2"),
-    ({"pp": 4, "first": 5, "interleave": 2}, "first_stage_layers: 5 layers per stage"),
     ({"pp": 3, "first": 16, "last": 16}, "hold all 32 layers of .* none left for the 1 other stages"),
 ])
 def test_megatron_uneven_rules(pins, message):
@@ -69,7 +68,10 @@ def test_megatron_uneven_rules(pins, message):
 
 def test_megatron_uneven_layouts_that_hold():
     for pins in ({"pp": 2, "first": 16, "last": 16}, {"pp": 4, "first": 8, "last": 6},
-                 {"pp": 4, "first": 6, "last": 6, "interleave": 2}):
+                 {"pp": 4, "first": 6, "last": 6, "interleave": 2},
+                 # a stage's layers need not divide into its chunks: Megatron-LM's layout
+                 # flag places any count per chunk (the launcher writes it)
+                 {"pp": 4, "first": 5, "interleave": 2}):
         check_pins(LLAMA, **pins)
 
 
@@ -305,3 +307,54 @@ def test_pipeline_sends_without_sequence_parallel_regather_over_nvlink():
     gather = (t - 1) * H100.intra_lat + (t - 1) / t * size / H100.intra_bw
     assert plain - split == pytest.approx((acc + p - 1) * 2 * max(gather, H100.launch_s),
                                           rel=1e-9)
+
+
+def test_pinned_stages_in_uneven_chunks_price_the_largest_chunk_as_the_bubble_slot():
+    """NVIDIA's DeepSeek-V3 recipe (MLPerf Training v6.0, PIPELINE_LAYOUT
+    "Et*4|(t*4|)*14tmL" at pp 4 x 4 chunks): 16 layers on each of the first three stages, 13 on
+    the last with the MTP depth and the loss. Pinned as last_stage_layers 13, the busiest stage
+    holds 16 layers in chunks of 4, so a bubble slot is 4 layers' time: the step is
+    (m + 3 / 4) times the slowest stage, as with the even 16-layer stages' v = 4."""
+    from planner.plan import largest_chunk, stage_chunks
+
+    assert stage_chunks(13, 4) == [4, 3, 3, 3] and stage_chunks(16, 4) == [4] * 4
+    assert largest_chunk(61, 4, 4, last=13) == 4
+    m = load_model("llama2-70b")
+
+    def bubble_in_stages(**o):
+        """The bubble over the slowest stage's time a micro-batch (8 micro-batches)."""
+        r = {k: float(v) for k, v in iteration(m, H100, _cfg(t=8, sp=1, acc=8, p=4, v=4,
+                                                              **o)).items()}
+        stage = sum(r[k] for k in ("compute", "tp_comm", "cp_comm", "ep_comm", "offload")) / 8
+        return r["pp_bubble"] / stage
+
+    # 20 layers a stage in chunks of 5, pinned or not: 3 slots of a quarter stage
+    assert bubble_in_stages() == pytest.approx(3 / 4, rel=1e-9)
+    assert bubble_in_stages(last_stage_layers=20) == pytest.approx(3 / 4, rel=1e-9)
+    # 19 | 19 | 19 | 23: the slowest stage's chunks 6, 6, 6, 5, a slot 6 / 23 of it
+    assert bubble_in_stages(last_stage_layers=23) == pytest.approx(3 * 6 / 23, rel=1e-9)
+
+
+def test_megatron_layout_for_pinned_stages_in_uneven_chunks(run):
+    """`--pipeline-model-parallel-layout` for the pinned stages (each stage's layers split as
+    `stage_chunks`), the MTP depth in the last chunk before the loss, each checked by the rules
+    of Megatron-LM's PipelineParallelLayerLayout.validate_layer_layout (d98e8a6): the
+    embedding first and the loss last, once each, the decoder layers the model's, the MTP
+    depths after every decoder layer and in the last chunk; exclusive with the other layout
+    flags (validate_args)."""
+    from tests.test_launch import _megatron_flags, _out
+
+    flags = _megatron_flags(_out(run, "evaluate", "-m", "deepseek-v3", "-H", "gb300-nvl72",
+                                 "--devices", "512", "--tp", "1", "--pp", "4", "--interleave",
+                                 "4", "--ep", "32", "--etp", "1", "--last-stage-layers", "13",
+                                 "--global-batch", "15360", "--zero", "1", "--precision",
+                                 "mxfp8", "--format", "megatron"))
+    (layout,) = flags["--pipeline-model-parallel-layout"]
+    chunks = layout.split("|")
+    assert len(chunks) == 16 and layout.startswith("E") and layout.endswith("mL")
+    assert layout.count("E") == layout.count("L") == layout.count("m") == 1
+    assert chunks[-1] == "tttmL"  # the last stage's 13 layers: 4, 3, 3, 3
+    per_stage = [sum(c.count("t") for c in chunks[r::4]) for r in range(4)]
+    assert per_stage == [16, 16, 16, 13]
+    assert not {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                "--num-virtual-stages-per-pipeline-rank"} & set(flags)

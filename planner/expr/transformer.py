@@ -225,7 +225,9 @@ class TransformerExpressions(LayerCosts):
             first = first if c.first_stage_layers else middle
             last = last if c.last_stage_layers else middle
             here = _max(first, middle, last)
-            chunks = v  # Megatron-LM: each pinned stage's layers divide into its v chunks
+            # a bubble slot is the largest chunk: the busiest stage's ceil(n / v) layers
+            # (`planner.plan.stage_chunks`: = n / v where its layers divide into the chunks)
+            chunks = here / sceil(here / v)
 
             def slowest(per_layer, again=0, tail=logit):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)

@@ -22,28 +22,42 @@ import shlex
 from planner import switches
 from planner.errors import SpecError
 from planner.launch.common import Target, max_connections, needs_transformer, priced_steps, summary
-from planner.plan import chunk_layers
+from planner.plan import chunk_layers, stage_chunks, stage_layers
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"  # NVIDIA/Megatron-LM, 2026-08-22
 
 
-def pipeline_layout(layers: int, pp: int, v: int) -> str:
+def pipeline_layout(layers: int, pp: int, v: int, mtp: int = 0) -> str:
     """Megatron-LM's --pipeline-model-parallel-layout for v chunks per stage when the layers do
     not divide into pp x v: the pp v chunks in model order (chunk k on stage k mod pp), the
     embedding on the first and the loss on the last, each holding floor(L / (pp v)) layers and
     the L mod (pp v) left over one each on chunks 1, 2, ... (round-robin over the stages, so no
     stage holds more than ceil(L / pp)); the cost model prices this layout."""
-    chunks = ["t" * size for size in chunk_layers(layers, pp, v)]
-    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
-    return "|".join(chunks)
+    return _layout(["t" * size for size in chunk_layers(layers, pp, v)], mtp)
 
 
-def stage_layout(layers: list[int]) -> str:
+def stage_layout(layers: list[int], mtp: int = 0) -> str:
     """Megatron-LM's --pipeline-model-parallel-layout for one chunk per stage holding the given
     layer counts: the embedding with the first stage, the loss with the last."""
-    stages = ["t" * n for n in layers]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
-    return "|".join(stages)
+    return _layout(["t" * n for n in layers], mtp)
+
+
+def pinned_layout(layers: int, pp: int, v: int, first: int | None, last: int | None,
+                  mtp: int = 0) -> str:
+    """The layout of pinned first / last stages whose layers do not divide into their v chunks
+    (which --decoder-first/last-pipeline-num-layers refuse): each stage's layers split as
+    `stage_chunks` does, chunk k of the model on stage k mod pp."""
+    per_stage = [stage_chunks(n, v) for n in stage_layers(layers, pp, v, first, last)]
+    return _layout(["t" * per_stage[k % pp][k // pp] for k in range(pp * v)], mtp)
+
+
+def _layout(chunks: list[str], mtp: int) -> str:
+    """The chunks joined, the embedding first, then the multi-token prediction depths (which
+    Megatron-LM asks to be in the last chunk, after every decoder layer, their count its
+    --mtp-num-layers: PipelineParallelLayerLayout.validate_layer_layout at d98e8a6) and the
+    loss last."""
+    chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "m" * mtp + "L"
+    return "|".join(chunks)
 
 
 def uneven_stages(layers: int, pp: int) -> tuple[int, int] | None:
@@ -221,15 +235,23 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     if plan.get("etp", plan["tp"]) != plan["tp"]:  # Megatron's default is tp
         a += ["--expert-tensor-parallel-size", plan["etp"]]
     first, last = plan.get("first_stage_layers"), plan.get("last_stage_layers")
+    pp, v = plan["pp"], plan["interleave"]
+    # a pinned stage whose layers do not divide into its v chunks needs the layout flag
+    uneven_chunks = (first or last) and v > 1 and any(
+        n % v for n in stage_layers(m.layers, pp, v, first, last))
     if plan.get("stage_layers"):  # a pipeline over pools: each stage its own layer count
-        a += ["--pipeline-model-parallel-layout", stage_layout(plan["stage_layers"])]
-    elif plan["interleave"] > 1 and not (first or last) and m.layers % (
-            plan["pp"] * plan["interleave"]):
+        a += ["--pipeline-model-parallel-layout",
+              stage_layout(plan["stage_layers"], m.mtp_layers)]
+    elif v > 1 and not (first or last) and m.layers % (pp * v):
         # exclusive with the other layout flags (arguments.py)
         a += ["--pipeline-model-parallel-layout",
-              pipeline_layout(m.layers, plan["pp"], plan["interleave"])]
-    elif plan["interleave"] > 1:
-        a += ["--num-virtual-stages-per-pipeline-rank", plan["interleave"]]
+              pipeline_layout(m.layers, pp, v, m.mtp_layers)]
+    elif uneven_chunks:
+        a += ["--pipeline-model-parallel-layout",
+              pinned_layout(m.layers, pp, v, first, last, m.mtp_layers)]
+        first = last = None  # the layout says it all
+    elif v > 1:
+        a += ["--num-virtual-stages-per-pipeline-rank", v]
     if first or last:  # pinned by the plan (checked against Megatron's rules there)
         a += ["--decoder-first-pipeline-num-layers", first] if first else []
         a += ["--decoder-last-pipeline-num-layers", last] if last else []
