@@ -25,7 +25,7 @@ from planner import bands, fit_mlperf, mlperf
 from planner import calibrate as cal
 from planner import fit_transformer as ft
 from planner.bands import family
-from planner.catalog import load_system
+from planner.catalog import load_model, load_system
 
 
 def transformers() -> None:
@@ -80,8 +80,10 @@ def mlperf_training() -> None:
     for r in priced:
         by[r["group"]].append(r)
     fam: dict[str, list[dict]] = defaultdict(list)
-    for r in priced:
-        fam[family(load_system(r["run"].system).device.name)].append(r)
+    for r in priced:  # the dense rows by family (what the shares are fitted to), the MoE apart
+        moe = load_model(r["run"].model).experts > 1
+        fam["mixture-of-experts" if moe else
+            family(load_system(r["run"].system).device.name)].append(r)
     groups = [*sorted(by.items()), *((f"all {k}", v) for k, v in sorted(fam.items())),
               ("all priced", priced)]
     for group, rs in groups:
@@ -101,13 +103,13 @@ def _feature_values(run: mlperf.Run) -> dict[str, str]:
     """One run's features: those its error band is looked up by (`planner.bands.features`:
     precision, model size, scale) and the recipe's (CUDA graphs, LoRA, context parallelism,
     the framework it names)."""
-    from planner.catalog import load_model
 
     r = run.row
-    feat = bands.features(load_model(run.model), load_system(run.system).device.name,
+    feat = bands.features(mlperf.benchmark_model(run), load_system(run.system).device.name,
                           run.precision, devices=int(r["gpus"]))
     framework = r["framework"].lower()
-    return {"precision": feat["precision"], "size": feat["size"], "scale": feat["scale"],
+    return {"model": "mixture-of-experts" if feat["moe"] == "moe" else "dense",
+            "precision": feat["precision"], "size": feat["size"], "scale": feat["scale"],
             "CUDA graphs": "CUDA graphs" if r["cuda_graph"] not in ("", "0") else "no graphs",
             "fine-tuning": "LoRA" if r["benchmark"] in mlperf.LORA else "pretraining",
             "context parallel": "cp > 1" if int(r["cp"]) > 1 else "cp 1",

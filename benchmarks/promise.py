@@ -34,7 +34,7 @@ import time
 from collections import defaultdict
 
 from planner import bands, fit_mlperf, mlperf, switches
-from planner.catalog import load_model, load_system
+from planner.catalog import load_system
 from planner.errors import InfeasibleError, SpecError
 from planner.search.hybrid import Search
 from planner.search.support import supported_solve
@@ -83,7 +83,7 @@ def jobs() -> list[dict]:
                     "fp8_attention": fp8_attention, "current_scaling": current,
                     "fp8_gather": fp8_gather, "host_sync": host_sync,
                     "weight_cache": weight_cache, "fp8_activation_input": fp8_input,
-                    "model": with_seq_len(load_model(run.model), int(seq) if seq else None),
+                    "model": with_seq_len(mlperf.benchmark_model(run), int(seq) if seq else None),
                     "measured_s": fastest["measured_s"], "own_s": fastest["predicted_s"],
                     "held_out_system": fit_mlperf.held_out_fits()[bench].system(
                         load_system(system))})

@@ -211,7 +211,7 @@ def _rows() -> list[dict]:
     """Every priced calibration run with its out-of-sample prediction."""
     from planner import fit_mlperf, mlperf
     from planner import fit_transformer as ft
-    from planner.catalog import load_model, load_system
+    from planner.catalog import load_system
 
     out = []
     c, gs = ft.Constants.shipped(), ft.groups()
@@ -234,7 +234,7 @@ def _rows() -> list[dict]:
         if r["error"] is None:
             continue
         run = r["run"]
-        model = load_model(run.model)
+        model = mlperf.benchmark_model(run)
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
                         plan.devices, lora_pipeline=lora_pipeline(plan), cp=plan.cp)

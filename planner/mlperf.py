@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import re
 from pathlib import Path
 
 from planner import switches
@@ -28,13 +29,24 @@ from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
 
 CSV = Path(__file__).parent / "calibration" / "mlperf_training.csv"
+# the v6.0 round's mixture-of-experts submissions, transcribed from the stored copy of its
+# results through the file index (no mirror of the repository could be fetched): the same
+# columns plus the expert-parallel sizes, the pipeline layout and the MoE switches
+# (`mlperf_training.md`)
+TRANSCRIBED = CSV.with_name("mlperf_training_v6.csv")
 # the same submissions' forward-only (validation) steps, where their logs time them
 # (`benchmarks/extract_mlperf_forward.py`)
 FORWARD_CSV = CSV.with_name("mlperf_forward.csv")
 
 # the benchmark's model as the catalog writes it (the MLPerf reference's architecture)
 MODELS = {"gpt3": "gpt3-175b", "llama31_405b": "llama3.1-405b", "llama31_8b": "llama3-8b",
-          "llama2_70b_lora": "llama2-70b"}
+          "llama2_70b_lora": "llama2-70b", "deepseekv3_671b": "deepseek-v3",
+          "gpt_oss_20b": "gpt-oss-20b"}
+# the benchmark's model where it differs from the catalog's: MLPerf's gpt-oss-20b reads the
+# Llama 3.1 tokenizer (128,256 tokens; training_results_v6.0 NVIDIA/benchmarks/gpt_oss_20b/
+# implementations/nemo/pretrain.py and conf/gpt_oss.yaml; its logs print 20,495,244,864
+# parameters, the catalog's 20,914,757,184 less the 2 x 72,832 x 2,880 of the vocabulary)
+VARIANTS = {"gpt_oss_20b": {"vocab": 128256}}
 # the Llama 2 70B LoRA reference: rank 16 on linear_qkv and linear_proj, packed sequences of
 # 8,192 tokens (training_results_v5.0 NVIDIA/benchmarks/llama2_70b_lora/implementations/
 # */train.py: lora_rank 16, target_modules; the logs do not give the sequence length)
@@ -69,9 +81,12 @@ def _flag(value: str, default: bool) -> bool:
     return default if value == "" else value not in ("0", "False", "false")
 
 
-def read(path: Path = CSV) -> tuple[Run, ...]:
-    """Every row of the file, duplicates (the same measurement filed twice) left out (read
-    once per process: the same Run objects every call)."""
+def read(path: Path | None = None) -> tuple[Run, ...]:
+    """Every row of the file (None: the extracted rows and the transcribed ones), duplicates
+    (the same measurement filed twice) left out (read once per process: the same Run objects
+    every call)."""
+    if path is None:
+        return _read(CSV.resolve()) + _read(TRANSCRIBED.resolve())
     return _read(Path(path).resolve())
 
 
@@ -107,6 +122,9 @@ def _read(path: Path) -> tuple[Run, ...]:
                 why = "precision not given by the submission's files"
             elif not all(r[k] for k in ("tp", "pp", "cp", "dp", "micro_batch", "global_batch")):
                 why = "parallel sizes or batch not all given by the submission's files"
+            elif r.get("pipeline_layout") and _layout_pins(r) is None:
+                why = (f"the pipeline layout {r['pipeline_layout']} is not one the planner "
+                       "prices (pinned first / last stages, the others even)")
             elif r["grad_accum"] and int(r["grad_accum"]) * int(r["dp"]) * int(
                     r["micro_batch"]) != int(r["global_batch"]):
                 # the log's accumulation and the config's split disagree: what ran is unknown
@@ -139,8 +157,16 @@ def plan_of(run: Run) -> Plan:
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
+    first, last = _layout_pins(r) if r.get("pipeline_layout") else (None, None)
+    moe = {"ep": int(r.get("ep") or 1), "etp": int(r["etp"]) if r.get("etp") else None,
+           # the all-to-all overlap pairs micro-batches (Megatron-LM's combined 1F1B): with
+           # one a step, as Cisco's H100 gpt-oss-20b runs set it, nothing overlaps
+           "ep_overlap": r.get("ep_overlap") == "1"
+           and int(r["global_batch"]) >= 2 * dp * int(r["micro_batch"]),
+           "fp8_output_proj": r.get("fp8_output_proj") == "1"}
     return Plan.split(tp, pp, dp, int(r["micro_batch"]), int(r["global_batch"]),
                       node_size=g, cp=cp, interleave=int(r["vp"] or 1),
+                      first_stage_layers=first, last_stage_layers=last, **moe,
                       sequence_parallel=tp > 1 and _flag(r["sequence_parallel"], True),
                       zero=1 if _flag(r["dist_optimizer"], True) else 0,
                       overlap=_flag(r["overlap_grad_reduce"], True),
@@ -160,6 +186,36 @@ def plan_of(run: Run) -> Plan:
                       recompute=r["recompute"] or "none",
                       recompute_layers=int(r["recompute_layers"]) if r["recompute_layers"]
                       else None)
+
+
+def layout_stages(layout: str, pp: int, v: int = 1) -> list[int]:
+    """Decoder layers on each pipeline stage of a Megatron-LM --pipeline-model-parallel-layout:
+    chunks split by "|" (chunk k on stage k mod pp), "t" a decoder layer, "E" / "m" / "L" the
+    embedding, an MTP depth and the loss; "x*n" and "(...)*n" repeat (MLPerf v6.0's
+    DeepSeek-V3 layout "Et*4|(t*4|)*14tmL")."""
+    text = layout
+    while True:  # innermost groups first
+        done = re.sub(r"\(([^()]*)\)\*(\d+)", lambda g: g[1] * int(g[2]), text)
+        done = re.sub(r"([EtmL])\*(\d+)", lambda g: g[1] * int(g[2]), done)
+        if done == text:
+            break
+        text = done
+    chunks = text.split("|")
+    if len(chunks) != pp * v or set(text) - set("EtmL|"):
+        raise SpecError(f"pipeline layout {layout!r}: {len(chunks)} chunks for pp {pp} x "
+                        f"{v}, or a letter other than E, t, m, L")
+    return [sum(c.count("t") for c in chunks[k::pp]) for k in range(pp)]
+
+
+def _layout_pins(r: dict) -> tuple[int | None, int | None] | None:
+    """(first, last) stage layers of a row's pipeline layout, each None where it equals the
+    middle stages'; None where the middle stages differ (not a layout the planner prices)."""
+    stages = layout_stages(r["pipeline_layout"], int(r["pp"]), int(r["vp"] or 1))
+    middle = stages[1:-1] or stages[:1]
+    if len(set(middle)) > 1:
+        return None
+    first, last = stages[0], stages[-1]
+    return (first if first != middle[0] else None, last if last != middle[0] else None)
 
 
 def _weight_cache(run: Run) -> bool:
@@ -201,7 +257,7 @@ def prediction(run: Run, system=None):
     """(the `Prediction` of the run's own plan, None), or (None, why it is refused)."""
     if run.why_not:
         return None, run.why_not
-    model = load_model(run.model)
+    model = benchmark_model(run)
     seq = run.row["seq_len"] or LORA.get(run.row["benchmark"], (0, None))[1]
     if seq:
         model = with_seq_len(model, int(seq))
@@ -212,7 +268,13 @@ def prediction(run: Run, system=None):
         return None, f"refused: {err}"
 
 
-def rows(path: Path = CSV) -> list[dict]:
+def benchmark_model(run: Run):
+    """The catalog model as the benchmark trains it (`VARIANTS`), at the catalog's sequence
+    length (`prediction` sets the run's)."""
+    return dataclasses.replace(load_model(run.model), **VARIANTS.get(run.row["benchmark"], {}))
+
+
+def rows(path: Path | None = None) -> list[dict]:
     """Every run with its prediction and error (predicted / measured - 1), or why none."""
     out = []
     for run in read(path):

@@ -322,6 +322,21 @@ SWITCHES: tuple[Switch, ...] = (
                          "commit checked; NeMo sets it); plan without --fp8-attention, or use "
                          "--format env, slurm or torchrun to start your own script"
                    for form in FRAMEWORK_FORMS}),
+    Switch("fp8_output_proj", False, "with an MXFP8 recipe: the output layer's projection "
+           "(the LM head, and each MTP depth's) in MXFP8, else 16-bit outside Transformer "
+           "Engine", "--fp8-output-proj (TransformerConfig.fp8_output_proj: Transformer "
+           "Engine's TELMHeadColumnParallelLinear; NVIDIA's MLPerf v6.0 GB300 DeepSeek-V3 "
+           "recipes, FP8_OUTPUT_PROJ)", label=_on("fp8 output projection"),
+           precisions=("mxfp8",), mixed=True,
+           needs="the fp8 output projection needs an MXFP8 recipe (--precision mxfp8: "
+                 "Megatron-LM asks fp8_recipe mxfp8)",
+           launch={"megatron": WRITES,
+                   "deepspeed": "DeepSpeed has no fp8 recipe of its own (Transformer Engine's "
+                                "runs in the model code); use --format megatron",
+                   "torchtitan": "torchtitan's MXFP8 linears (torchao) leave the output "
+                                 "layer in 16 bits; use --format megatron, or plan without "
+                                 "--fp8-output-proj"},
+           megatron_flags=("--fp8-output-proj",)),
     Switch("pp_overlap", True, "interleaved pipelines: the sends overlap the chunks' compute",
            "overlap_p2p_comm (--no-overlap-p2p-communication)", limits=True,
            solve="pinned (default on)",

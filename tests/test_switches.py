@@ -148,6 +148,7 @@ CASES = {
     "fp8_activations": ({"precision": "fp8"}, True),
     "fp8_attention": ({"precision": "fp8"}, True),
     "fp8_current_scaling": ({"precision": "fp8"}, True),
+    "fp8_output_proj": ({"precision": "mxfp8", "hardware": "dgx-b200"}, True),
     # a CNN switch: every framework form refuses CNN plans before it (the declared reason is
     # checked in tests/test_async_ps.py)
     "softsync": ({"model": "alexnet", "hardware": "k80-fdr"}, 1),

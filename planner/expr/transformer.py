@@ -129,8 +129,10 @@ class TransformerExpressions(LayerCosts):
         # the LM head stays at 16 bits in an fp8 / fp4 recipe: Megatron-LM's output layer is
         # its own ColumnParallelLinear, not a Transformer Engine layer (gpt_model.py at
         # d98e8a6; TE's only with --fp8-output-proj and mxfp8), as torchtitan's float8
-        # documentation configures it too (filter_fqns=["output"], float8.md at b5bcd76)
-        logit_fwd = self._matmul(tok, h, G.Integer(md.vocab) / t, sixteen=True)
+        # documentation configures it too (filter_fqns=["output"], float8.md at b5bcd76);
+        # `fp8_output_proj` runs it in the MXFP8 recipe
+        logit_fwd = self._matmul(tok, h, G.Integer(md.vocab) / t,
+                                 sixteen=not c.fp8_output_proj)
         logit = (1 + grads) * logit_fwd
         if not c.grad_accumulation_fusion and not c.lora_rank:
             # the output layer's weight gradient too, on the last stage
