@@ -73,8 +73,9 @@ def mlperf_training() -> None:
     held = fit_mlperf.held_out_predictions()
     out = {id(r["run"]): held.get(fit_mlperf.key(r["run"]), r["predicted_s"]) / r["measured_s"]
            - 1 for r in priced}
-    print("\nMLPerf Training (planner/calibration/mlperf_training.csv): each submission at its "
-          "own plan; out of sample: leave-one-benchmark-out")
+    print("\nMLPerf Training (planner/calibration/mlperf_training.csv and, mixture-of-experts, "
+          "mlperf_training_v6.csv): each submission at its own plan; out of sample: "
+          "leave-one-benchmark-out (the MoE rows: in no fit)")
     print(f"{'group':<36} {'rows':>4} {'MAPE':>7} {'bias':>7} {'worst':>7} {'held-out MAPE':>13}")
     by: dict[str, list[dict]] = defaultdict(list)
     for r in priced:

@@ -4,7 +4,7 @@ For every MLPerf Training submission the planner can express (`planner.mlperf`),
 (model, devices, global batch, sequence length, precision, and the framework settings the
 recipe runs with: bf16 gradient reduce, CUDA graphs, LoRA, fp8 attention, fp8 current
 scaling, the fp8 weight gather, Transformer Engine's weight cache, the activation's input in
-fp8) is solved with every plan choice free, and the pick's
+fp8, the fp8 output projection) is solved with every plan choice free, and the pick's
 predicted step time is set against the submission's measured one. A planner that walks into
 the optimistic corner of its cost model promises much more than the tuned recipes reach (the
 optimizer's curse); the issue's bar is a median at most 5 % and a worst case at most 20 %

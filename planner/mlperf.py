@@ -1,4 +1,5 @@
-"""MLPerf Training submissions (`planner/calibration/mlperf_training.csv`), predicted as their
+"""MLPerf Training submissions (`planner/calibration/mlperf_training.csv`, and v6.0's
+mixture-of-experts ones in `mlperf_training_v6.csv`, which no fit reads), predicted as their
 submitters pinned them.
 
 Each row is one submission's own configuration (parallel sizes, batches, precision, overlap
@@ -124,7 +125,8 @@ def _read(path: Path) -> tuple[Run, ...]:
                 why = "parallel sizes or batch not all given by the submission's files"
             elif r.get("pipeline_layout") and _layout_pins(r) is None:
                 why = (f"the pipeline layout {r['pipeline_layout']} is not one the planner "
-                       "prices (pinned first / last stages, the others even)")
+                       "prices (pinned first / last stages of the model's layers, each with "
+                       "one at least, the others even)")
             elif r["grad_accum"] and int(r["grad_accum"]) * int(r["dp"]) * int(
                     r["micro_batch"]) != int(r["global_batch"]):
                 # the log's accumulation and the config's split disagree: what ran is unknown
@@ -193,10 +195,10 @@ def layout_stages(layout: str, pp: int, v: int = 1) -> list[int]:
     chunks split by "|" (chunk k on stage k mod pp), "t" a decoder layer, "E" / "m" / "L" the
     embedding, an MTP depth and the loss; "x*n" and "(...)*n" repeat (MLPerf v6.0's
     DeepSeek-V3 layout "Et*4|(t*4|)*14tmL")."""
-    text = layout
+    text = layout.replace(",", "")  # Megatron-LM reads commas as spacing
     while True:  # innermost groups first
         done = re.sub(r"\(([^()]*)\)\*(\d+)", lambda g: g[1] * int(g[2]), text)
-        done = re.sub(r"([EtmL])\*(\d+)", lambda g: g[1] * int(g[2]), done)
+        done = re.sub(r"([EtmL|])\*(\d+)", lambda g: g[1] * int(g[2]), done)
         if done == text:
             break
         text = done
@@ -209,10 +211,15 @@ def layout_stages(layout: str, pp: int, v: int = 1) -> list[int]:
 
 def _layout_pins(r: dict) -> tuple[int | None, int | None] | None:
     """(first, last) stage layers of a row's pipeline layout, each None where it equals the
-    middle stages'; None where the middle stages differ (not a layout the planner prices)."""
-    stages = layout_stages(r["pipeline_layout"], int(r["pp"]), int(r["vp"] or 1))
+    middle stages'; None where the layout is not one the planner prices: unreadable, middle
+    stages that differ, a stage with no layer, or not the benchmark model's layers."""
+    try:
+        stages = layout_stages(r["pipeline_layout"], int(r["pp"]), int(r["vp"] or 1))
+    except SpecError:
+        return None
     middle = stages[1:-1] or stages[:1]
-    if len(set(middle)) > 1:
+    if (len(set(middle)) > 1 or min(stages) < 1
+            or sum(stages) != load_model(MODELS[r["benchmark"]]).layers):
         return None
     first, last = stages[0], stages[-1]
     return (first if first != middle[0] else None, last if last != middle[0] else None)

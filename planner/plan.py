@@ -324,8 +324,10 @@ def check_pins(m, tp: int | None = None, pp: int | None = None,
 def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
                   last: int | None) -> None:
     """Megatron-LM's rules for pinned first / last pipeline stages (TransformerConfig,
-    "Uneven PP"): the other stages split the rest evenly, each stage's layers divide by the
-    virtual stages, and there are middle layers exactly when there are middle stages."""
+    "Uneven PP"): the other stages split the rest evenly and there are middle layers exactly
+    when there are middle stages; with v chunks a stage, no more chunks than the busiest
+    stage has layers (its layers need not divide into them: the layout flag places any
+    count)."""
     pinned = [x for x in (first, last) if x]
     rest = m.layers - sum(pinned)
     if rest < 0:
@@ -350,7 +352,13 @@ def _check_uneven(m, pp: int | None, v: int | None, first: int | None,
                         f"stages")
     # with interleaving, a stage's layers need not divide into its v chunks: Megatron-LM's
     # --pipeline-model-parallel-layout places any count per chunk (the launcher writes it;
-    # `stage_chunks` gives the split the cost model prices)
+    # `stage_chunks` gives the split the cost model prices), but a chunk of the busiest stage
+    # holds a layer at least
+    v = v or 1
+    busiest = max(stage_layers(m.layers, pp, v, first, last))
+    if v > busiest:
+        raise SpecError(f"interleave: {v} virtual stages per device for pinned stages of at "
+                        f"most {busiest} layers ('{m.name}')")
 
 
 def chunk_layers(layers: int, pp: int, v: int) -> list[int]:

@@ -80,6 +80,7 @@ def test_gpt_oss_rows_train_the_benchmarks_model():
     ("Et*4|(t*4|)*14tmL", 4, 4, [16, 16, 16, 13]),
     ("Ettt|tttt|tttt|ttL", 4, 1, [3, 4, 4, 2]),
     ("E|(t|)*5tL", 7, 1, [0, 1, 1, 1, 1, 1, 1]),
+    ("Ettt|(tt|)*2,m|L", 5, 1, [3, 2, 2, 0, 0]),  # commas are spacing, as Megatron reads them
 ])
 def test_megatron_layouts_expand_to_their_stages(layout, pp, v, stages):
     assert mlperf.layout_stages(layout, pp, v) == stages
@@ -88,6 +89,16 @@ def test_megatron_layouts_expand_to_their_stages(layout, pp, v, stages):
 def test_a_layout_that_does_not_fit_the_pipeline_is_refused():
     with pytest.raises(SpecError, match="chunks for pp 4 x 4"):
         mlperf.layout_stages("Et*4|(t*4|)*13tmL", 4, 4)
+
+
+def test_a_row_whose_layout_the_planner_cannot_price_says_why():
+    """Unreadable, a stage with no layer, or not the model's layers: the row is not priced
+    (and the file is still read)."""
+    (row,) = [r.row for r in _transcribed() if r.row["system"] == "theia_ngpu512_ngc26.04_nemo"
+              and r.row["benchmark"] == "deepseekv3_671b"]
+    for layout in ("Et*4|(t*4|)*13tmL", "E|t*20|t*20|t*21mL", "Et*4|(t*4|)*14ttmL"):
+        assert mlperf._layout_pins({**row, "pipeline_layout": layout}) is None
+    assert mlperf._layout_pins(row) == (None, 13)
 
 
 def test_moe_rows_stay_out_of_every_fit():

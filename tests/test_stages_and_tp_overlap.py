@@ -335,6 +335,22 @@ def test_pinned_stages_in_uneven_chunks_price_the_largest_chunk_as_the_bubble_sl
     assert bubble_in_stages(last_stage_layers=23) == pytest.approx(3 * 6 / 23, rel=1e-9)
 
 
+def test_pinned_stages_hold_a_layer_in_every_chunk_of_the_busiest():
+    with pytest.raises(SpecError, match="interleave: 64 virtual stages"):
+        check_pins(LLAMA, pp=4, first=8, last=8, interleave=64)
+    check_pins(LLAMA, pp=4, first=8, last=8, interleave=8)
+
+
+def test_megatron_refuses_the_fp8_output_projection_on_a_tied_head(run):
+    """Megatron-LM's TELMHeadColumnParallelLinear needs its own weight: one stage holding a
+    tied embedding and head is refused in one line (exit 2)."""
+    code, _, err = run("evaluate", "-m", "gpt-1.7b", "-H", "dgx-b200", "--devices", "8",
+                       "--tp", "1", "--pp", "1", "--global-batch", "64", "--precision",
+                       "mxfp8", "--fp8-output-proj", "--format", "megatron")
+    assert code == 2 and "fp8 output projection" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_megatron_layout_for_pinned_stages_in_uneven_chunks(run):
     """`--pipeline-model-parallel-layout` for the pinned stages (each stage's layers split as
     `stage_chunks`), the MTP depth in the last chunk before the loss, each checked by the rules

@@ -246,8 +246,8 @@ class LayerCosts:
         the K loop too short to hide its prologue (the saturating curve of vTrain, Bang et al.
         2024, fig. 4, and of the cuBLAS shape sweeps in NVIDIA's matmul performance guide).
         `kept`: one of attention's products, which an fp8 / fp4 recipe keeps out of the GEMMs'
-        format (`attention_rate`); `sixteen`: a GEMM no recipe quantises (the LM head);
-        `native`: issued by a library's C++ loop (`_kernel`)."""
+        format (`attention_rate`); `sixteen`: a GEMM the recipe leaves 16-bit (the LM head,
+        unless `fp8_output_proj`); `native`: issued by a library's C++ loop (`_kernel`)."""
         hw = self.hw
         if sixteen:
             rate, operand_bytes = self._sixteen_bit()
