@@ -25,7 +25,7 @@ from planner import bands, fit_mlperf, mlperf
 from planner import calibrate as cal
 from planner import fit_transformer as ft
 from planner.bands import family
-from planner.catalog import load_model, load_system
+from planner.catalog import load_system
 
 
 def transformers() -> None:
@@ -82,8 +82,7 @@ def mlperf_training() -> None:
         by[r["group"]].append(r)
     fam: dict[str, list[dict]] = defaultdict(list)
     for r in priced:  # the dense rows by family (what the shares are fitted to), the MoE apart
-        moe = load_model(r["run"].model).experts > 1
-        fam["mixture-of-experts" if moe else
+        fam["mixture-of-experts" if r["run"].moe else
             family(load_system(r["run"].system).device.name)].append(r)
     groups = [*sorted(by.items()), *((f"all {k}", v) for k, v in sorted(fam.items())),
               ("all priced", priced)]

@@ -39,7 +39,7 @@ import numpy as np
 from planner import mlperf
 from planner.bands import family
 from planner.calibrate import _golden_min
-from planner.catalog import load_model, load_system
+from planner.catalog import load_system
 
 A100_SHARE = 0.807  # planner.fit_transformer: 0.701 / 0.869, what every device carried
 # device spec -> (bf16, fp8) best-shape GEMM microbenchmark as a fraction of the dense peak
@@ -92,7 +92,7 @@ def runs(fam: str) -> list[mlperf.Run]:
     these rows test out of sample."""
     return [r for r in mlperf.read() if not r.why_not
             and load_system(r.system).device.name in FAMILIES[fam]
-            and load_model(r.model).experts <= 1]
+            and not r.moe]
 
 
 def key(run: mlperf.Run) -> tuple:

@@ -21,7 +21,7 @@ import functools
 import re
 from pathlib import Path
 
-from planner import switches
+from planner import rules, switches
 from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.plan import Plan
@@ -71,6 +71,11 @@ class Run:
     measured_s: float
     why_not: str | None  # None: expressible
     forward_s: float | None = None  # one validation step (a forward of the global batch)
+
+    @property
+    def moe(self) -> bool:
+        """A mixture-of-experts benchmark (v6.0's), which no fit reads."""
+        return load_model(self.model).experts > 1
 
     @property
     def group(self) -> str:
@@ -161,12 +166,8 @@ def plan_of(run: Run) -> Plan:
     g = load_system(run.system).devices_per_node
     first, last = _layout_pins(r) if r.get("pipeline_layout") else (None, None)
     moe = {"ep": int(r.get("ep") or 1), "etp": int(r["etp"]) if r.get("etp") else None,
-           # the all-to-all overlap pairs micro-batches (Megatron-LM's combined 1F1B): with
-           # one a step, as Cisco's H100 gpt-oss-20b runs set it, nothing overlaps
-           "ep_overlap": r.get("ep_overlap") == "1"
-           and int(r["global_batch"]) >= 2 * dp * int(r["micro_batch"]),
            "fp8_output_proj": r.get("fp8_output_proj") == "1"}
-    return Plan.split(tp, pp, dp, int(r["micro_batch"]), int(r["global_batch"]),
+    plan = Plan.split(tp, pp, dp, int(r["micro_batch"]), int(r["global_batch"]),
                       node_size=g, cp=cp, interleave=int(r["vp"] or 1),
                       first_stage_layers=first, last_stage_layers=last, **moe,
                       sequence_parallel=tp > 1 and _flag(r["sequence_parallel"], True),
@@ -188,6 +189,13 @@ def plan_of(run: Run) -> Plan:
                       recompute=r["recompute"] or "none",
                       recompute_layers=int(r["recompute_layers"]) if r["recompute_layers"]
                       else None)
+    # the all-to-all overlap where Megatron-LM's rules let it run (`planner.rules`): Cisco's
+    # H100 gpt-oss-20b runs set it with one micro-batch a step, where nothing pairs
+    row = rules.row_of(plan)
+    if r.get("ep_overlap") == "1" and all(rule.holds(row, plan) for rule in rules.RULES
+                                          if rule.key == "ep_overlap"):
+        plan = plan.replace(ep_overlap=True)
+    return plan
 
 
 def layout_stages(layout: str, pp: int, v: int = 1) -> list[int]:
@@ -213,13 +221,18 @@ def _layout_pins(r: dict) -> tuple[int | None, int | None] | None:
     """(first, last) stage layers of a row's pipeline layout, each None where it equals the
     middle stages'; None where the layout is not one the planner prices: unreadable, middle
     stages that differ, a stage with no layer, or not the benchmark model's layers."""
+    return _pins(r["pipeline_layout"], int(r["pp"]), int(r["vp"] or 1), r["benchmark"])
+
+
+@functools.cache
+def _pins(layout: str, pp: int, v: int, benchmark: str):
     try:
-        stages = layout_stages(r["pipeline_layout"], int(r["pp"]), int(r["vp"] or 1))
+        stages = layout_stages(layout, pp, v)
     except SpecError:
         return None
     middle = stages[1:-1] or stages[:1]
     if (len(set(middle)) > 1 or min(stages) < 1
-            or sum(stages) != load_model(MODELS[r["benchmark"]]).layers):
+            or sum(stages) != load_model(MODELS[benchmark]).layers):
         return None
     first, last = stages[0], stages[-1]
     return (first if first != middle[0] else None, last if last != middle[0] else None)

@@ -382,7 +382,7 @@ def largest_chunk(layers: int, pp: int, v: int = 1, first: int | None = None,
     """Layers of the largest pipeline chunk: the even layout's, or the largest stage's over
     its v chunks when stages are pinned (`stage_chunks`)."""
     if first or last:
-        return -(-max(stage_layers(layers, pp, v, first, last)) // v)
+        return stage_chunks(max(stage_layers(layers, pp, v, first, last)), v)[0]
     return max(chunk_layers(layers, pp, v)) if pp * v <= layers else 1
 
 

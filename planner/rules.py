@@ -146,6 +146,16 @@ FORM_RULES: tuple[Rule, ...] = (
          lambda r, x: (r.p == 1) & (r.ep == 1),
          lambda r, x: "torchtitan captures no CUDA graphs with pipeline or expert "
                    "parallelism; plan without --cuda-graphs, or use --format megatron"),
+    # Megatron-LM at the commit planner.launch.megatron_lm names: the fp8 output projection
+    # (TELMHeadColumnParallelLinear) needs its own weight, which a tied head on the
+    # embedding's stage shares (skip_weight_param_allocation refused)
+    Rule("fp8_output_proj", frozenset({"p"}),
+         lambda m, x: (_form("megatron")(m, x) and bool(getattr(x, "fp8_output_proj", False))
+                       and m is not None and m.tied_embeddings),
+         lambda r, x: r.p > 1,
+         lambda r, x: "Megatron-LM runs the fp8 output projection only with its own weight "
+                   "(untied embeddings, or the head on another stage than the embedding); "
+                   "plan without --fp8-output-proj or with pp > 1"),
     # parallel_dims.py: the expert-parallel ranks come from dp_shard x cp x tp (cp x tp at
     # ZeRO 0); an HSDP plan's shard group, which no row field holds, the form checks itself
     Rule("ep", frozenset({"t", "cp", "d", "ep", "zero"}), _form("torchtitan"),
@@ -176,14 +186,15 @@ MIXED_FORMS: dict[str, tuple[str, ...]] = {
 FORM_PINS: dict[str, dict[str, Any]] = {"deepspeed": {"sequence_parallel": False}}
 
 
-def check_form(form: str, plan, skip: tuple[str, ...] = ()) -> None:
+def check_form(form: str, plan, skip: tuple[str, ...] = (), model=None) -> None:
     """Refuse a plan (a `Plan`, or its JSON config) the launcher form `form` cannot write:
     the first of its `FORM_RULES` (less those keyed in `skip`, which the form decides with
-    more than a row holds) the plan breaks, as `format: <why>`."""
+    more than a row holds) the plan breaks, as `format: <why>`; with `model` (and the plan
+    as its JSON config, whose switches the rules read), the model's rules too."""
     row = row_of(plan) if not isinstance(plan, dict) else _row_of_config(plan)
-    x = SimpleNamespace(framework=form)
+    x = SimpleNamespace(**(plan if model is not None else {}), framework=form)
     for rule in FORM_RULES:
-        if rule.key not in skip and rule.active(None, x) and not rule.holds(row, x):
+        if rule.key not in skip and rule.active(model, x) and not rule.holds(row, x):
             raise SpecError(f"format: {rule.message(row, x)}")
 
 

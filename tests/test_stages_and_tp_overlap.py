@@ -6,6 +6,7 @@ force."""
 import dataclasses
 import itertools
 import math
+import re
 
 import pytest
 
@@ -349,6 +350,13 @@ def test_megatron_refuses_the_fp8_output_projection_on_a_tied_head(run):
                        "mxfp8", "--fp8-output-proj", "--format", "megatron")
     assert code == 2 and "fp8 output projection" in err
     assert len(err.strip().splitlines()) == 1
+    # the same rule keeps the search for that form to plans it writes (planner.rules)
+    code, out, err = run("solve", "-m", "gpt-1.7b", "-H", "dgx-b200", "--devices", "8",
+                         "--global-batch", "64", "--precision", "mxfp8", "--fp8-output-proj",
+                         "--format", "megatron")
+    assert code == 0, err
+    (pp,) = re.findall(r"--pipeline-model-parallel-size (\d+)", out)
+    assert int(pp) > 1
 
 
 def test_megatron_layout_for_pinned_stages_in_uneven_chunks(run):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import shlex
 
-from planner import switches
+from planner import rules, switches
 from planner.errors import SpecError
 from planner.launch.common import Target, max_connections, needs_transformer, priced_steps, summary
 from planner.plan import chunk_layers, stage_chunks, stage_layers
@@ -219,12 +219,7 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     tokens; the placeholders (data, tokenizer, learning rate, iterations) are `megatron`'s."""
     needs_transformer("megatron", target)
     m = target.model
-    if plan.get("fp8_output_proj") and m.tied_embeddings and plan["pp"] == 1:
-        # the one stage's LM head shares the embedding's weight, which Megatron-LM's
-        # TELMHeadColumnParallelLinear refuses (skip_weight_param_allocation, d98e8a6)
-        raise SpecError("format: Megatron-LM runs the fp8 output projection only with its "
-                        "own weight (untied embeddings, or the head on another stage than "
-                        "the embedding); plan without --fp8-output-proj or with pp > 1")
+    rules.check_form("megatron", plan, model=m)  # what Megatron-LM refuses (planner.rules)
     a = _model_args(m)
     if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
         a += ["--moe-token-dispatcher-type", "alltoall"]
