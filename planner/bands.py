@@ -189,7 +189,10 @@ def _band(feat: dict, rows) -> Band:
             return Band(float(low), float(high), len(match), group,
                         f"10th-90th percentile of measured / predicted over {len(match)} "
                         f"runs ({group}; {', '.join(sources)})")
-    what = ("a mixture-of-experts model" if feat["moe"] == "moe"
+    # what no run of the family holds: a MoE model only where the family has too few MoE
+    # runs (on Blackwell the reason is the plan's sharding or pipeline)
+    moe_runs = sum(r.get("moe") == "moe" and r.get("family") == feat["family"] for r in rows)
+    what = ("a mixture-of-experts model" if feat["moe"] == "moe" and moe_runs < MIN_RUNS
             else "LoRA fine-tuning through a pipeline (every LoRA run is pp 1)"
             if feat["lora_pipeline"] == "yes"
             else "a plan with sharded weights (ZeRO-3 / FSDP)"
@@ -199,9 +202,13 @@ def _band(feat: dict, rows) -> Band:
             else "a plan with hybrid sharding (HSDP: ZeRO inside groups of replicas)"
             if feat["sharding"] == "hybrid sharded"
             else f"{feat['family']} systems")
+    runs = "no calibration run"
+    if what == "a mixture-of-experts model" and moe_runs:  # some, too few for a band
+        runs = f"{moe_runs} calibration runs (a band takes {MIN_RUNS})"
+        what += f" on {feat['family']} systems"
     return Band(None, None, 0, None,
-                f"not covered: no calibration run of {what}; the prediction rests on terms "
-                f"no measurement checks")
+                f"not covered: {runs} of {what}; the prediction rests on terms no "
+                "measurement checks")
 
 
 # --- writing the residuals ------------------------------------------------------------------
