@@ -75,12 +75,17 @@ class Run:
     @property
     def moe(self) -> bool:
         """A mixture-of-experts benchmark (v6.0's), which no fit reads."""
-        return load_model(self.model).experts > 1
+        return _is_moe(self.model)
 
     @property
     def group(self) -> str:
         return f"{self.row['benchmark']} {self.system or self.row['accelerator']} " \
                f"{self.precision.value if self.precision else '?'}"
+
+
+@functools.cache
+def _is_moe(model: str) -> bool:  # a row's model, read once per process
+    return load_model(model).experts > 1
 
 
 def _flag(value: str, default: bool) -> bool:
