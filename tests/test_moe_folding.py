@@ -85,6 +85,36 @@ def test_etp_splits_the_experts_weights_and_zero_shards_them_over_expert_dp():
         assert float(out["optimizer_state"]) == pytest.approx(state * 12, rel=1e-12)
 
 
+def _allreduce(size, n, per_node, hw):
+    """`allreduce_form` written out: the ring through n ranks, per_node of them on a node."""
+    nodes = math.ceil(n / per_node)
+    latency = 2 * (per_node - 1) * hw.intra_lat + 2 * (nodes - 1) * hw.inter_lat
+    nic = 1 / (per_node * hw.nic_bw / 8) if n > per_node else 0
+    return latency + 2 * (n - 1) / n * size * max(1 / hw.intra_bw, nic)
+
+
+def test_expert_gradients_are_reduced_over_the_expert_data_parallel_group():
+    """Mixtral on two 8-GPU nodes, t = 1, d = 16, ep = 8, no overlap: the dense gradients
+    ring through all 16 replicas (8 a node), the routed experts' only through the 2 ranks
+    holding the same experts, one on each node, each rank's share over its own NIC
+    (Megatron-LM's expert-data-parallel group)."""
+    m, hw = load_model("mixtral-8x7b"), _hw()
+    experts = m.layers * m.experts * m.expert_params() / 8
+    dense = (m.layers * (m.layer_params() - m.experts * m.expert_params())
+             + m.embedding_params() + m.head_params())
+    out = iteration(m, hw, _cfg(d=16, ep=8, overlap=False))
+    g = hw.grad_bytes
+    want = _allreduce(dense * g, 16, 8, hw) + _allreduce(experts * g, 2, 1, hw)
+    assert float(out["dp_comm_exposed"]) == pytest.approx(want, rel=1e-9)
+    # ep = 1 (every rank holds every expert): one group, the one ring of old plus the second
+    # ring's latency
+    one = iteration(m, hw, _cfg(d=16, ep=1, overlap=False))
+    whole = experts * 8 * g
+    lat = 2 * 7 * hw.intra_lat + 2 * hw.inter_lat
+    assert float(one["dp_comm_exposed"]) == pytest.approx(
+        _allreduce(dense * g + whole, 16, 8, hw) + lat, rel=1e-9)
+
+
 def test_capacity_factor_pads_the_dispatch_and_the_expert_rows():
     m, hw = _moe(), _hw()
     one = iteration(m, hw, _cfg(d=4, ep=4))

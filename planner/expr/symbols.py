@@ -66,6 +66,10 @@ kappa = sp.Symbol("kappa", positive=True)  # optimizer state bytes per parameter
 A_act = sp.Symbol("A_act", nonnegative=True)  # activation bytes held on the first stage
 W_q = sp.Symbol("W_q", nonnegative=True)  # bytes of the layers' quantized weight copies
 z = sp.Symbol("z", positive=True)  # ranks of one ZeRO shard group (HSDP; d without it)
+# a mixture of experts: the routed experts' share of M, reduced over their own group
+M_e = sp.Symbol("M_e", nonnegative=True)
+d_e = sp.Symbol("d_e", positive=True)  # expert-data-parallel ranks (t c_p d / (e_t e_p))
+r_e = sp.Symbol("r_e", positive=True)  # of those, on one scale-up domain
 sigma = sp.Symbol("sigma", nonnegative=True)  # compute slowdown beside a collective
 # a cost along one plan variable x, on one smooth branch: a_inv / x + a_0 + a_1 x + a_2 x^2
 a_inv = sp.Symbol("a_inv", real=True)
@@ -150,6 +154,12 @@ GLOSSARY: dict[sp.Symbol, Meaning] = {
                  "rowwise and columnwise data with their scales)", "B"),
     z: Meaning("ranks of one ZeRO / FSDP shard group under hybrid sharding (HSDP): the d / z "
                "groups each hold a whole copy of the sharded state", "replicas"),
+    M_e: Meaning("of M, the routed experts' bytes: reduced over the expert-data-parallel "
+                  "group, not with the dense gradients", "B"),
+    d_e: Meaning("expert-data-parallel ranks: those holding the same experts, t c_p d / "
+                 "(e_t e_p) (Megatron-LM's expert data-parallel group)", "ranks"),
+    r_e: Meaning("expert-data-parallel ranks on one scale-up domain (their traffic shares its "
+                 "NICs): min(d_e, u / (e_t e_p p))", "ranks"),
     sigma: Meaning("how much slower compute runs while an overlapped collective shares the "
                    "device (its kernels hold SMs and HBM bandwidth; Lee et al. 2025)",
                    "fraction of the compute time"),

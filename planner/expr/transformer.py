@@ -450,6 +450,14 @@ class TransformerExpressions(LayerCosts):
         }
         if c.dp_shard:  # HSDP: the shard group is d_s replicas' c_p ranks each
             self.aggregates[S.z] = S.d_s * self.cp
+        # the routed experts' share of M, reduced over the t c_p d / (e_t e_p) ranks holding
+        # the same experts (with HSDP or LoRA still with the dense gradients)
+        experts = bool(moe) and not c.dp_shard and not c.lora_rank
+        if experts:
+            group = t * self.cp * d / (self.etp * ep)
+            self.aggregates.update({
+                S.M_e: self.aggregates[S.M] * expert_state / train, S.d_e: group,
+                S.r_e: smin(_max(sfloor(u / (self.etp * ep * p)), 1), group)})
         # the forms' d is the group the gradients are reduced and ZeRO-sharded over: d c_p
         # (Megatron-LM's data-parallel group with context parallelism)
         whole = lambda form: substitute(form, {**self.aggregates, d: d * self.cp})  # noqa: E731
@@ -461,7 +469,7 @@ class TransformerExpressions(LayerCosts):
             shown = (smin(gather, overlapped(gather, forward_stage, S.sigma) + gather / S.ell)
                      if c.overlap else gather)
             forward = forward + whole(m * shown)
-        self.forms = {"time": time_form(c), "memory": memory_form(c)}
+        self.forms = {"time": time_form(c, experts), "memory": memory_form(c)}
         shard = _shards(c)
 
         def experts_unsharded(per_param, stage):
@@ -509,7 +517,7 @@ class TransformerExpressions(LayerCosts):
             "pp_bubble": (p - 1) / chunks * stage,
             "pp_comm": slots * p2p,
             "forward": forward,
-            "dp_comm_exposed": whole(exposed_form(c)),
+            "dp_comm_exposed": whole(exposed_form(c, experts)),
             "optimizer": whole(S.T_opt / shard[1]) + opt_extra,
             "memory": memory,
             "weights": (whole(S.Psi * S.delta / shard[3] + S.W_q)
@@ -567,12 +575,18 @@ def _shard_group(c: Choices) -> tuple[G.Expr, G.Expr]:
     return S.z, smin(S.r, S.z)
 
 
-def sync_form(c: Choices) -> G.Expr:
+def sync_form(c: Choices, experts: bool = False) -> G.Expr:
     """The gradient sync of one iteration: `allreduce_form` of M over the d replicas. With HSDP
     the reduce-scatter (and ZeRO 1 / 2's all-gather of the weights) runs inside each group of
     z, and each shard of Psi gamma_g / z bytes is allreduced across the d / z groups, one rank
     of each (Megatron-LM param_and_grad_buffer.py with num_distributed_optimizer_instances > 1;
-    PyTorch HSDP), max(1, r / z) of them on a node."""
+    PyTorch HSDP), max(1, r / z) of them on a node. `experts`: the routed experts' M_e of M
+    goes over their own d_e ranks, r_e of them on a domain (Megatron-LM's distributed.py keeps
+    the expert-parallel parameters in their own buffers, reduced over the expert data-parallel
+    group: strided by e_t e_p, so past e_t e_p >= u each rank's share crosses its NIC)."""
+    if experts:
+        return (allreduce_form(S.M - S.M_e, d, S.r)
+                + allreduce_form(S.M_e, S.d_e, S.r_e))
     if not c.dp_shard:
         return allreduce_form()
     across = allreduce_form(S.Psi_t * S.gamma_g / S.z, d / S.z,
@@ -608,7 +622,7 @@ def sync_window() -> G.Expr:
     return S.H * (1 + (v - 1) * smin(m, p)) / v
 
 
-def exposed_form(c: Choices) -> G.Expr:
+def exposed_form(c: Choices, experts: bool = False) -> G.Expr:
     """Data-parallel communication left exposed: overlapped, the sync beyond the backward of
     `sync_window` (and never less than the sigma / (1 + sigma) share the slowed compute
     beside it pays, nor than the last chunk's own 1 / v beyond its backward). ZeRO-3 gathers
@@ -619,7 +633,7 @@ def exposed_form(c: Choices) -> G.Expr:
     backward (two all-gathers of one of the stage's ell layers: sync / ell), shows in every
     micro-batch (PyTorch FSDP's forward / backward prefetch). The gathers move the weights at
     their own width, inside the shard group."""
-    sync = sync_form(c)
+    sync = sync_form(c, experts)
     exposed = sync
     if c.overlap:  # behind the backward; the last chunk's share behind its own at least
         exposed = _max(overlapped(sync, sync_window(), S.sigma), (sync - S.H) / v)
@@ -632,11 +646,12 @@ def exposed_form(c: Choices) -> G.Expr:
     return exposed
 
 
-def time_form(c: Choices) -> G.Expr:
+def time_form(c: Choices, experts: bool = False) -> G.Expr:
     """The iteration time: (m + (p - 1) / v) pipeline slots of one micro-batch's stage time
     and sends (Narayanan et al. SC21, eq. 1-2), the exposed data-parallel communication, the
-    optimizer step on the ZeRO shard, and the host's time after the step's sync."""
-    return ((m + (p - 1) / v) * (S.tau + S.tau_p2p) + exposed_form(c)
+    optimizer step on the ZeRO shard, and the host's time after the step's sync. `experts`:
+    the routed experts' gradients synced over their own group (`sync_form`)."""
+    return ((m + (p - 1) / v) * (S.tau + S.tau_p2p) + exposed_form(c, experts)
             + S.T_opt / _shards(c)[1] + S.T_sync)
 
 

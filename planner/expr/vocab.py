@@ -16,5 +16,6 @@ T_opt, Psi, Psi_t, delta = (symbol(x) for x in ("T_opt", "Psi", "Psi_t", "delta"
 T_sync, W_q = symbol("T_sync"), symbol("W_q")
 gamma_g, kappa, A_act, z, sigma, M = (symbol(x) for x in ("gamma_g", "kappa", "A_act", "z",
                                                              "sigma", "M"))
+M_e, d_e, r_e = (symbol(x) for x in ("M_e", "d_e", "r_e"))
 alpha, beta = symbol("alpha_inter"), symbol("beta_inter")
 alpha_i, beta_i = symbol("alpha_intra"), symbol("beta_intra")
