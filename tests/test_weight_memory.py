@@ -155,6 +155,18 @@ def test_mtp_depths_hold_copies_but_not_their_embedding():
     assert on.memory_bytes_per_device - off.memory_bytes_per_device == pytest.approx(diff)
 
 
+def test_the_fp8_output_projection_caches_the_heads_copy_too():
+    """With --fp8-output-proj the LM head is a Transformer Engine linear, so its MXFP8
+    copies (rowwise and columnwise, 33/16 bytes a weight) are cached beside the layers':
+    Llama-3-8B (untied) at pp 1 holds vocab x h more quantized weights."""
+    m = load_model("llama3-8b")
+    on = _eval("dgx-b200", precision="mxfp8", fp8_output_proj=True)
+    off = _eval("dgx-b200", precision="mxfp8")
+    assert not m.tied_embeddings
+    assert (on.memory_breakdown["weights"] - off.memory_breakdown["weights"]
+            == pytest.approx(m.vocab * m.hidden * 33 / 16, rel=1e-12))
+
+
 def test_every_mlperf_submission_fits_its_device():
     """Each submission ran: its own plan, priced as its recipe sets it, fits the device's
     memory (66 of the first 169 did not before the weight copies, the LoRA recipes' fp8 base

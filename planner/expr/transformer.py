@@ -341,6 +341,13 @@ class TransformerExpressions(LayerCosts):
                                    quantized_params + mtp_whole)
             last_experts = last * experts_per_layer / (self.etp * ep) + mtp_exp
             expert_state = _if(p > 1, _max(expert_params, last_experts), expert_params + mtp_exp)
+        if c.fp8_output_proj:
+            # the LM head as a Transformer Engine linear caches its MXFP8 copies like the
+            # layers' (the depths reuse the same output weight): on the last stage
+            head_q = G.Integer(md.vocab * h) / t
+            quantized_params = _if(p > 1, _max(quantized_params,
+                                               last * layer_weights + mtp_whole + head_q),
+                                   quantized_params + head_q)
         # the parameters that train: all, or with frozen base weights the LoRA adapters (of
         # each adapted projection, A of QKV and B of the output projection whole on every tp
         # rank, the other split: NeMo's LoRA on column- / row-parallel linears)
