@@ -51,17 +51,29 @@ MICROBENCHMARK = {
     "mi300x": (0.511, None), "mi325x": (0.6, None), "mi355x": (0.622, None),
     "mi350x": (0.622, None),  # MI355X's: the same die at a lower clock, no row of its own
 }
-# an NVFP4 GEMM's fraction of the fp4 peak over a bf16 GEMM's of the bf16 peak, in one benchmark
-# run on B200 (pytorch/ao pull request #2427, benchmarks/float8/bench_matmul.py --recipe nvfp4,
-# torch._scaled_mm at M = N = K = 6144 and 8192: NVFP4 0.611 and 0.597, bf16 0.646 and 0.631):
-# no best-shape NVFP4 table is published, so each Blackwell device's fp4 microbenchmark is its
-# bf16 one times this (`efficiency.matmul_fp4`)
-FP4_OVER_BF16 = round((0.611 / 0.646 + 0.597 / 0.631) / 2, 3)
+# an NVFP4 GEMM's fraction of the fp4 peak over a bf16 GEMM's of the bf16 peak, measured at the
+# same shapes (no best-shape NVFP4 table is published), so each Blackwell device's fp4
+# microbenchmark is its bf16 one times this (`efficiency.matmul_fp4`). B200 (GB200: the same
+# die): pytorch/ao pull request #2427, benchmarks/float8/bench_matmul.py --recipe nvfp4,
+# torch._scaled_mm at M = N = K = 6144 and 8192: NVFP4 0.611 and 0.597, bf16 0.646 and 0.631.
+# Blackwell Ultra (B300; GB300 the same chip): Transformer Engine's GEMM profiling guide
+# (NVIDIA/TransformerEngine pull request #2863, docs/examples/gemm_profiling/gemm_profiling.rst
+# at 8f2e635), B300, a 5B config's per-layer GEMMs pre-quantized (M 15,872; K, N 4,096-16,384):
+# NVFP4 3.764 ms, BF16 13.102 ms at 13,500 and 2,250 TFLOP/s peaks. Its fp4 peak is 1.5x
+# B200's; its NVFP4 GEMMs reach about the TFLOP/s B200's do, not 1.5x
+_B200_FP4 = round((0.611 / 0.646 + 0.597 / 0.631) / 2, 3)
+_ULTRA_FP4 = round(13.102 / 3.764 * 2250 / 13500, 3)
+FP4_OVER_BF16 = {"b200": _B200_FP4, "gb200": _B200_FP4, "b300": _ULTRA_FP4, "gb300": _ULTRA_FP4}
+# an MXFP8 GEMM's rate over a per-tensor fp8 one's, the same guide's B300 pre-quantized
+# per-layer totals (FP8 current scaling 6.812 ms, MXFP8 7.161 ms: the 1 x 32 E8M0 block
+# scales' cost), carried to every Blackwell device (`efficiency.matmul_mxfp8`)
+MXFP8_OVER_FP8 = round(6.812 / 7.161, 3)
 # the families as the error bands group devices (`planner.bands.family`)
 FAMILIES = {fam: tuple(d for d in MICROBENCHMARK if family(d) == fam)
             for fam in dict.fromkeys(family(d) for d in MICROBENCHMARK)}
 APPLIED = ("Blackwell", "AMD CDNA")
 FP4_DEVICES = FAMILIES["Blackwell"]  # the devices `FP4_OVER_BF16` sets `matmul_fp4` on
+assert set(FP4_DEVICES) == set(FP4_OVER_BF16)
 BOUNDS = (0.4, 1.0)
 
 
@@ -77,7 +89,8 @@ def with_share(system, share: float | None = None, sync_s: float | None = None):
         bf16, fp8 = MICROBENCHMARK[dev.name]
         rates = ({"matmul": bf16 * share}
                  | ({"matmul_fp8": fp8 * share} if fp8 is not None else {})
-                 | ({"matmul_fp4": bf16 * FP4_OVER_BF16 * share}
+                 | ({"matmul_fp4": bf16 * FP4_OVER_BF16[dev.name] * share,
+                     "matmul_mxfp8": fp8 * MXFP8_OVER_FP8 * share}
                     if dev.name in FP4_DEVICES else {}))
         update["efficiency"] = dev.efficiency.model_copy(update=rates)
     if sync_s is not None:
@@ -245,7 +258,8 @@ def main() -> None:
                 if fp8 is not None:
                     spec += f", matmul_fp8: {round(fp8 * share, 3)}"
                 if dev in FP4_DEVICES:
-                    spec += f", matmul_fp4: {round(bf16 * FP4_OVER_BF16 * share, 3)}"
+                    spec += (f", matmul_fp4: {round(bf16 * FP4_OVER_BF16[dev] * share, 3)}"
+                             f", matmul_mxfp8: {round(fp8 * MXFP8_OVER_FP8 * share, 3)}")
                 print(f"  {dev}: {spec}")
     print(f"every device: kernels.step_sync_us: {round(f.sync_s * 1e6, -2):.0f}")
 

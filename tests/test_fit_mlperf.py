@@ -31,7 +31,9 @@ def test_shipped_specs_are_the_fit_and_beat_the_carried_share_without_host_time(
                 assert eff.matmul_fp8 == pytest.approx(fp8 * f.shares[family], abs=1.5e-3)
             if device in fm.FP4_DEVICES:
                 assert eff.matmul_fp4 == pytest.approx(
-                    bf16 * fm.FP4_OVER_BF16 * f.shares[family], abs=1.5e-3)
+                    bf16 * fm.FP4_OVER_BF16[device] * f.shares[family], abs=1.5e-3)
+                assert eff.matmul_mxfp8 == pytest.approx(
+                    fp8 * fm.MXFP8_OVER_FP8 * f.shares[family], abs=1.5e-3)
     for device in fm.MICROBENCHMARK:  # one host time for every device the fit covers
         assert load_device(device).kernels.step_sync_us == pytest.approx(f.sync_s * 1e6,
                                                                           abs=100), device
@@ -84,8 +86,9 @@ def test_hopper_keeps_the_carried_a100_share():
 
 @pytest.mark.parametrize("device", fm.FP4_DEVICES)
 def test_4_bit_gemms_run_at_their_own_fraction_and_other_formats_do_not(device):
-    """An nvfp4 plan's GEMMs run at `matmul_fp4` of the fp4 peak; fp8 and bf16 ones at their
-    own; the source names the benchmark the fp4 / bf16 ratio comes from."""
+    """An nvfp4 plan's GEMMs run at `matmul_fp4` of the fp4 peak, an mxfp8 one's at
+    `matmul_mxfp8` of the fp8 peak (below per-tensor fp8's); fp8 and bf16 ones at their own;
+    the source names the benchmark the fp4 / bf16 ratio comes from."""
     from planner.catalog import load_system
     from planner.cost.transformer import Hardware
     from planner.spec.hardware import Precision
@@ -93,9 +96,14 @@ def test_4_bit_gemms_run_at_their_own_fraction_and_other_formats_do_not(device):
     system = next(load_system(s) for s in ("dgx-b200", "gb200-nvl72", "dgx-b300",
                                            "gb300-nvl72") if load_system(s).device.name == device)
     dev = system.device
-    assert "pytorch/ao pull request #2427" in dev.sources["efficiency"]
+    ultra = device in ("b300", "gb300")  # Blackwell Ultra: its own measured ratio
+    assert ("NVIDIA/TransformerEngine pull request #2863" if ultra
+            else "pytorch/ao pull request #2427") in dev.sources["efficiency"]
+    assert f"x {fm.FP4_OVER_BF16[device]} x" in dev.sources["efficiency"]
     assert dev.efficiency.matmul_fp4 < dev.efficiency.matmul
+    assert dev.efficiency.matmul_mxfp8 < dev.efficiency.matmul_fp8
     for precision, eff in ((Precision.nvfp4, dev.efficiency.matmul_fp4),
+                           (Precision.mxfp8, dev.efficiency.matmul_mxfp8),
                            (Precision.fp8, dev.efficiency.matmul_fp8),
                            (Precision.bf16, dev.efficiency.matmul)):
         assert Hardware.of(system, precision).matmul_flops == pytest.approx(

@@ -153,6 +153,9 @@ class Efficiency(Spec):
     # large 4-bit (nvfp4 / fp4) GEMMs, as a fraction of the fp4 peak (None: `matmul`): a
     # measured NVFP4 GEMM reaches a smaller share of its peak than a 16-bit one
     matmul_fp4: float | None = Field(default=None, ge=MIN_FRACTION, le=1)
+    # large MXFP8 (1 x 32 block-scaled) GEMMs, as a fraction of the fp8 peak (None:
+    # `matmul_fp8`): the block scales cost the tensor cores a few per cent
+    matmul_mxfp8: float | None = Field(default=None, ge=MIN_FRACTION, le=1)
 
 
 class KernelCosts(Spec):
