@@ -97,9 +97,8 @@ class Hardware:
         eff16 = dev.efficiency.matmul or dev.efficiency.compute
         eff8 = dev.efficiency.matmul_fp8 or eff16
         eff4 = dev.efficiency.matmul_fp4 or eff16
-        eff = (eff8 if precision is Precision.fp8
-               else dev.efficiency.matmul_mxfp8 or eff8 if precision is Precision.mxfp8
-               else eff4 if precision in (Precision.nvfp4, Precision.fp4) else eff16)
+        eff = {Precision.fp8: eff8, Precision.mxfp8: dev.efficiency.matmul_mxfp8 or eff8,
+               Precision.nvfp4: eff4, Precision.fp4: eff4}.get(precision, eff16)
         matmul = dev.peak_flops(precision) * eff
         # Transformer Engine runs only the linear layers' GEMMs in fp8 / fp4: attention's
         # products stay 16-bit unless its fp8 dot-product attention is on (at the fp8 GEMM
