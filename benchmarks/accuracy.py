@@ -73,17 +73,19 @@ def mlperf_training() -> None:
     held = fit_mlperf.held_out_predictions()
     out = {id(r["run"]): held.get(fit_mlperf.key(r["run"]), r["predicted_s"]) / r["measured_s"]
            - 1 for r in priced}
-    print("\nMLPerf Training (planner/calibration/mlperf_training.csv and, mixture-of-experts, "
+    print("\nMLPerf Training (planner/calibration/mlperf_training.csv and v6.0's "
           "mlperf_training_v6.csv): each submission at its own plan; out of sample: "
-          "leave-one-benchmark-out (the MoE rows: in no fit)")
+          "leave-one-benchmark-out (the MoE rows and v6.0's: in no fit)")
     print(f"{'group':<36} {'rows':>4} {'MAPE':>7} {'bias':>7} {'worst':>7} {'held-out MAPE':>13}")
     by: dict[str, list[dict]] = defaultdict(list)
     for r in priced:
         by[r["group"]].append(r)
     fam: dict[str, list[dict]] = defaultdict(list)
-    for r in priced:  # the dense rows by family (what the shares are fitted to), the MoE apart
-        fam["mixture-of-experts" if r["run"].moe else
-            family(load_system(r["run"].system).device.name)].append(r)
+    for r in priced:  # the fitted dense rows by family, the MoE and the held-out rounds apart
+        run = r["run"]
+        name = "mixture-of-experts" if run.moe else family(load_system(run.system).device.name)
+        fam[name + (f" {run.row['round']} (in no fit)" if run.held_out and not run.moe
+                    else "")].append(r)
     groups = [*sorted(by.items()), *((f"all {k}", v) for k, v in sorted(fam.items())),
               ("all priced", priced)]
     for group, rs in groups:

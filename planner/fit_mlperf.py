@@ -101,13 +101,14 @@ def with_share(system, share: float | None = None, sync_s: float | None = None):
 
 
 def runs(fam: str) -> list[mlperf.Run]:
-    """The family's priceable MLPerf rows of dense models. The mixture-of-experts rows (v6.0's
-    DeepSeek-V3 and gpt-oss-20b) are held out of every fit: the shares are what GEMMs reach,
-    and an MoE step's error is first the routing, dispatch and grouped-GEMM terms', which
-    these rows test out of sample."""
+    """The family's priceable MLPerf rows of dense models from the fitted rounds. The
+    mixture-of-experts rows (v6.0's DeepSeek-V3 and gpt-oss-20b) are held out of every fit:
+    the shares are what GEMMs reach, and an MoE step's error is first the routing, dispatch
+    and grouped-GEMM terms', which these rows test out of sample; so is every row of a round
+    in `mlperf.HELD_OUT_ROUNDS` (v6.0: a later software release than the fit's)."""
     return [r for r in mlperf.read() if not r.why_not
             and load_system(r.system).device.name in FAMILIES[fam]
-            and not r.moe]
+            and not r.held_out]
 
 
 def key(run: mlperf.Run) -> tuple:

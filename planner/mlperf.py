@@ -1,6 +1,5 @@
-"""MLPerf Training submissions (`planner/calibration/mlperf_training.csv`, and v6.0's
-mixture-of-experts ones in `mlperf_training_v6.csv`, which no fit reads), predicted as their
-submitters pinned them.
+"""MLPerf Training submissions (`planner/calibration/mlperf_training.csv`, and v6.0's in
+`mlperf_training_v6.csv`, which no fit reads), predicted as their submitters pinned them.
 
 Each row is one submission's own configuration (parallel sizes, batches, precision, overlap
 switches, read from its `config_*.sh`) and its logged step time (`mlperf_training.md` says how
@@ -30,10 +29,10 @@ from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
 
 CSV = Path(__file__).parent / "calibration" / "mlperf_training.csv"
-# the v6.0 round's mixture-of-experts submissions, transcribed from the stored copy of its
-# results through the file index (no mirror of the repository could be fetched): the same
-# columns plus the expert-parallel sizes, the pipeline layout and the MoE switches
-# (`mlperf_training.md`)
+# the v6.0 round's submissions (its two mixture-of-experts benchmarks, and some of its dense
+# ones), transcribed from the stored copy of its results through the file index (no mirror of
+# the repository could be fetched): the same columns plus the expert-parallel sizes, the
+# pipeline layout and the MoE switches (`mlperf_training.md`)
 TRANSCRIBED = CSV.with_name("mlperf_training_v6.csv")
 # the same submissions' forward-only (validation) steps, where their logs time them
 # (`benchmarks/extract_mlperf_forward.py`)
@@ -52,6 +51,10 @@ VARIANTS = {"gpt_oss_20b": {"vocab": 128256}}
 # 8,192 tokens (training_results_v5.0 NVIDIA/benchmarks/llama2_70b_lora/implementations/
 # */train.py: lora_rank 16, target_modules; the logs do not give the sequence length)
 LORA = {"llama2_70b_lora": (16, 8192)}
+# rounds held out of every fit (`planner.fit_mlperf.runs`): v6.0 was transcribed after the
+# shares were fitted to v3.0-v5.1, so its dense rows test what the fit carries to a newer
+# software release (NGC 26.04) out of sample, as its mixture-of-experts rows test the MoE terms
+HELD_OUT_ROUNDS = ("v6.0",)
 # the accelerator column's words -> the built-in system of that node (8 GPUs, NDR / RoCE;
 # NVL72 racks as trays of 4)
 SYSTEMS = (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"),
@@ -76,6 +79,11 @@ class Run:
     def moe(self) -> bool:
         """A mixture-of-experts benchmark (v6.0's), which no fit reads."""
         return _is_moe(self.model)
+
+    @property
+    def held_out(self) -> bool:
+        """In no fit: a mixture-of-experts row, or one of a held-out round."""
+        return self.moe or self.row["round"] in HELD_OUT_ROUNDS
 
     @property
     def group(self) -> str:

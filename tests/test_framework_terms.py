@@ -202,7 +202,7 @@ def test_shipped_residuals_cover_the_calibration_sets():
     rows = bands.residuals()
     sources = {r["source"] for r in rows}
     assert {"vTrain", "SC21", "BERT-Large", "MLPerf"} <= sources
-    assert len(rows) == 1440 + 10 + 6 + 179 + 36  # MLPerf: 179 dense, 36 MoE (v6.0)
+    assert len(rows) == 1440 + 10 + 6 + 179 + 36 + 8  # MLPerf: 179 dense, v6.0: 36 MoE, 8 dense
     m = load_model("gpt3-175b")
     b = bands.band(bands.features(m, "h100-sxm5-80gb", Precision.fp8))
     assert b.low is not None and b.low < 1 < b.high * 1.2 and b.runs >= 20

@@ -1,8 +1,9 @@
-"""MLPerf Training v6.0's mixture-of-experts submissions (`planner/calibration/
-mlperf_training_v6.csv`, transcribed from the round's stored results): DeepSeek-V3 671B on
-GB200 / GB300 NVL72 and gpt-oss-20b on H100 to GB300, read as their configs ran them, their
-FLOPs and parameters against what the benchmark's own files print, and kept out of every fit
-(they test the MoE terms out of sample)."""
+"""MLPerf Training v6.0's submissions (`planner/calibration/mlperf_training_v6.csv`,
+transcribed from the round's stored results): the mixture-of-experts ones (DeepSeek-V3 671B on
+GB200 / GB300 NVL72 and gpt-oss-20b on H100 to GB300), read as their configs ran them, their
+FLOPs and parameters against what the benchmark's own files print, and the dense ones; all
+kept out of every fit (they test the MoE terms, and what the fit carries to a newer software
+release, out of sample)."""
 
 import pytest
 
@@ -17,20 +18,34 @@ def _transcribed():
     return mlperf.read(mlperf.TRANSCRIBED)
 
 
-def test_every_transcribed_row_names_its_source_and_only_inferred_layouts_go_unpriced():
+def test_every_transcribed_row_names_its_source_and_only_unread_cells_go_unpriced():
     runs = _transcribed()
-    assert len(runs) == 50
-    assert {r.row["benchmark"] for r in runs} == {"deepseekv3_671b", "gpt_oss_20b"}
+    assert len(runs) == 63
+    assert {r.row["benchmark"] for r in runs} == {"deepseekv3_671b", "gpt_oss_20b", "llama31_8b",
+                                                  "llama31_405b", "llama2_70b_lora"}
     for run in runs:
         row = run.row
         assert row["round"] == "v6.0" and row["commit"] == "eabf23a07b2a0c60a289ff871dc3a46fff0d0421"
         assert row["config_file"] or "not stored" in row["notes"] or "inferred" in row["notes"]
         assert row["result_files"] and float(row["step_time_s"]) > 0
     unpriced = [r for r in runs if r.why_not]
-    assert len(unpriced) == 14
-    for run in unpriced:  # a layout the files do not give is not guessed at
-        assert run.why_not == "parallel sizes or batch not all given by the submission's files"
-        assert "the layout is inferred" in run.row["notes"]
+    assert len(unpriced) == 19
+    for run in unpriced:  # a layout or a precision the files do not give is not guessed at
+        if run.moe:
+            assert run.why_not == "parallel sizes or batch not all given by the submission's files"
+            assert "the layout is inferred" in run.row["notes"]
+        else:
+            assert run.why_not == "precision not given by the submission's files"
+            assert run.row["precision"] == ""
+
+
+def test_the_v6_round_is_held_out_of_every_fit():
+    """v6.0's dense rows test what the shares fitted to v3.0-v5.1 carry to a newer release."""
+    dense = [r for r in _transcribed() if not r.moe]
+    assert len(dense) == 13 and all(r.held_out for r in dense)
+    fitted = {fit_mlperf.key(r) for r in fit_mlperf.every_run()}
+    assert not any(fit_mlperf.key(r) in fitted for r in _transcribed())
+    assert not any(r.held_out for r in mlperf.read(mlperf.CSV))
 
 
 def test_deepseek_rows_run_nvidias_layout_and_switches():
