@@ -77,7 +77,7 @@ class Run:
 
     @property
     def moe(self) -> bool:
-        """A mixture-of-experts benchmark (v6.0's), which no fit reads."""
+        """A mixture-of-experts benchmark (v6.0's), which no fit reads (`held_out`)."""
         return _is_moe(self.model)
 
     @property
