@@ -59,12 +59,13 @@ COLUMNS = [
     "n_steps_or_blocks",
     "step_time_method", "crosscheck_s", "crosscheck_method",
     "repository", "commit", "config_file", "config_selected_by", "result_files", "duplicate_of", "notes",
+    "cp_comm_type",
 ]
 SEEN_BLOBS = {}
 # variables whose defaults may be taken from the implementation's own YAML (${oc.env:VAR,default})
 YAML_VARS = {"INTERLEAVED_PIPELINE", "FP8", "MICRO_BATCH_SIZE", "TP_COMM_OVERLAP", "CONTEXT_PARALLEL",
              "SEQ_PARALLEL", "FP8_RECIPE", "USE_DIST_OPTIMIZER", "OVERLAP_GRAD_REDUCE",
-             "OVERLAP_PARAM_GATHER", "FP8_PARAM_GATHER", "FP8_PARAMS"}
+             "OVERLAP_PARAM_GATHER", "FP8_PARAM_GATHER", "FP8_PARAMS", "CP_COMM_TYPE"}
 
 
 def git(repo, *args, check=True):
@@ -386,6 +387,14 @@ class ConfigPool:
                         env[var] = val
                         env.setdefault("__YAMLDEF__", "")
                         env["__YAMLDEF__"] += f"{var}={val} ({src}) "
+                # the context-parallel exchange from the submission's one YAML default where
+                # its configs and YAML sit in sibling folders (Nebius, Oracle, Lambda,
+                # Supermicro copy NVIDIA's LoRA recipe that way)
+                if "CP_COMM_TYPE" not in env and (one := self._only_default("CP_COMM_TYPE")):
+                    env["CP_COMM_TYPE"] = one[0]
+                    env.setdefault("__YAMLDEF__", "")
+                    env["__YAMLDEF__"] += f"CP_COMM_TYPE={one[0]} ({one[1]}, the submission's " \
+                                          "only YAML default for it) "
             if any(k in env for k in ("DGXNNODES", "NNODES")):
                 self.cfg[f] = env
 
@@ -398,6 +407,16 @@ class ConfigPool:
             for m in re.finditer(r"oc\.env:(\w+),\s*([^}\s]+)\}", txt):
                 out.setdefault(m.group(1), (m.group(2).strip("'\""), os.path.basename(f)))
         return out
+
+    def _only_default(self, var):
+        """(value, file) of `var`'s default where every YAML of the submission's benchmark
+        that gives one gives the same, else None."""
+        found = {}
+        for f in self.yamls:
+            txt = git(self.repo, "show", f"HEAD:{f}", check=False) or ""
+            for m in re.finditer(rf"oc\.env:{var},\s*([^}}\s]+)\}}", txt):
+                found.setdefault(m.group(1).strip("'\""), f)
+        return next(iter(found.items())) if len(found) == 1 else None
 
     def _graph_binding(self, impl_dir):
         """{log switch: config variable} the implementation's YAML binds each CUDA-graph switch
@@ -565,6 +584,10 @@ def fields(env, sys_gpn):
         "fp8_activation_input": next((int(bool(_bool(env[k]))) for k in (
             "FP8_ACT", "FP8_ACTIVATION") if env.get(k) not in (None, "")), ""),
         "model_tflop_per_sample": env.get("MODEL_TFLOP_PER_SAMPLE", ""),
+        # how context parallelism exchanges the sequence (NeMo CP_COMM_TYPE -> Megatron-LM's
+        # cp_comm_type: p2p ring attention, Megatron's default, or a2a, the LoRA recipes' YAML
+        # default from v4.1's B200 preview on)
+        "cp_comm_type": env.get("CP_COMM_TYPE", ""),
         "_notes": notes + ([f"config sources file(s) absent from the submission: {env['__MISSING__']} "
                              "(values they would set are left empty)"] if env.get("__MISSING__") else [])
         + ([f"a conditional branch of the config sources file(s) absent from the submission: "
@@ -816,7 +839,7 @@ def process_repo(repo, scratch, rows, excluded):
                 "local_batch", "fp8_attention", "tp_comm_overlap", "cuda_graph", "dist_optimizer",
                 "overlap_grad_reduce", "overlap_param_gather", "fp8_param_gather",
                 "on_device_clip_grad", "recompute", "recompute_layers", "weight_cache",
-                "fp8_activation_input", "model_tflop_per_sample")},
+                "fp8_activation_input", "model_tflop_per_sample", "cp_comm_type")},
             "grad_accum": "" if ga_log is None else int(float(ga_log)),
             "global_batch": gbs_log, "seq_len": "" if seq_log is None else seq_log,
             "precision": prec, "fp8_recipe": recipe,

@@ -191,6 +191,8 @@ def plan_of(run: Run) -> Plan:
                       lora_rank=LORA[r["benchmark"]][0] if r["benchmark"] in LORA else None,
                       cuda_graphs=r["cuda_graph"] not in ("", "0"),
                       fp8_attention=r["fp8_attention"] == "1",
+                      # Megatron-LM's cp_comm_type: the LoRA recipes' YAML sets a2a
+                      cp_a2a=cp > 1 and r.get("cp_comm_type") == "a2a",
                       fp8_current_scaling=r["fp8_recipe"] == "tensorwise",
                       # the gradient norm clipped on the device: nothing read back a step
                       host_sync=r["on_device_clip_grad"] != "1",

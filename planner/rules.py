@@ -15,6 +15,7 @@ that breaks one (`check_form`), with the rule's message.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -32,8 +33,18 @@ class Rule:
     key: str  # the field its error names
     reads: frozenset[str]  # the row fields the predicate reads
     active: Callable[[Any, Any], bool]  # (model, plan or search): whether it applies
-    holds: Callable[[Any, Any], Any]  # (row, plan or search) -> bool or bool array
-    message: Callable[[Any, Any], str]  # (row, plan or search) -> why it breaks
+    holds: Callable[..., Any]  # (row, plan or search[, model]) -> bool or bool array
+    message: Callable[..., str]  # (row, plan or search[, model]) -> why it breaks
+    # `holds` and `message` take the model too (a rule on its heads): `active` binds it
+    with_model: bool = False
+
+    def bound(self, model) -> Rule:
+        """The rule with `model` bound into a `with_model` rule's predicate and message."""
+        if not self.with_model:
+            return self
+        return dataclasses.replace(
+            self, with_model=False, holds=lambda r, x, f=self.holds: f(r, x, model),
+            message=lambda r, x, f=self.message: f(r, x, model))
 
 
 def _ep_overlap_why(r, x) -> str:
@@ -66,6 +77,24 @@ RULES: tuple[Rule, ...] = (
          lambda r, x: (r.v == 1) | (r.acc % r.p == 0),
          lambda r, x: f"the interleaved schedule needs the {r.acc} micro-batches per iteration "
                    f"to be a multiple of pp({r.p})"),
+    # Transformer Engine's all-to-all context parallelism splits the heads of this rank's
+    # tensor-parallel share over c_p: "cp_comm_type='a2a' requires num_heads % cp_size == 0
+    # for Q, K, V" (AttnFuncWithCPAndQKVOA2A, context_parallel.py at d0067d0)
+    Rule("cp_a2a", frozenset({"t", "cp"}), lambda m, x: m is not None and bool(x.cp_a2a),
+         lambda r, x, m: (m.heads % (r.t * r.cp) == 0) & (m.kv_heads % (r.t * r.cp) == 0),
+         lambda r, x, m: f"all-to-all context parallelism splits each tensor-parallel rank's "
+                         f"heads over cp: {m.heads} query and {m.kv_heads} key-value heads "
+                         f"over tp {r.t} x cp {r.cp} do not divide (Transformer Engine)",
+         with_model=True),
+    # (keyed "cp", not "cp_a2a": `hold` bounds where the search turns the switch on with
+    # the rules keyed by its name, and this one binds where it is off)
+    Rule("cp", frozenset({"cp"}),
+         lambda m, x: (m is not None and m.attention_sinks and not x.cp_a2a
+                       and "cp_a2a" not in getattr(x, "searched", ())),
+         lambda r, x: r.cp == 1,
+         lambda r, x: f"Transformer Engine runs context parallelism with attention sinks by "
+                   f"all-to-all only (cp_comm_type a2a); this plan has cp {r.cp}: plan with "
+                   "--cp-a2a, or cp 1"),
     # HSDP's shard groups tile the data-parallel replicas
     Rule("dp_shard", frozenset({"d"}), lambda m, x: bool(x.dp_shard),
          lambda r, x: r.d % x.dp_shard == 0,
@@ -168,7 +197,7 @@ FORM_RULES: tuple[Rule, ...] = (
 def active(model, x, reads: frozenset[str] | None = None) -> list[Rule]:
     """The rules that apply to `x` (a Plan or a Search) for `model`, a framework's form rules
     among them (`FORM_RULES`), those reading only the fields in `reads` when given."""
-    return [r for r in (*RULES, *FORM_RULES)
+    return [r.bound(model) for r in (*RULES, *FORM_RULES)
             if r.active(model, x) and (reads is None or r.reads <= reads)]
 
 
@@ -244,13 +273,14 @@ def mask_across(model, x, row: SimpleNamespace):
     return ok
 
 
-def hold(key: str, row: SimpleNamespace, x):
-    """Where the rows of arrays `row` keep every rule keyed `key`, whether or not `x` sets
-    it (the search tries a switch it left unset on and off: its rules bound where it is on)."""
+def hold(key: str, row: SimpleNamespace, x, model=None):
+    """Where the rows of arrays `row` keep every rule keyed `key` (for `model`), whether or
+    not `x` sets it (the search tries a switch it left unset on and off: its rules bound
+    where it is on)."""
     ok = True
     for rule in RULES:
-        if rule.key == key:
-            ok = ok & rule.holds(row, x)
+        if rule.key == key and (model is not None or not rule.with_model):
+            ok = ok & rule.bound(model).holds(row, x)
     return ok
 
 

@@ -76,6 +76,9 @@ class Switch:
     searched: bool = False
     applies: Callable[[Callable, Callable], Any] | None = None
     for_model: Callable[[Any], bool] | None = None
+    # the models that run it on wherever it `applies` (the search keeps it on there; a plan
+    # or a request with it off there is refused by its rule in `planner.rules`)
+    required_for: Callable[[Any], bool] | None = None
     # the compute precisions it needs when on (None: any) and why, one line for the refusal
     precisions: tuple[str, ...] | None = None
     needs: str = ""
@@ -195,6 +198,23 @@ SWITCHES: tuple[Switch, ...] = (
            solve="searched (pin it on or off)", searched=True, label=_on("tp overlap on"),
            mixed=True, applies=lambda st, ch: (st("t") > 1) & (ch("sp") == 1),
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": WRITES}),
+    Switch("cp_a2a", False, "context parallelism by all-to-all (DeepSpeed Ulysses): each "
+           "rank gathers the whole sequence for 1 / c_p of its heads before the attention and "
+           "sends the output back; off: ring attention, K and V passed round the c_p ranks "
+           "beside the attention's steps", "--cp-comm-type a2a (Megatron-LM, Transformer "
+           "Engine; the NeMo LoRA recipes' default)", solve="searched where cp > 1 (pin it on "
+           "or off)", searched=True, label=_on("cp all-to-all"),
+           applies=lambda st, ch: st("cp") > 1,
+           # Transformer Engine: "Context parallelism only supports softmax_type=... with
+           # cp_comm_type = 'a2a'" (attn_forward_func_with_cp, context_parallel.py at d0067d0)
+           required_for=lambda m: m.attention_sinks,
+           launch={"megatron": WRITES,
+                   "torchtitan": "torchtitan's context parallelism is PyTorch's ring attention "
+                                 "(context_parallel); use --format megatron for --cp-a2a",
+                   "deepspeed": "DeepSpeed's Ulysses all-to-all wraps the attention in the "
+                                "model code (DistributedAttention) and this ds_config form "
+                                "writes no context parallelism; use --format megatron"},
+           megatron_flags=("--cp-comm-type", "a2a")),
     Switch("capacity_factor", 1.0, "MoE: tokens of the busiest expert over the balanced mean "
            "(1: balanced)", "--moe-expert-capacity-factor with padding", kind=float, low=1,
            high=64, solve="pinned (default 1)", mixed=True,

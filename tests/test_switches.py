@@ -138,7 +138,7 @@ MOE = dict(model="qwen3-30b-a3b", ep=8, etp=1, pp=1, tp=2, sequence_parallel=Tru
 # (the base's changes, the switch's value): a plan each form takes at its default
 CASES = {
     "overlap": ({}, False), "flash_attention": ({"seq_len": 2048}, False),
-    "tp_overlap": ({"tp": 2}, True), "capacity_factor": (MOE, 1.5),
+    "tp_overlap": ({"tp": 2}, True), "capacity_factor": (MOE, 1.5), "cp_a2a": ({"cp": 2}, True),
     "first_stage_layers": ({"pp": 2, "zero": 1}, 14),
     "last_stage_layers": ({"pp": 2, "zero": 1}, 14),
     "offload_activations": ({"hardware": "gb200-nvl72", "devices": 36,

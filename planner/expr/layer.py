@@ -412,6 +412,9 @@ class LayerCosts:
         if kind.mixer == "attention":  # ring attention merges its steps after them
             merge_fwd, merge_bwd = self._cp_merge()
             elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
+        if kind.mixer in ("attention", "sliding"):  # all-to-all context parallelism's copies
+            copies = self._cp_a2a_copies()
+            elem, elem_bwd = elem + copies, elem_bwd + copies
         tp_all, tp_forward = self._tp_comm(blocks)
         return LayerParts(proj, core, elem, elem_bwd, tp_all, moe_comm,
                           2 * core if core_bwd is None else core_bwd, tp_forward,
@@ -430,8 +433,11 @@ class LayerCosts:
         that travels the ring (read 2, write 1 value). With load-balanced causal chunks the
         steps past a rank's diagonal take half its queries or keys: 3 / 4 of a value a step on
         average (a non-causal layer's whole). Priced as one memory-bound kernel a pass, as
-        the steps' attention is (`_flash`). 0 at c_p = 1."""
+        the steps' attention is (`_flash`). 0 at c_p = 1, and with all-to-all context
+        parallelism (`cp_a2a`: one attention call a pass, nothing to merge)."""
         md, vb, cp = self.model, self.hw.value_bytes, self.cp
+        if self.choices.cp_a2a:
+            return G.Integer(0), G.Integer(0)
         q = self.tokens * G.Integer(md.heads * md.v_head_dim) / t  # output values of a rank
         dq = self.tokens * G.Integer(md.q_dim) / t
         kv = self.tokens * G.Integer(md.kv_dim + md.kv_heads * md.v_head_dim) / t
@@ -443,6 +449,47 @@ class LayerCosts:
         fwd = self._kernels(1, fwd_bytes)
         bwd = self._kernels(1, (dq + kv) * 3 * vb * later)
         return _if(cp > 1, fwd, 0), _if(cp > 1, bwd, 0)
+
+    def _cp_a2a_widths(self):
+        """(bytes a value, the values of Q, K, V and O on this rank's s / c_p tokens) that
+        all-to-all context parallelism exchanges each pass (`cp_a2a`: Transformer Engine's
+        AttnFuncWithCPAndQKVOA2A, context_parallel.py at d0067d0, as DeepSpeed Ulysses, Jacobs
+        et al. 2023): Q, K and V before the attention and O after it in the forward, dO before
+        and dQ, dK, dV after it in the backward, the same widths. With a per-tensor fp8
+        attention recipe they travel as fp8 (1 byte: TE quantizes Q, K, V before the
+        exchange and the kernel's output and gradients are fp8); MXFP8 quantizes after it."""
+        md, hw = self.model, self.hw
+        fp8 = self.choices.fp8_attention and hw.gemm_only and hw.attention_format == "fp8"
+        widths = (md.q_dim, md.kv_dim, md.kv_heads * md.v_head_dim, md.heads * md.v_head_dim)
+        return (1 if fp8 else hw.value_bytes), [self.tokens * G.Integer(w) / t for w in widths]
+
+    def cp_a2a_pass(self) -> G.Expr:
+        """One pass's all-to-alls of all-to-all context parallelism (`_cp_a2a_widths`): four
+        exchanges over the c_p ranks, each sending (c_p - 1) / c_p of a tensor to the others,
+        not overlapped (the attention waits for its inputs, the next layer for its output).
+        The group sits next to tp (t c_p consecutive ranks): inside the scale-up domain while
+        t c_p <= u, else the share of each rank's peers on other domains crosses the NICs.
+        0 at c_p = 1 or with ring attention."""
+        if not self.choices.cp_a2a:
+            return G.Integer(0)
+        hw, cp = self.hw, self.cp
+        vb, tensors = self._cp_a2a_widths()
+        leaves = 1 - _max(hw.scale_up / t, 1) / cp
+        inside = within_domain(hw, t * cp)
+        total = sum(self._kernel(hop(hw, inside, DEVICE, x * vb * (cp - 1) / cp,
+                                     x * vb * leaves), False) for x in tensors)
+        return _if(cp > 1, total, 0)
+
+    def _cp_a2a_copies(self) -> G.Expr:
+        """One pass's layout copies around all-to-all context parallelism's exchanges (TE's
+        flash_attn_a2a_communicate): each of the four tensors moved to head-major order
+        before its exchange or after it (a contiguous copy) and its sequence chunks reordered
+        on the other side (an index_select), each reading and writing the tensor: 8 memory-
+        bound kernels a pass. 0 at c_p = 1 or with ring attention."""
+        if not self.choices.cp_a2a:
+            return G.Integer(0)
+        vb, tensors = self._cp_a2a_widths()
+        return _if(self.cp > 1, self._kernels(8, 4 * vb * sum(tensors)), 0)
 
     def _keys_done(self, kind):
         """Keys a query attends to on average, as a kernel that skips masked tiles computes
@@ -470,13 +517,15 @@ class LayerCosts:
         the backward 2.5x the forward (it recomputes the scores: Dao 2023, sec. 4); each at
         R[d] k' / (k' + k_half), d the mean of the query-key and value head widths, k' the
         keys of one kernel call (s / c_p with ring attention), a causal mask adding its extra
-        keys to k_half (with ring attention on the one diagonal step of c_p). At least one
-        kernel issue each."""
+        keys to k_half (with ring attention on the one diagonal step of c_p). All-to-all
+        context parallelism (`cp_a2a`) runs one call a pass over every key for h / c_p of the
+        heads: the same FLOPs at the whole sequence's rate. At least one kernel issue each."""
         md, curve = self.model, self.hw.flash
         flops = (2 * queries * self._keys_done(kind) * (md.head_dim + md.v_head_dim) * b
                  * md.heads / t)
-        width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / self.cp
-        masked = 1 / self.cp if md.causal else 0
+        calls = 1 if self.choices.cp_a2a else self.cp  # kernel calls the keys are split into
+        width, per_call = (md.head_dim + md.v_head_dim) / 2, keys / calls
+        masked = 1 / calls if md.causal else 0
         fwd = flops / curve.achieved(self._flash_direction("fwd"), width, per_call, masked)
         bwd = G.Rational(5, 2) * flops / curve.achieved(self._flash_direction("bwd"), width,
                                                          per_call, masked)

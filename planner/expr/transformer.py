@@ -144,13 +144,26 @@ class TransformerExpressions(LayerCosts):
         # ranks, c_p - 1 steps per layer, overlapped with the attention core (Megatron-LM's
         # ring attention; Liu et al. 2023). Backward sends K, V and their gradients (twice the
         # bytes against twice the core); a recomputed forward (full or selective) runs it
-        # again. The group sits inside the node next to tp until t c_p > g.
+        # again. The group sits inside the node next to tp until t c_p > g. All-to-all
+        # context parallelism (`cp_a2a`) instead exchanges Q, K, V and O in line each pass,
+        # on an attention layer (`cp_a2a_pass`) ---
         kv = 2 * tok * G.Integer(md.kv_dim) / t * vb
         cp_step = hop(hw, within_domain(hw, t * self.cp), DEVICE, kv)
         ring = (self.cp - 1) * cp_step
         slow = hw.overlap_slowdown
-        cp_layer = ((2 if full or selective else 1) * overlapped(ring, core, slow)
-                    + overlapped(2 * ring, core_bwd, slow))
+        a2a = self.cp_a2a_pass()
+
+        def cp_passes(kinds, core, core_bwd):
+            """(forward, backward) context-parallel time of a layer of `kinds` (the mean over
+            them) beside its attention `core` and `core_bwd`."""
+            if not c.cp_a2a:
+                return overlapped(ring, core, slow), overlapped(2 * ring, core_bwd, slow)
+            share = G.Rational(sum(n for k, n in kinds if k.mixer in ("attention", "sliding")),
+                               sum(n for _, n in kinds))
+            return a2a * share, a2a * share
+
+        cp_fwd, cp_bwd = cp_passes(md.layer_kinds(), core, core_bwd)
+        cp_layer = (2 if full or selective else 1) * cp_fwd + cp_bwd
 
         ep, moe = self.ep, sum(n for k, n in md.layer_kinds() if k.ffn == "moe")
         # one layer's weights on this device: the routed experts' (their mean share of a
@@ -187,13 +200,13 @@ class TransformerExpressions(LayerCosts):
             for kind in md.mtp_kinds():
                 kind_parts = self._kind_parts(kind)
                 m_proj, m_core, m_elem, m_elem_bwd, m_tp, m_ep, m_core_bwd = kind_parts[:7]
-                depth_fwd += (m_proj + m_core + m_elem + kind_parts.tp_forward
-                              + overlapped(ring, m_core, slow) + kind_parts.ep_forward)
+                m_cp_fwd, m_cp_bwd = cp_passes(((kind, 1),), m_core, m_core_bwd)
+                depth_fwd += (m_proj + m_core + m_elem + kind_parts.tp_forward + m_cp_fwd
+                              + kind_parts.ep_forward)
                 m_fwd = m_proj + m_core + m_elem
                 m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
                            + (m_fwd if full else m_core if selective else 0))
-                m_cp = ((2 if full or selective else 1) * overlapped(ring, m_core, slow)
-                        + overlapped(2 * ring, m_core_bwd, slow))
+                m_cp = (2 if full or selective else 1) * m_cp_fwd + m_cp_bwd
                 if c.ep_overlap:  # behind the block, as a layer's behind its own
                     m_ep = overlapped(m_ep, m_layer, slow)
                 depth = [a + x for a, x in zip(depth, (m_layer, m_tp, m_cp, m_ep), strict=True)]
@@ -213,7 +226,7 @@ class TransformerExpressions(LayerCosts):
                                                                 partial=False),
                                     self.cp, self.ep, self.etp).parts()
             tp_kept, ep_kept = kept_costs[4], kept_costs[5]
-            cp_kept = overlapped(ring, core, slow) + overlapped(2 * ring, core_bwd, slow)
+            cp_kept = cp_fwd + cp_bwd
 
         def recomputed(n):
             """Layers recomputed on a stage of n layers."""
@@ -304,7 +317,7 @@ class TransformerExpressions(LayerCosts):
         # MLPerf logs as validation_step_time). The all-to-all overlap is a training schedule
         # (Megatron-LM runs its combined 1F1B only `not forward_only`: schedules.py at
         # d98e8a6), so an evaluation step's exchanges show; ZeRO 3's gathers are added below ---
-        fwd_layer = fwd + parts.tp_forward + overlapped(ring, core, slow) + parts.ep_forward
+        fwd_layer = fwd + parts.tp_forward + cp_fwd + parts.ep_forward
         forward_stage = slowest(fwd_layer, 0, logit_fwd + mtp_forward)
         forward = slots * (forward_stage + p2p / 2)
 

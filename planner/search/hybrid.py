@@ -324,9 +324,12 @@ class HybridSolver:
                               rec=col("rec"), sp=col("sp"), zero=col("zero"))
         fits = fits & rules.mask_across(self.m, self.q, row)  # split x choice rules
         for name in switches.PER_ROW:
-            on_ok = switches.BY_NAME[name].applies(part, col)
+            sw = switches.BY_NAME[name]
+            on_ok = sw.applies(part, col)
             if name in self.q.searched:
-                on_ok = on_ok & rules.hold(name, row, self.q)
+                if sw.required_for is not None and sw.required_for(self.m):
+                    fits = fits & ((col(name) == 1) | ~on_ok)  # on wherever it applies
+                on_ok = on_ok & rules.hold(name, row, self.q, self.m)
             fits = fits & ((col(name) == 0) | on_ok)
         si, ci = np.nonzero(fits)
         out = np.empty(len(si), dtype=ROW)
