@@ -72,10 +72,11 @@ class Switch:
     # it does anything, (a search row's structure column by name, its choice column by name)
     # -> bool array (on elsewhere it prices as off, so the search keeps it off there)
     # (the rules of `planner.rules` keyed by its name hold on every row it is on);
-    # `for_model`: the models it is tried on at all (None: every model of its families)
+    # `tried_for(model, request)`: where it is tried at all (None: every model of its
+    # families; a switch that does nothing there is not priced both ways)
     searched: bool = False
     applies: Callable[[Callable, Callable], Any] | None = None
-    for_model: Callable[[Any], bool] | None = None
+    tried_for: Callable[[Any, Any], bool] | None = None
     # the models that run it on wherever it `applies` (the search keeps it on there; a plan
     # or a request with it off there is refused by its rule in `planner.rules`)
     required_for: Callable[[Any], bool] | None = None
@@ -167,6 +168,13 @@ class Switch:
         return value.value if isinstance(value, Enum) else value
 
 
+def _offers_cp(model, request) -> bool:
+    """Whether a search request offers a context-parallel degree beyond 1 for `model`."""
+    from planner.search.hybrid_space import cps  # the search's own list; a leaf module here
+
+    return max(cps(model, request)) > 1
+
+
 def _on(text: str) -> Callable[[Any, Any], str | None]:
     return lambda value, plan: text if value else None
 
@@ -204,7 +212,7 @@ SWITCHES: tuple[Switch, ...] = (
            "beside the attention's steps", "--cp-comm-type a2a (Megatron-LM, Transformer "
            "Engine; the NeMo LoRA recipes' default)", solve="searched where cp > 1 (pin it on "
            "or off)", searched=True, label=_on("cp all-to-all"),
-           applies=lambda st, ch: st("cp") > 1,
+           applies=lambda st, ch: st("cp") > 1, tried_for=lambda m, q: _offers_cp(m, q),
            # Transformer Engine: "Context parallelism only supports softmax_type=... with
            # cp_comm_type = 'a2a'" (attn_forward_func_with_cp, context_parallel.py at d0067d0)
            required_for=lambda m: m.attention_sinks,
@@ -236,7 +244,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
            "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
            solve="searched for MoE models (pin it on or off)", searched=True,
-           applies=lambda st, ch: st("ep") > 1, for_model=lambda m: m.experts > 1,
+           applies=lambda st, ch: st("ep") > 1, tried_for=lambda m, q: m.experts > 1,
            precisions=("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp4"),
            needs="overlapping the all-to-alls needs a bf16 or fp16 model (Megatron-LM; fp8 "
                  "and fp4 GEMMs run inside one)",

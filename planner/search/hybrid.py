@@ -233,12 +233,12 @@ class HybridSolver:
             raise SpecError(f"{'nodes' if q.nodes is not None else 'devices'}: {given} is "
                             f"over {cap}; give one of them")
         # a searched switch the precision cannot run stays off (`Switch.precisions`), and
-        # so does one for another kind of model (`Switch.for_model`) or one a pinned switch
-        # excludes (`Switch.excluded_by`)
+        # so does one for another kind of model or a request where it does nothing
+        # (`Switch.tried_for`) or one a pinned switch excludes (`Switch.excluded_by`)
         searched = tuple(n for n in q.searched if (switches.BY_NAME[n].precisions is None
                          or precision.value in switches.BY_NAME[n].precisions)
-                         and (switches.BY_NAME[n].for_model is None
-                              or switches.BY_NAME[n].for_model(m))
+                         and (switches.BY_NAME[n].tried_for is None
+                              or switches.BY_NAME[n].tried_for(m, q))
                          and not any(getattr(q, x) for x in switches.BY_NAME[n].excluded_by))
         q = dataclasses.replace(q, objective=objective, devices=devices, devices_max=devices_max,
                                 nodes=None, nodes_max=None, searched=searched)
