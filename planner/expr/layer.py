@@ -432,8 +432,9 @@ class LayerCosts:
         TE's fp8 path). Backward: each step's dq added into dq and its dk, dv into the buffer
         that travels the ring (read 2, write 1 value). With load-balanced causal chunks the
         steps past a rank's diagonal take half its queries or keys: 3 / 4 of a value a step on
-        average (a non-causal layer's whole). Priced as one memory-bound kernel a pass, as
-        the steps' attention is (`_flash`). 0 at c_p = 1, and with all-to-all context
+        average (a non-causal layer's whole). Priced as c_p memory-bound kernels a pass (TE
+        corrects the output one step at a time), each paying its issue (`_kernels`), as the
+        steps' attention calls do (`_flash`). 0 at c_p = 1, and with all-to-all context
         parallelism (`cp_a2a`: one attention call a pass, nothing to merge)."""
         md, vb, cp = self.model, self.hw.value_bytes, self.cp
         if self.choices.cp_a2a:
@@ -446,8 +447,8 @@ class LayerCosts:
             fwd_bytes = q * (22 + 17 * later)
         else:
             fwd_bytes = q * vb * (2 + 3 * later)
-        fwd = self._kernels(1, fwd_bytes)
-        bwd = self._kernels(1, (dq + kv) * 3 * vb * later)
+        fwd = self._kernels(cp, fwd_bytes)
+        bwd = self._kernels(cp, (dq + kv) * 3 * vb * later)
         return _if(cp > 1, fwd, 0), _if(cp > 1, bwd, 0)
 
     def _cp_a2a_widths(self):
@@ -519,7 +520,8 @@ class LayerCosts:
         keys of one kernel call (s / c_p with ring attention), a causal mask adding its extra
         keys to k_half (with ring attention on the one diagonal step of c_p). All-to-all
         context parallelism (`cp_a2a`) runs one call a pass over every key for h / c_p of the
-        heads: the same FLOPs at the whole sequence's rate. At least one kernel issue each."""
+        heads: the same FLOPs at the whole sequence's rate. Each call pays its own issue
+        (`_kernel`: c_p calls a pass with ring attention, one with the all-to-all)."""
         md, curve = self.model, self.hw.flash
         flops = (2 * queries * self._keys_done(kind) * (md.head_dim + md.v_head_dim) * b
                  * md.heads / t)
@@ -529,7 +531,7 @@ class LayerCosts:
         fwd = flops / curve.achieved(self._flash_direction("fwd"), width, per_call, masked)
         bwd = G.Rational(5, 2) * flops / curve.achieved(self._flash_direction("bwd"), width,
                                                          per_call, masked)
-        return self._kernel(fwd), self._kernel(bwd)
+        return calls * self._kernel(fwd / calls), calls * self._kernel(bwd / calls)
 
     def elementwise_kernels(self, kind=None) -> int:
         """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
