@@ -159,3 +159,14 @@ def test_the_mlperf_rows_price_the_exchange_their_recipes_set():
     assert not plan("v4.1", "512xBM.GPU.H100.8", "llama2_70b_lora").cp_a2a
     assert not plan("v5.1", "theia_ngpu512_ngc25.09_nemo", "llama31_8b").cp_a2a
     assert not plan("v5.1", "theia_ngpu8_ngc25.09_nemo", "llama2_70b_lora").cp_a2a  # cp 1
+
+
+def test_each_ring_step_is_a_kernel_call():
+    """Issued by the host (no CUDA graphs), ring attention's c_p calls a pass each take at
+    least the host's issue time, the all-to-all's one call once: on a short sequence, where
+    every call is issue-bound, the cores are exactly c_p and 1 issue times."""
+    m = with_seq_len(load_model("llama3-8b"), 1024)
+    hw = dataclasses.replace(Hardware.of(load_system("dgx-h100"), Precision.bf16),
+                             launch_s=1e-3)
+    assert _core(m, hw, 4, False) == pytest.approx(4 * hw.launch_s, rel=1e-12)
+    assert _core(m, hw, 4, True) == pytest.approx(hw.launch_s, rel=1e-12)
