@@ -19,18 +19,13 @@ from planner.search.hybrid import HybridSolver, Search
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer, with_seq_len
 from tests.brute import fastest_fitting
+from tests.test_context_parallel import _cfg as ring_cfg
+from tests.test_context_parallel import _hw
 from tests.test_launch import _megatron_flags, _out
 
 
-def _hw(**changes):
-    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
-    return dataclasses.replace(hw, launch_s=0.0, gemm_half_dim=0.0, **changes)
-
-
 def _cfg(**over):
-    cfg = {"t": 1, "p": 1, "d": 1, "mb": 1, "acc": 1, "v": 1, "cp": 1, "recompute": 0,
-           "sp": 0, "zero": 0, "gpipe": 0, "overlap": True, "flash_attention": True}
-    return cfg | over
+    return ring_cfg(**{"acc": 1, **over})  # one micro-batch: nothing overlaps the next
 
 
 def test_the_exchanges_are_their_formula():
