@@ -210,8 +210,8 @@ SWITCHES: tuple[Switch, ...] = (
            "rank gathers the whole sequence for 1 / c_p of its heads before the attention and "
            "sends the output back; off: ring attention, K and V passed round the c_p ranks "
            "beside the attention's steps", "--cp-comm-type a2a (Megatron-LM, Transformer "
-           "Engine; the NeMo LoRA recipes' default)", solve="searched where cp > 1 (pin it on "
-           "or off)", searched=True, label=_on("cp all-to-all"),
+           "Engine; the NeMo LoRA recipes' default)", solve="searched where cp > 1, on only with "
+           "attention sinks (pin it on or off)", searched=True, label=_on("cp all-to-all"),
            applies=lambda st, ch: st("cp") > 1, tried_for=lambda m, q: _offers_cp(m, q),
            # Transformer Engine: "Context parallelism only supports softmax_type=... with
            # cp_comm_type = 'a2a'" (attn_forward_func_with_cp, context_parallel.py at d0067d0)
