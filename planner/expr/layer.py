@@ -262,7 +262,7 @@ class LayerCosts:
                      rate, hw.mem_bw)
         return self._kernel(time, native=native)
 
-    def _kernel(self, work, compute=True, native=False):
+    def _kernel(self, work, compute=True, native=False, calls=1):
         """One kernel of `work` seconds, every kernel's time going through here. Issued by
         the host, never faster than the host issues it (`launch_s`: the A100 fit, to eager
         runs, whose large-GEMM rate absorbs what large kernels pay beyond their work). Under
@@ -273,12 +273,14 @@ class LayerCosts:
         than the host's issue time ran back to back in the eager runs the rates were fitted
         to, its t_0 inside them. A collective, whose latency its own terms carry, only has
         t_0 as its floor. `native`: a kernel a library's own C++ loop issues back to back
-        (tp overlap's chunk GEMMs), priced as under CUDA graphs without them."""
+        (tp overlap's chunk GEMMs), priced as under CUDA graphs without them. `calls` equal
+        kernels sharing `work`: calls x each one's time, written as the floors times calls (n
+        max(w / n, f) = max(w, n f), one division fewer in every row the search prices)."""
         host, graphs = self.hw.launch_s, self._graphs
         if compute and (graphs or native and self.hw.kernel_gpu_s):
-            graphed = work + self.hw.kernel_gpu_s
-            return smin(graphed, _max(work, host)) if host else graphed
-        return _max(work, self._floor_s) if self._floor_s else work
+            graphed = work + calls * self.hw.kernel_gpu_s
+            return smin(graphed, _max(work, calls * host)) if host else graphed
+        return _max(work, calls * self._floor_s) if self._floor_s else work
 
     @property
     def _graphs(self) -> bool:
@@ -312,7 +314,7 @@ class LayerCosts:
         least the host's kernel issue time (`_kernel`)."""
         if not (self._floor_s or self._graphs):
             return bytes_moved / self.hw.mem_bw
-        return count * self._kernel(bytes_moved / (count * self.hw.mem_bw))
+        return self._kernel(bytes_moved / self.hw.mem_bw, calls=count)
 
     def parts(self) -> LayerParts:
         """`LayerParts`, the means over the model's layer kinds (a stage of a mixed model
@@ -531,7 +533,7 @@ class LayerCosts:
         fwd = flops / curve.achieved(self._flash_direction("fwd"), width, per_call, masked)
         bwd = G.Rational(5, 2) * flops / curve.achieved(self._flash_direction("bwd"), width,
                                                          per_call, masked)
-        return calls * self._kernel(fwd / calls), calls * self._kernel(bwd / calls)
+        return self._kernel(fwd, calls=calls), self._kernel(bwd, calls=calls)
 
     def elementwise_kernels(self, kind=None) -> int:
         """Non-matmul kernels in one layer's forward, as Megatron runs them: two norms, two
