@@ -343,6 +343,7 @@ class ConfigPool:
 
     def __init__(self, repo, files, sub, bench, scratch):
         self.repo, self.sub, self.bench = repo, sub, bench
+        self._parsed: dict[str, dict[str, str]] = {}  # YAML file -> its defaults
         pre = f"{sub}/benchmarks/{bench}/"
         sh = [f for f in files if f.startswith(pre) and f.endswith(".sh") and not VENDORED.search(f)]
         self.readmes = [f for f in files if f.startswith(pre) and re.search(r"/README[^/]*\.md$", f)
@@ -398,14 +399,22 @@ class ConfigPool:
             if any(k in env for k in ("DGXNNODES", "NNODES")):
                 self.cfg[f] = env
 
+    def _defaults_of(self, f):
+        """{variable: default} a YAML file gives its unset variables (${oc.env:VAR,default}),
+        read once per file."""
+        if f not in self._parsed:
+            txt = git(self.repo, "show", f"HEAD:{f}", check=False) or ""
+            out = self._parsed[f] = {}
+            for m in re.finditer(r"oc\.env:(\w+),\s*([^}\s]+)\}", txt):
+                out.setdefault(m.group(1), m.group(2).strip("'\""))
+        return self._parsed[f]
+
     def _yaml_defaults(self, impl_dir):
         out = {}
         for f in self.yamls:
-            if not f.startswith(impl_dir + "/"):
-                continue
-            txt = git(self.repo, "show", f"HEAD:{f}", check=False) or ""
-            for m in re.finditer(r"oc\.env:(\w+),\s*([^}\s]+)\}", txt):
-                out.setdefault(m.group(1), (m.group(2).strip("'\""), os.path.basename(f)))
+            if f.startswith(impl_dir + "/"):
+                for var, val in self._defaults_of(f).items():
+                    out.setdefault(var, (val, os.path.basename(f)))
         return out
 
     def _only_default(self, var):
@@ -413,9 +422,8 @@ class ConfigPool:
         that gives one gives the same, else None."""
         found = {}
         for f in self.yamls:
-            txt = git(self.repo, "show", f"HEAD:{f}", check=False) or ""
-            for m in re.finditer(rf"oc\.env:{var},\s*([^}}\s]+)\}}", txt):
-                found.setdefault(m.group(1).strip("'\""), f)
+            if var in self._defaults_of(f):
+                found.setdefault(self._defaults_of(f)[var], f)
         return next(iter(found.items())) if len(found) == 1 else None
 
     def _graph_binding(self, impl_dir):

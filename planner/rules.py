@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from planner import switches
 from planner.errors import SpecError
 
 SPLIT = frozenset({"t", "p", "v", "d", "mb", "acc", "cp", "ep", "etp"})
@@ -84,13 +85,14 @@ RULES: tuple[Rule, ...] = (
          lambda r, x, m: (m.heads % (r.t * r.cp) == 0) & (m.kv_heads % (r.t * r.cp) == 0),
          lambda r, x, m: f"all-to-all context parallelism splits each tensor-parallel rank's "
                          f"heads over cp: {m.heads} query and {m.kv_heads} key-value heads "
-                         f"over tp {r.t} x cp {r.cp} do not divide (Transformer Engine)",
+                         f"over tp {r.t} x cp {r.cp} do not divide (Transformer Engine); "
+                         "lower tp or cp, or plan without --cp-a2a (the ring)",
          with_model=True),
     # (keyed "cp", not "cp_a2a": `hold` bounds where the search turns the switch on with
     # the rules keyed by its name, and this one binds where it is off)
     Rule("cp", frozenset({"cp"}),
-         lambda m, x: (m is not None and m.attention_sinks and not x.cp_a2a
-                       and "cp_a2a" not in getattr(x, "searched", ())),
+         lambda m, x: (m is not None and switches.BY_NAME["cp_a2a"].required_for(m)
+                       and not x.cp_a2a and "cp_a2a" not in getattr(x, "searched", ())),
          lambda r, x: r.cp == 1,
          lambda r, x: f"Transformer Engine runs context parallelism with attention sinks by "
                    f"all-to-all only (cp_comm_type a2a); this plan has cp {r.cp}: plan with "

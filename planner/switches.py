@@ -212,7 +212,7 @@ SWITCHES: tuple[Switch, ...] = (
            "beside the attention's steps", "--cp-comm-type a2a (Megatron-LM, Transformer "
            "Engine; the NeMo LoRA recipes' default)", solve="searched where cp > 1, on only with "
            "attention sinks (pin it on or off)", searched=True, label=_on("cp all-to-all"),
-           applies=lambda st, ch: st("cp") > 1, tried_for=lambda m, q: _offers_cp(m, q),
+           applies=lambda st, ch: st("cp") > 1, tried_for=_offers_cp,
            # Transformer Engine: "Context parallelism only supports softmax_type=... with
            # cp_comm_type = 'a2a'" (attn_forward_func_with_cp, context_parallel.py at d0067d0)
            required_for=lambda m: m.attention_sinks,

@@ -312,8 +312,6 @@ class LayerCosts:
     def _kernels(self, count, bytes_moved):
         """`count` memory-bound kernels sharing `bytes_moved` of HBM traffic, each taking at
         least the host's kernel issue time (`_kernel`)."""
-        if not (self._floor_s or self._graphs):
-            return bytes_moved / self.hw.mem_bw
         return self._kernel(bytes_moved / self.hw.mem_bw, calls=count)
 
     def parts(self) -> LayerParts:
