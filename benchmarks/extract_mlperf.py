@@ -342,7 +342,7 @@ class ConfigPool:
     """Shell files of every implementation of one (submitter, benchmark), sourced in bash."""
 
     def __init__(self, repo, files, sub, bench, scratch):
-        self.repo, self.sub, self.bench = repo, sub, bench
+        self.repo, self.sub, self.bench, self.files = repo, sub, bench, files
         self._parsed: dict[str, dict[str, str]] = {}  # YAML file -> its defaults
         pre = f"{sub}/benchmarks/{bench}/"
         sh = [f for f in files if f.startswith(pre) and f.endswith(".sh") and not VENDORED.search(f)]
@@ -396,6 +396,11 @@ class ConfigPool:
                     env.setdefault("__YAMLDEF__", "")
                     env["__YAMLDEF__"] += f"CP_COMM_TYPE={one[0]} ({one[1]}, the submission's " \
                                           "only YAML default for it) "
+                elif "CP_COMM_TYPE" not in env and (
+                        one := self._vendor_default(f, "CP_COMM_TYPE")):
+                    env["CP_COMM_TYPE"] = one[0]
+                    env.setdefault("__YAMLDEF__", "")
+                    env["__YAMLDEF__"] += f"CP_COMM_TYPE={one[0]} ({one[1]}) "
             if any(k in env for k in ("DGXNNODES", "NNODES")):
                 self.cfg[f] = env
 
@@ -420,11 +425,38 @@ class ConfigPool:
     def _only_default(self, var):
         """(value, file) of `var`'s default where every YAML of the submission's benchmark
         that gives one gives the same, else None."""
+        return self._one_default(self.yamls, var)
+
+    def _one_default(self, yamls, var):
+        """(value, file) where every YAML of `yamls` that gives `var` a default gives the
+        same, else None."""
         found = {}
-        for f in self.yamls:
+        for f in yamls:
             if var in self._defaults_of(f):
                 found.setdefault(self._defaults_of(f)[var], f)
         return next(iter(found.items())) if len(found) == 1 else None
+
+    def _vendor_default(self, config, var):
+        """(value, where from) of `var`'s default in NVIDIA's YAML for a submission whose own
+        YAML gives none (Oracle's v5.0 and Lambda's v5.1 LoRA submissions ship shell files
+        only, no YAML or train.py; Lambda's Dockerfile adds its build folder) and which runs
+        NVIDIA's recipe of the same round: its config's config_common.sh is byte-identical to
+        that of NVIDIA implementations whose YAML files give `var` one default. Else None."""
+        if self.sub == "NVIDIA" or any(var in self._defaults_of(y) for y in self.yamls):
+            return None
+        blob = git(self.repo, "rev-parse", f"HEAD:{os.path.dirname(config)}/config_common.sh",
+                   check=False)
+        pre = f"NVIDIA/benchmarks/{self.bench}/"
+        theirs = [f for f in self.files if f.startswith(pre) and not VENDORED.search(f)]
+        roots = {m.group(1) for f in theirs if f.endswith("/config_common.sh")
+                 and (m := re.match(r"(.*?/implementations/[^/]+)/", f))
+                 and blob and git(self.repo, "rev-parse", f"HEAD:{f}", check=False) == blob}
+        one = self._one_default([f for f in theirs if re.search(r"\.ya?ml$", f)
+                                 and any(f.startswith(r + "/") for r in roots)], var)
+        if one is None:
+            return None
+        return one[0], (f"{one[1]}: this submission ships no YAML, and its config_common.sh "
+                        f"is that NVIDIA implementation's, byte for byte")
 
     def _graph_binding(self, impl_dir):
         """{log switch: config variable} the implementation's YAML binds each CUDA-graph switch

@@ -1,7 +1,9 @@
 """The MLPerf extraction's choice of a submission's config (`benchmarks/extract_mlperf.py`):
 where several configs fit its GPU count and global batch, the result log's printed layout and
-switches say which ran, and of configs that agree the one named after the system is read."""
+switches say which ran, and of configs that agree the one named after the system is read; and
+the YAML defaults a config's unset variables take."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -143,3 +145,48 @@ def test_the_longest_system_name_a_config_carries_wins():
     assert X._system_name_match("c/config_1xXE9680Lx8B200-SXM-180GB.sh",
                                 "1xXE9680Lx8B200-SXM-180GB") > 0
     assert X._system_name_match("c/config_GB300_2x4x1.sh", "1xXE9780x8B300-SXM-270GB") == 0
+
+
+def _commit(repo: Path, files: dict[str, str]) -> list[str]:
+    """A git repository at `repo` holding `files` (path: text), committed; its paths."""
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t",
+                                                 "commit", "-q", "-m", "files"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    return sorted(files)
+
+
+def test_a_submission_without_yaml_takes_the_default_of_the_nvidia_recipe_it_copies(tmp_path):
+    """Oracle's and Lambda's LoRA submissions ship shell files only; where the config_common.sh
+    a config sources is NVIDIA's byte for byte, NVIDIA's YAML default (cp_comm_type a2a) is
+    what the run read. A config_common.sh of its own, or an NVIDIA recipe whose YAML gives no
+    default, leaves the variable unset."""
+    bench = "llama2_70b_lora"
+    common = "export DGXNGPU=4\nexport CP=8\n"
+    config = "source $(dirname ${BASH_SOURCE[0]})/config_common.sh\nexport DGXNNODES=18\n"
+    nvidia = f"NVIDIA/benchmarks/{bench}/implementations"
+    files = _commit(tmp_path / "repo", {
+        f"{nvidia}/nemo/config_common.sh": common,
+        f"{nvidia}/nemo/config_GB200_18x4x1xtp1pp1cp8.sh": config,
+        f"{nvidia}/nemo/conf/peft.yaml": "cp_comm_type: ${oc.env:CP_COMM_TYPE,a2a}\n",
+        f"{nvidia}/old/config_common.sh": common + "export OLD=1\n",
+        f"{nvidia}/old/conf/peft.yaml": "seed: 1\n",
+        f"Oracle/benchmarks/{bench}/implementations/gb200/config_common.sh": common,
+        f"Oracle/benchmarks/{bench}/implementations/gb200/config_GB200_18x4.sh": config,
+        f"Lambda/benchmarks/{bench}/implementations/own/config_common.sh": common + "# own\n",
+        f"Lambda/benchmarks/{bench}/implementations/own/config_GB200_18x4.sh": config,
+        f"Cisco/benchmarks/{bench}/implementations/old/config_common.sh": common
+        + "export OLD=1\n",
+        f"Cisco/benchmarks/{bench}/implementations/old/config_GB200_18x4.sh": config})
+    repo = str(tmp_path / "repo")
+
+    def cp_comm(sub: str, impl: str) -> str | None:
+        pool = X.ConfigPool(repo, files, sub, bench, str(tmp_path / "scratch"))
+        env = pool.cfg[f"{sub}/benchmarks/{bench}/implementations/{impl}/config_GB200_18x4.sh"]
+        return env.get("CP_COMM_TYPE")
+
+    assert cp_comm("Oracle", "gb200") == "a2a"
+    assert cp_comm("Lambda", "own") is None  # its own config_common.sh
+    assert cp_comm("Cisco", "old") is None  # NVIDIA's recipe whose YAML gives no default
