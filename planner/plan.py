@@ -283,6 +283,19 @@ def check_for_model(model, plan: Plan) -> None:
     rules.check(model, plan)  # and those that need the model (planner.rules)
     if plan.lora_rank is not None:
         check_lora(model, plan.lora_rank)
+    check_recompute_modules(model, plan)
+
+
+def check_recompute_modules(model, x) -> None:
+    """A recompute module the model does not have (Megatron-LM refuses it:
+    transformer_config.py at d98e8a6, moe_act only with grouped-GEMM experts, mla_up_proj only
+    with multi-latent attention). `x`: a Plan or a search request."""
+    if getattr(x, "recompute_moe_act", False) and model.experts <= 1:
+        raise SpecError(f"recompute_moe_act: '{model.name}' is a dense model (no experts' "
+                        "activation to recompute)")
+    if getattr(x, "recompute_mla_up", False) and not model.mla:
+        raise SpecError(f"recompute_mla_up: '{model.name}' has no multi-latent attention (no "
+                        "up projections to recompute)")
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,

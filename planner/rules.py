@@ -97,6 +97,15 @@ RULES: tuple[Rule, ...] = (
          lambda r, x: f"Transformer Engine runs context parallelism with attention sinks by "
                    f"all-to-all only (cp_comm_type a2a); this plan has cp {r.cp}: plan with "
                    "--cp-a2a, or cp 1"),
+    # Megatron-LM's recompute modules are a selective granularity (transformer_config.py at
+    # d98e8a6: one --recompute-granularity); full recomputation already runs every module again
+    *(Rule(name, frozenset({"rec"}), lambda m, x, name=name: bool(getattr(x, name)),
+           lambda r, x: r.rec < FULL,
+           lambda r, x, name=name: f"--{name.replace('_', '-')} is a selective recomputation "
+                                   "(Megatron-LM --recompute-granularity selective); full "
+                                   "recomputation already runs every module again: plan with "
+                                   "--recompute none or selective")
+      for name in switches.RECOMPUTE_MODULES),
     # HSDP's shard groups tile the data-parallel replicas
     Rule("dp_shard", frozenset({"d"}), lambda m, x: bool(x.dp_shard),
          lambda r, x: r.d % x.dp_shard == 0,

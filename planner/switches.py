@@ -183,6 +183,16 @@ def _on_off(text: str) -> Callable[[Any, Any], str | None]:
     return lambda value, plan: f"{text} {'on' if value else 'off'}"
 
 
+# the recompute-module switches: Megatron-LM's module name, what each frees and runs again
+RECOMPUTE_MODULES = {
+    "recompute_norms": ("layernorm", "the attention and FFN norms' outputs freed after their "
+                        "GEMMs read them, the norms run again in the backward"),
+    "recompute_moe_act": ("moe_act", "MoE: the routed experts' activation output (fc2's "
+                          "input) freed, the activation run again in the backward"),
+    "recompute_mla_up": ("mla_up_proj", "MLA: the up projections' Q, K and V freed after the "
+                         "attention, the up projections and RoPE run again in the backward"),
+}
+
 _DS_MODEL = ("this ds_config has no pipeline layout or activation offload (DeepSpeed sets "
              "them in the model code); use --format megatron")
 
@@ -241,6 +251,18 @@ SWITCHES: tuple[Switch, ...] = (
            label=_on("activation offload on"),
            launch={"megatron": WRITES, "deepspeed": _DS_MODEL,
                    "torchtitan": "torchtitan has no activation offload; use --format megatron"}),
+    # Megatron-LM's selective recomputation of modules (--recompute-granularity selective
+    # --recompute-modules ..., transformer_config.py at d98e8a6): each frees a module's output
+    # once its consumer has run and runs the module again in the backward (output-discarding
+    # checkpoints); "core_attn" is `--recompute selective`
+    *(Switch(name, False, what, f"Megatron-LM --recompute-modules {module}",
+             label=_on(f"{module} recomputed"), excluded_by=("offload_activations",),
+             launch={"megatron": WRITES,
+                     "torchtitan": "torchtitan's activation checkpointing is per layer or per "
+                                   "op (no module list); use --format megatron",
+                     "deepspeed": "DeepSpeed checkpoints activations in the model code; use "
+                                  "--format megatron"})
+      for name, (module, what) in RECOMPUTE_MODULES.items()),
     Switch("ep_overlap", False, "MoE: each micro-batch's all-to-alls behind another's compute",
            "--overlap-moe-expert-parallel-comm", label=_on("ep overlap on"),
            solve="searched for MoE models (pin it on or off)", searched=True,

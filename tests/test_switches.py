@@ -135,6 +135,8 @@ BASES = {"megatron": DENSE, "torchtitan": {**DENSE, "model": "llama3-8b"},
                        "sequence_parallel": False, "seq_len": 4096, "zero": 2}}
 MOE = dict(model="qwen3-30b-a3b", ep=8, etp=1, pp=1, tp=2, sequence_parallel=True, devices=64,
            global_batch=128, seq_len=4096)
+MLA = dict(model="deepseek-v3", devices=2048, tp=4, pp=16, ep=32, etp=None, seq_len=4096,
+           global_batch=4096, sequence_parallel=True)
 # (the base's changes, the switch's value): a plan each form takes at its default
 CASES = {
     "overlap": ({}, False), "flash_attention": ({"seq_len": 2048}, False),
@@ -158,6 +160,8 @@ CASES = {
     "host_sync": ({}, False),
     "weight_cache": ({"precision": "fp8"}, False),
     "fp8_activation_input": ({"precision": "fp8"}, True),
+    "recompute_norms": ({}, True), "recompute_moe_act": (MOE, True),
+    "recompute_mla_up": (MLA, True),
 }
 
 

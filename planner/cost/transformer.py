@@ -237,14 +237,24 @@ def activation_bytes_per_layer(m: Transformer, hw: Hardware, tp, micro_batch, re
 
 def hardware_flops_per_sequence(m: Transformer, recompute: str,
                                 recomputed_layers: int | None = None,
-                                count_masked: bool = False, lora_rank: int = 0) -> int:
+                                count_masked: bool = False, lora_rank: int = 0,
+                                mla_up: bool = False) -> int:
     """FLOPs executed per sequence including recomputation (SC21 eq. 3 for full recompute, of
-    `recomputed_layers` of the model's layers when partial); `count_masked`: a causal mask's
-    skipped products counted, as SC21 does (`Transformer.model_flops`)."""
+    `recomputed_layers` of the model's layers when partial; `mla_up`: MLA's up projections
+    run again, `recompute_mla_up`); `count_masked`: a causal mask's skipped products counted,
+    as SC21 does (`Transformer.model_flops`)."""
     full = m.layers if recomputed_layers is None else min(recomputed_layers, m.layers)
     skipped = 0 if count_masked else m.masked_attention_flops()  # per layer, the mean
     extra = {"none": 0, "selective": m.layers * (m.attention_core_flops() - skipped),
              "full": full * (m.layer_matmul_flops() - skipped)}[recompute]
+    if mla_up and m.mla:
+        la = m.mla
+        attention = sum(n for k, n in m.layer_kinds() if k.mixer in ("attention", "sliding"))
+        attention += m.mtp_layers * sum(k.mixer in ("attention", "sliding")
+                                        for k in m.mtp_kinds())
+        up = (la.q_lora_rank or m.hidden) * (la.qk_nope_head_dim + la.qk_rope_head_dim) \
+            + la.kv_lora_rank * (la.qk_nope_head_dim + la.v_head_dim)
+        extra += attention * 2 * m.heads * up * m.seq_len
     base = (m.lora_model_flops(lora_rank, count_masked) if lora_rank
             else m.model_flops(count_masked))
     return base + extra

@@ -102,6 +102,7 @@ class LayerParts(NamedTuple):
     core_bwd: G.Expr  # the attention core's (or scan's) backward
     tp_forward: G.Expr  # the forward's share of `tp` (an evaluation step's)
     ep_forward: G.Expr  # the forward's share of `ep`: the dispatch and the combine
+    again: G.Expr  # what the recompute modules run again in the backward
 
 
 class LayerCosts:
@@ -418,7 +419,45 @@ class LayerCosts:
         tp_all, tp_forward = self._tp_comm(blocks)
         return LayerParts(proj, core, elem, elem_bwd, tp_all, moe_comm,
                           2 * core if core_bwd is None else core_bwd, tp_forward,
-                          2 * moe_exchange)
+                          2 * moe_exchange, self._recomputed_modules(kind))
+
+    def _normed_parts(self, kind) -> int:
+        """The norms of a layer of `kind` that `recompute_norms` frees and runs again: a
+        TransformerLayer's input_layernorm before attention and pre_mlp_layernorm before its
+        FFN (Megatron-LM transformer_layer.py at d98e8a6; a Mamba layer's own norm is not)."""
+        return int(kind.mixer in ("attention", "sliding")) + int(bool(kind.ffn))
+
+    def _recomputed_modules(self, kind) -> G.Expr:
+        """The backward's extra work of Megatron-LM's recompute modules (output-discarding
+        checkpoints, tensor_parallel/random.py CheckpointWithoutOutput at d98e8a6), per layer of
+        `kind` and micro-batch:
+        - `recompute_norms`: each norm once more (read and write h a token), and in an fp8 /
+          fp4 recipe its output cast again, the GEMMs having kept the 16-bit original
+          (`set_save_original_input`);
+        - `recompute_moe_act`: the routed experts' activation once more on their top_k
+          tokens (read fc1's output, write f), cast again for fc2's weight gradient in an fp8 /
+          fp4 recipe (moe/experts.py);
+        - `recompute_mla_up`: MLA's two up projections (q and kv) and RoPE once more
+          (multi_latent_attention.py `qkv_up_proj_and_rope_apply`)."""
+        md, c, hw, tok = self.model, self.choices, self.hw, self.tokens
+        vb, h, gemm = hw.value_bytes, md.hidden, hw.gemm_only
+        cast = hw.quantize_bytes if gemm else 0
+        work = G.Integer(0)
+        if c.recompute_norms and (n := self._normed_parts(kind)):
+            work += self._kernels(n * (2 if gemm else 1), tok * n * h * (2 * vb + cast))
+        if c.recompute_moe_act and kind.ffn == "moe":
+            f_in = (1 if c.fp8_activation_input and gemm else vb) * (md.ffn_matrices - 1)
+            rows = tok * md.top_k * self.capacity / t  # this rank's routed copies, f / e_t each
+            work += self._kernels(2 if gemm else 1,
+                                  rows * md.ffn_hidden * (f_in + vb + cast))
+        if c.recompute_mla_up and md.mla and kind.mixer in ("attention", "sliding"):
+            la, a = md.mla, md.heads
+            qk = la.qk_nope_head_dim + la.qk_rope_head_dim
+            work += (self._matmul(tok, la.q_lora_rank or h, G.Integer(a * qk) / t)
+                     + self._matmul(tok, la.kv_lora_rank,
+                                    G.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t)
+                     + self._kernels(1, tok * 2 * self._rotary_width() * vb / t))
+        return work
 
     def _cp_merge(self):
         """Forward and backward time of merging ring attention's c_p steps (Transformer
@@ -806,7 +845,41 @@ class LayerCosts:
             fp8_outside, fp8_inside = self._fp8_saved_inputs(kind)
             outside += fp8_outside / t if split else fp8_outside
             inside += fp8_inside
-        return sbh * (outside + inside / t + core)
+        freed_outside, freed_inside = self._recompute_freed(kind)
+        outside -= freed_outside / t if split else freed_outside
+        return sbh * (outside + inside / t - freed_inside / t + core)
+
+    def _recompute_freed(self, kind) -> tuple[G.Expr, G.Expr]:
+        """What the recompute modules free of `kind_activation_bytes`'s counts (outside,
+        inside the tensor-parallel region), each tensor as that count holds it:
+        - `recompute_norms`: each recomputed norm's output as held (2 at 16 bits, 1 in fp8
+          under `fp8_activations`; a LoRA dense FFN's is not held anyway). The GEMMs reading
+          it keep the 16-bit original instead of their fp8 copy (`set_save_original_input`),
+          whose storage the checkpoint frees; only LatentMoE's h -> l projection keeps its
+          fp8 copy (`MoELayer.set_for_recompute_pre_mlp_layernorm` sets the shared experts');
+        - `recompute_moe_act`: the routed experts' activation output, fc2's input (2 f per
+          routed copy; 1 under `fp8_activations`), and eager SwiGLU's silu output beside it;
+        - `recompute_mla_up`: MLA's Q, K and V (the attention's output, the out projection's
+          input, stays)."""
+        md, c = self.model, self.choices
+        h = md.hidden
+        outside, inside = G.Integer(0), G.Integer(0)
+        if c.recompute_norms:  # each norm output as held, with `_fp8_saved_inputs`'s changes
+            fp8, lora = c.fp8_activations, bool(c.lora_rank)
+            if kind.mixer in ("attention", "sliding"):
+                outside += 1 if fp8 and not lora else 2
+            if kind.ffn == "dense" and not lora:
+                outside += 1 if fp8 else 2
+            elif kind.ffn == "moe":  # the router's 16-bit copy and the shared experts' fp8 one
+                outside += 2 + (1 if fp8 and md.shared_experts else 0)
+        if c.recompute_moe_act and kind.ffn == "moe":
+            routed = G.Rational(md.ffn_hidden * md.top_k, h) * self.capacity
+            inside += routed * (1 if c.fp8_activations else 2)
+            if c.kernels == "eager" and md.gated_ffn:
+                inside += 2 * routed
+        if c.recompute_mla_up and md.mla and kind.mixer in ("attention", "sliding"):
+            inside += G.Rational(2 * md.heads * (2 * md.head_dim + md.v_head_dim), h)
+        return outside, inside
 
     def _fp8_saved_inputs(self, kind) -> tuple[G.Expr, G.Expr]:
         """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s

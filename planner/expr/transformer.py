@@ -125,7 +125,8 @@ class TransformerExpressions(LayerCosts):
         # the weights are frozen (LoRA); a fused attention kernel's own backward),
         # recomputation
         grads = 1 if c.lora_rank else 2
-        layer = (1 + grads) * proj + core + core_bwd + elem + elem_bwd + extra
+        # (and what the recompute modules run again in the backward)
+        layer = (1 + grads) * proj + core + core_bwd + elem + elem_bwd + extra + parts.again
         # the LM head stays at 16 bits in an fp8 / fp4 recipe: Megatron-LM's output layer is
         # its own ColumnParallelLinear, not a Transformer Engine layer (gpt_model.py at
         # d98e8a6; TE's only with --fp8-output-proj and mxfp8), as torchtitan's float8
@@ -205,7 +206,7 @@ class TransformerExpressions(LayerCosts):
                               + kind_parts.ep_forward)
                 m_fwd = m_proj + m_core + m_elem
                 m_layer = ((1 + grads) * m_proj + m_core + m_core_bwd + m_elem + m_elem_bwd
-                           + (m_fwd if full else m_core if selective else 0))
+                           + (m_fwd if full else m_core if selective else 0) + kind_parts.again)
                 m_cp = (2 if full or selective else 1) * m_cp_fwd + m_cp_bwd
                 if c.ep_overlap:  # behind the block, as a layer's behind its own
                     m_ep = overlapped(m_ep, m_layer, slow)

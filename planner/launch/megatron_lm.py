@@ -227,6 +227,14 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
             a += ["--moe-expert-capacity-factor", plan["capacity_factor"],
                   "--moe-pad-expert-input-to-capacity"]
     a += _megatron_precision(target.precision)
+    if (target.precision == "fp8" and not plan.get("fp8_current_scaling")
+            and (plan.get("recompute_norms") or plan.get("recompute_moe_act"))):
+        # transformer_config.py at d98e8a6: "Delayed scaling does not support moe_act and
+        # layernorm recompute for fp8"
+        raise SpecError("format: Megatron-LM recomputes the norms or the MoE activation in fp8 "
+                        "only with current scaling; plan with --fp8-current-scaling (its "
+                        "--fp8-recipe tensorwise), or without --recompute-norms / "
+                        "--recompute-moe-act")
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size",
           plan["pp"]]
     if plan.get("cp", 1) > 1:  # the sequence must divide into 2 cp chunks (checked by the plan)
@@ -265,8 +273,15 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
         a += ["--sequence-parallel"]
         if plan.get("tp_overlap"):  # Transformer Engine userbuffers; needs sequence parallel
             a += ["--tp-comm-overlap"]
-    if plan["recompute"] == "selective":
+    # selective: the attention core (Megatron's default module list) and the recompute
+    # modules the plan sets (transformer_config.py at d98e8a6)
+    modules = [module for name, (module, _) in switches.RECOMPUTE_MODULES.items()
+               if plan.get(name)]
+    if plan["recompute"] == "selective" or modules:
         a += ["--recompute-granularity", "selective"]
+        if modules:
+            core = ["core_attn"] if plan["recompute"] == "selective" else []
+            a += ["--recompute-modules", *core, *modules]
     elif plan["recompute"] == "full" and plan.get("recompute_layers"):
         # block: the first N layers of each model chunk recomputed, the rest kept whole
         a += ["--recompute-granularity", "full", "--recompute-method", "block",

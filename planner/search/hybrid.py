@@ -47,6 +47,7 @@ from planner.plan import (
     check_lora,
     check_pins,
     check_recompute_layers,
+    check_recompute_modules,
     hsdp_fits_experts,
     largest_chunk,
     stage_layers,
@@ -133,8 +134,8 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
     if plan.recompute_layers is not None:
         partial = sum(min(plan.recompute_layers * plan.interleave, n) for n in stage_layers(
             m.layers, plan.pp, plan.interleave, plan.first_stage_layers, plan.last_stage_layers))
-    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial,
-                                           lora_rank=rank) * plan.global_batch
+    hw_flops = hardware_flops_per_sequence(m, plan.recompute.value, partial, lora_rank=rank,
+                                           mla_up=plan.recompute_mla_up) * plan.global_batch
     per_dev = plan.devices * t_iter
     return Prediction(
         iteration_time_s=t_iter,
@@ -202,6 +203,7 @@ class HybridSolver:
                 raise SpecError(f"cp: the pinned cp {q.cp} is above cp_max {q.cp_max}")
         if q.lora_rank is not None:
             check_lora(m, q.lora_rank)
+        check_recompute_modules(m, q)
         _check_system(system, precision, q)
         if m.experts <= 1 and (q.etp is not None or q.capacity_factor != 1):
             raise SpecError(f"{'etp' if q.etp is not None else 'capacity_factor'}: "
