@@ -156,3 +156,17 @@ def test_megatron_refuses_the_norms_in_fp8_with_delayed_scaling(run):
     flags = _megatron_flags(_out(run, *base, "--fp8-current-scaling"))
     assert flags["--recompute-modules"] == ["layernorm"]
     assert flags["--fp8-recipe"] == ["tensorwise"]
+
+
+def test_an_out_of_memory_answer_names_the_modules_the_search_does_not_try(run):
+    """With the recomputation pinned to none or selective the search never tries the modules,
+    so an out-of-memory answer names those the model has and the request leaves off; with full
+    recomputation free it does not (full recomputation frees more than all of them)."""
+    args = ["solve", "-m", "deepseek-v3", "-H", "dgx-h100", "--devices", "64",
+            "--global-batch", "1024", "--seq-len", "4096"]
+    code, _, err = run(*args, "--recompute", "none", "--recompute-moe-act")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("(the search does not try Megatron-LM's recompute modules: "
+                                "--recompute-norms, --recompute-mla-up free more)")
+    code, _, err = run(*args)
+    assert code == 1 and "infeasible: memory" in err and "recompute modules" not in err

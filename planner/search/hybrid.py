@@ -310,8 +310,22 @@ class HybridSolver:
             raise InfeasibleError(
                 f"infeasible: memory: the smallest plan within the devices and pins needs "
                 f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
-                f"{cap / 2**30:.3g} GiB", ("memory",))
+                f"{cap / 2**30:.3g} GiB{self._modules_hint()}", ("memory",))
         return np.concatenate(rows), np.concatenate(times), priced
+
+    def _modules_hint(self) -> str:
+        """The recompute modules the model has that the request leaves off, where it pins no
+        or selective recomputation: the search does not try them (they are pinned only), so an
+        out-of-memory answer names them (with full recomputation free they would not help:
+        it frees more than all of them)."""
+        if self.q.offload_activations or self.q.recompute not in ("none", "selective"):
+            return ""
+        have = {"recompute_norms": True, "recompute_moe_act": self.m.experts > 1,
+                "recompute_mla_up": bool(self.m.mla)}
+        off = [switches.BY_NAME[n].flag for n, ok in have.items()
+               if ok and not getattr(self.q, n)]
+        return (f" (the search does not try Megatron-LM's recompute modules: {', '.join(off)} "
+                "free more)") if off else ""
 
     def _kept(self, st, B, chosen, fits, time_s, rl=None, mem1=None, *, cap, ds=None) -> tuple:
         """(the rows of structures `st` x choices `chosen` that `fits` keeps, as `ROW`s; their
