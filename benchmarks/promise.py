@@ -171,9 +171,13 @@ def main() -> None:
     print(_summary("Against the tuned run of each job (the fastest submission)",
                    [r for job, r in zip(every, results, strict=True) if id(job) in tuned]))
     print(_summary("Against every submission's own settings", results))
-    for label, lora in (("pretraining", False), ("LoRA fine-tuning", True)):
+    kinds = (("pretraining", lambda job: not job["lora"]),
+             ("LoRA fine-tuning", lambda job: bool(job["lora"])),
+             ("dense", lambda job: job["model"].experts <= 1),
+             ("mixture-of-experts", lambda job: job["model"].experts > 1))
+    for label, of_kind in kinds:
         part = [r["claim"] for job, r in zip(every, results, strict=True)
-                if id(job) in tuned and r["pick"] is not None and bool(job["lora"]) == lora]
+                if id(job) in tuned and r["pick"] is not None and of_kind(job)]
         print(f"  {label}: {len(part)} tuned jobs, median {statistics.median(part):+.1%} "
               f"(worst {max(part):+.1%}; {sum(c > 0.20 for c in part)} over +20 %)")
     print("\nThe promise split in two, by benchmark and system family (tuned jobs, medians): "
