@@ -50,6 +50,7 @@ from planner.plan import (
     check_recompute_modules,
     hsdp_fits_experts,
     largest_chunk,
+    recompute_modules_for,
     stage_layers,
 )
 from planner.prediction import Prediction
@@ -320,10 +321,8 @@ class HybridSolver:
         it frees more than all of them)."""
         if self.q.offload_activations or self.q.recompute not in ("none", "selective"):
             return ""
-        have = {"recompute_norms": True, "recompute_moe_act": self.m.experts > 1,
-                "recompute_mla_up": bool(self.m.mla)}
-        off = [switches.BY_NAME[n].flag for n, ok in have.items()
-               if ok and not getattr(self.q, n)]
+        off = [switches.BY_NAME[n].flag for n in recompute_modules_for(self.m)
+               if not getattr(self.q, n)]
         return (f" (the search does not try Megatron-LM's recompute modules: {', '.join(off)} "
                 "free more)") if off else ""
 
