@@ -17,6 +17,11 @@ squares of each R (mean log ratio, k_half fixed) with a log-grid search of each 
 squared log error. The fp8 forward and backward, where benchmarked (cuDNN's forward on H100;
 both directions on GB200 and GB300, per-tensor fp8 and MXFP8), are the same kernel with fp8
 operands: each direction's R[d] and k_half are fitted with the 16-bit fit's causal extra held.
+Blackwell's published rows are head dim 128 only; its 16-bit R at the head dims cuDNN's H100
+rows have and its own lack (64, and 256 forward) is its R at 128 times H100's ratio of the two
+(`carried`): the same kernel family, and FlashAttention-4 (Zadouri et al. 2026, sec. 2) names
+Blackwell's exponential units, whose work per FLOP doubles at head dim 64, its bottleneck, so
+the Hopper ratio is if anything kind to it.
 
     python -m planner.fit_flash          # the fitted blocks and their error per device
 """
@@ -33,6 +38,9 @@ from planner.spec.hardware import FlashCurve
 # (device spec, kernel in the CSV): the kernel the device's usual training stack runs
 SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"), ("b200", "cudnn"),
            ("gb200", "cudnn"), ("gb300", "cudnn"))
+# the one cuDNN fit across head dims (64, 128, 256), whose ratios the head-dim-128-only devices
+# carry (`carried`)
+REFERENCE = ("h100-sxm5-80gb", "cudnn")
 _GRID = np.exp(np.linspace(0.0, np.log(20_000.0), 800))
 
 
@@ -111,6 +119,29 @@ def fit(data: list[dict]) -> dict:
     return {"rates": rates, "halves": halves}
 
 
+def carried(fitted: dict, reference: dict) -> dict:
+    """`fitted` with the 16-bit R of every head dim the `reference` fit has in a direction
+    and `fitted` lacks: `fitted`'s R at its nearest measured dim times the reference's ratio of
+    the two."""
+    rates = dict(fitted["rates"])
+    for (w, d), r in reference["rates"].items():
+        own = [dd for ww, dd in rates if ww == w]
+        if w in {ww for ww, _ in fitted["rates"]} and d not in own:
+            near = min(own, key=lambda x: abs(x - d))
+            rates[(w, d)] = fitted["rates"][(w, near)] * r / reference["rates"][(w, near)]
+    return {**fitted, "rates": dict(sorted(rates.items()))}
+
+
+def device_block(device: str, kernel: str) -> dict:
+    """A device's `flash_attention:` block: its fit, the reference's head-dim ratios carried
+    where its rows give one head dim only (`carried`), its quantized directions' fit."""
+    data, data8 = rows(device, kernel), rows(device, kernel, fp8=True)
+    fitted = fit(data)
+    if (device, kernel) != REFERENCE and len({int(r["head_dim"]) for r in data}) == 1:
+        fitted = carried(fitted, fit(rows(*REFERENCE)))
+    return block(kernel, fitted, fit_fp8(data8, fitted) if data8 else None)
+
+
 def block(kernel: str, fitted: dict, fp8: dict | None = None) -> dict:
     """The device spec's `flash_attention:` block from a fit (and its quantized directions',
     `fit_fp8`)."""
@@ -141,10 +172,8 @@ def main() -> None:
 
     for device, kernel in SOURCES:
         data, data8 = rows(device, kernel), rows(device, kernel, fp8=True)
-        fitted = fit(data)
-        fp8 = fit_fp8(data8, fitted) if data8 else None
         print(f"{device} ({kernel}, {len(data)} rows, {len(data8)} fp8): "
-              f"{block(kernel, fitted, fp8)}")
+              f"{device_block(device, kernel)}")
         shipped = load_device(device).flash_attention
         for what, rows_ in (("16-bit", data), *((w, [r for r in data8 if r["direction"] == w])
                                                 for w in LOW)):

@@ -9,7 +9,7 @@ from planner.catalog import load_device, load_model, load_system
 from planner.cost.transformer import Hardware
 from planner.expr.layer import Choices, LayerCosts
 from planner.expr.vocab import b, c_p, e_p, e_t, t
-from planner.fit_flash import SOURCES, block, errors, fit, fit_fp8, rows
+from planner.fit_flash import REFERENCE, SOURCES, device_block, errors, fit, rows
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
@@ -23,9 +23,7 @@ def test_shipped_blocks_are_the_fit_and_close_to_every_benchmark(device, kernel)
     data, data8 = rows(device, kernel), rows(device, kernel, fp8=True)
     assert len(data) == ROWS[device]
     shipped = load_device(device).flash_attention
-    fitted = fit(data)
-    expected = block(kernel, fitted, fit_fp8(data8, fitted) if data8 else None)
-    assert shipped.model_dump(exclude_none=True) == expected
+    assert shipped.model_dump(exclude_none=True) == device_block(device, kernel)
     err = np.abs(errors(shipped, data))
     # within 4 % on the mean, 11 % at worst (cudnn-frontend's 32k rows dip below the 16k ones)
     assert err.mean() < 0.04 and err.max() < 0.11, (err.mean(), err.max())
@@ -265,3 +263,17 @@ def test_fp32_has_no_fused_attention_kernel():
     assert Hardware.of(system, Precision.fp32).flash is None
     assert Hardware.of(system, Precision.tf32).flash is None
     assert Hardware.of(system, Precision.bf16).flash is not None
+
+
+@pytest.mark.parametrize("device", ["b200", "gb200", "gb300"])
+def test_blackwell_carries_the_h100_head_dim_ratios(device):
+    """Blackwell's published rows are head dim 128 only: its 16-bit rate at 64 (and 256
+    forward) is its own at 128 times cuDNN's H100 ratio, forward 407 / 592 and backward
+    455 / 537 at 64 (FlashAttention-3 figs. 5-6), not the 128 rate as before."""
+    fa, h100 = load_device(device).flash_attention, fit(rows(*REFERENCE))["rates"]
+    for w in ("fwd", "bwd"):
+        rates = getattr(fa, f"{w}_tflops")
+        assert rates[64] == round(fit(rows(device, "cudnn"))["rates"][(w, 128)]
+                                  * h100[(w, 64)] / h100[(w, 128)])
+        assert rates[64] < 0.9 * rates[128]
+    assert fa.fwd_tflops[256] < fa.fwd_tflops[128] and 256 not in fa.bwd_tflops
