@@ -125,8 +125,8 @@ def carried(fitted: dict, reference: dict) -> dict:
     the two."""
     rates = dict(fitted["rates"])
     for (w, d), r in reference["rates"].items():
-        own = [dd for ww, dd in rates if ww == w]
-        if w in {ww for ww, _ in fitted["rates"]} and d not in own:
+        own = [dd for ww, dd in fitted["rates"] if ww == w]  # the measured dims only
+        if own and d not in own:
             near = min(own, key=lambda x: abs(x - d))
             rates[(w, d)] = fitted["rates"][(w, near)] * r / reference["rates"][(w, near)]
     return {**fitted, "rates": dict(sorted(rates.items()))}
