@@ -248,13 +248,10 @@ def hardware_flops_per_sequence(m: Transformer, recompute: str,
     extra = {"none": 0, "selective": m.layers * (m.attention_core_flops() - skipped),
              "full": full * (m.layer_matmul_flops() - skipped)}[recompute]
     if mla_up and m.mla:
-        la = m.mla
         attention = sum(n for k, n in m.layer_kinds() if k.mixer in ("attention", "sliding"))
         attention += m.mtp_layers * sum(k.mixer in ("attention", "sliding")
                                         for k in m.mtp_kinds())
-        up = (la.q_lora_rank or m.hidden) * (la.qk_nope_head_dim + la.qk_rope_head_dim) \
-            + la.kv_lora_rank * (la.qk_nope_head_dim + la.v_head_dim)
-        extra += attention * 2 * m.heads * up * m.seq_len
+        extra += attention * 2 * m.mla_up_weights() * m.seq_len
     base = (m.lora_model_flops(lora_rank, count_masked) if lora_rank
             else m.model_flops(count_masked))
     return base + extra

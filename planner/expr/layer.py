@@ -354,11 +354,9 @@ class LayerCosts:
         if kind.mixer in ("attention", "sliding"):
             if md.mla:  # DeepSeek-V2 sec. 2.1: the down projections are not split by tp
                 la = md.mla
-                qk = la.qk_nope_head_dim + la.qk_rope_head_dim
                 proj += block(
                     (tok, h, (la.q_lora_rank or 0) + la.kv_lora_rank + la.qk_rope_head_dim),
-                    (tok, la.q_lora_rank or h, G.Integer(a * qk) / t),
-                    (tok, la.kv_lora_rank, G.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t),
+                    *self._mla_up_shapes(),
                     (tok, G.Integer(a * la.v_head_dim) / t, h))
             else:
                 proj += block((tok, h, G.Integer(md.q_dim + 2 * md.kv_dim) / t),
@@ -451,13 +449,18 @@ class LayerCosts:
             work += self._kernels(2 if gemm else 1,
                                   rows * md.ffn_hidden * (f_in + vb + cast))
         if c.recompute_mla_up and md.mla and kind.mixer in ("attention", "sliding"):
-            la, a = md.mla, md.heads
-            qk = la.qk_nope_head_dim + la.qk_rope_head_dim
-            work += (self._matmul(tok, la.q_lora_rank or h, G.Integer(a * qk) / t)
-                     + self._matmul(tok, la.kv_lora_rank,
-                                    G.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t)
+            work += (sum(self._matmul(*shape) for shape in self._mla_up_shapes())
                      + self._kernels(1, tok * 2 * self._rotary_width() * vb / t))
         return work
+
+    def _mla_up_shapes(self) -> tuple:
+        """(rows, inner, cols) of MLA's two up projections on this rank, q (from the q latent,
+        or h without one) and kv (keys' no-RoPE part and values), split over tp by heads."""
+        la, a = self.model.mla, self.model.heads
+        return ((self.tokens, la.q_lora_rank or self.model.hidden,
+                 G.Integer(a * (la.qk_nope_head_dim + la.qk_rope_head_dim)) / t),
+                (self.tokens, la.kv_lora_rank,
+                 G.Integer(a * (la.qk_nope_head_dim + la.v_head_dim)) / t))
 
     def _cp_merge(self):
         """Forward and backward time of merging ring attention's c_p steps (Transformer

@@ -205,17 +205,22 @@ class Transformer:
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" and self.bias else 1)
 
+    def mla_up_weights(self) -> int:
+        """Entries of MLA's up projections, q (from its latent, or from h without one) and kv
+        (keys' no-RoPE part and values); 0 without MLA."""
+        if not self.mla:
+            return 0
+        a, heads = self.mla, self.heads
+        return ((a.q_lora_rank or self.hidden) * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+                + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim))
+
     def attention_weights(self) -> int:
         """Entries of the attention's weight matrices (what its projections multiply by)."""
         h = self.hidden
         if self.mla:
             a, heads = self.mla, self.heads
-            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-            q = (h * a.q_lora_rank + a.q_lora_rank * heads * qk if a.q_lora_rank
-                 else h * heads * qk)
-            kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (
-                a.qk_nope_head_dim + a.v_head_dim)
-            return q + kv + heads * a.v_head_dim * h
+            down = h * ((a.q_lora_rank or 0) + a.kv_lora_rank + a.qk_rope_head_dim)
+            return down + self.mla_up_weights() + heads * a.v_head_dim * h
         return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h  # Q, K, V, O
 
     def attention_params(self) -> int:
