@@ -286,29 +286,20 @@ def check_for_model(model, plan: Plan) -> None:
     check_recompute_modules(model, plan)
 
 
-# the recompute modules a model may lack (Megatron-LM refuses them: transformer_config.py at
-# d98e8a6, moe_act only with grouped-GEMM experts, mla_up_proj only with multi-latent
-# attention): (whether the model has it, what the refusal says of the model)
-_MODULE_NEEDS = {
-    "recompute_moe_act": (lambda m: m.experts > 1,
-                          "is a dense model (no experts' activation to recompute)"),
-    "recompute_mla_up": (lambda m: bool(m.mla),
-                         "has no multi-latent attention (no up projections to recompute)"),
-}
-
-
 def recompute_modules_for(model) -> tuple[str, ...]:
     """The recompute-module switches (`planner.switches.RECOMPUTE_MODULES`) `model` has."""
+    needs = switches.RECOMPUTE_MODULE_NEEDS
     return tuple(name for name in switches.RECOMPUTE_MODULES
-                 if name not in _MODULE_NEEDS or _MODULE_NEEDS[name][0](model))
+                 if name not in needs or needs[name][0](model))
 
 
 def check_recompute_modules(model, x) -> None:
-    """A recompute module the model does not have, one line. `x`: a Plan or a search
-    request."""
-    for name, (has, why) in _MODULE_NEEDS.items():
+    """A recompute module the model does not have (`switches.RECOMPUTE_MODULE_NEEDS`), one
+    line. `x`: a Plan or a search request."""
+    for name, (has, why) in switches.RECOMPUTE_MODULE_NEEDS.items():
         if getattr(x, name, False) and not has(model):
-            raise SpecError(f"{name}: '{model.name}' {why}")
+            raise SpecError(f"{name}: '{model.name}' {why}; plan without --"
+                            f"{name.replace('_', '-')}")
 
 
 def check_pins(m, tp: int | None = None, pp: int | None = None,

@@ -192,6 +192,15 @@ RECOMPUTE_MODULES = {
     "recompute_mla_up": ("mla_up_proj", "MLA: the up projections' Q, K and V freed after the "
                          "attention, the up projections and RoPE run again in the backward"),
 }
+# the models a recompute module needs, as Megatron-LM refuses it otherwise
+# (transformer_config.py at d98e8a6: moe_act only with grouped-GEMM experts, mla_up_proj only
+# with multi-latent attention): (whether the model has it, what the refusal says of the model)
+RECOMPUTE_MODULE_NEEDS = {
+    "recompute_moe_act": (lambda m: m.experts > 1,
+                          "is a dense model (no experts' activation to recompute)"),
+    "recompute_mla_up": (lambda m: bool(m.mla),
+                         "has no multi-latent attention (no up projections to recompute)"),
+}
 
 _DS_MODEL = ("this ds_config has no pipeline layout or activation offload (DeepSpeed sets "
              "them in the model code); use --format megatron")
