@@ -173,13 +173,18 @@ def plan_of(run: Run) -> Plan:
     device); the LoRA recipes' own settings: base weights held in the recipe's format
     (`_fp8_weights`), Transformer Engine's weight cache off where their YAML turns it off,
     the FFN activation's input in fp8 (FP8_ACT / FP8_ACTIVATION) and the recomputation they
-    set (ACG / ACM / ACL: the AMD recipes recompute 21 layers by the block method)."""
+    set (ACG / ACM / ACL: the AMD recipes recompute 21 layers by the block method); the v6.0
+    MoE recipes' rank capacity and paged stash (MOE_EXPERT_RANK_CAPACITY_FACTOR,
+    MOE_PAGED_STASH_BUFFER_SIZE_FACTOR_CUDA)."""
     r = run.row
     tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
     g = load_system(run.system).devices_per_node
     first, last = _layout_pins(r) if r.get("pipeline_layout") else (None, None)
     moe = {"ep": int(r.get("ep") or 1), "etp": int(r["etp"]) if r.get("etp") else None,
-           "fp8_output_proj": r.get("fp8_output_proj") == "1"}
+           "fp8_output_proj": r.get("fp8_output_proj") == "1",
+           # MOE_EXPERT_RANK_CAPACITY_FACTOR and MOE_PAGED_STASH(_BUFFER_SIZE_FACTOR_CUDA)
+           "rank_capacity": float(r.get("rank_capacity") or 0),
+           "paged_stash": float(r.get("paged_stash") or 0)}
     plan = Plan.split(tp, pp, dp, int(r["micro_batch"]), int(r["global_batch"]),
                       node_size=g, cp=cp, interleave=int(r["vp"] or 1),
                       first_stage_layers=first, last_stage_layers=last, **moe,

@@ -277,9 +277,9 @@ def check_for_model(model, plan: Plan) -> None:
         return
     check_pins(model, tp=plan.tp, pp=plan.pp, interleave=plan.interleave, cp=plan.cp,
                ep=plan.ep, first=plan.first_stage_layers, last=plan.last_stage_layers)
-    if model.experts <= 1 and (plan.etp != plan.tp or plan.capacity_factor != 1):
-        key = "etp" if plan.etp != plan.tp else "capacity_factor"
-        raise SpecError(f"{key}: '{model.name}' is a dense model (no experts)")
+    if model.experts <= 1 and plan.etp != plan.tp:
+        raise SpecError(f"etp: '{model.name}' is a dense model (no experts)")
+    check_moe_buffers(model, plan)
     rules.check(model, plan)  # and those that need the model (planner.rules)
     if plan.lora_rank is not None:
         check_lora(model, plan.lora_rank)
@@ -291,6 +291,29 @@ def recompute_modules_for(model) -> tuple[str, ...]:
     needs = switches.RECOMPUTE_MODULE_NEEDS
     return tuple(name for name in switches.RECOMPUTE_MODULES
                  if name not in needs or needs[name][0](model))
+
+
+def check_moe_buffers(model, x) -> None:
+    """The MoE token-buffer switches a plan or search request `x` sets, one line where
+    Megatron-LM (transformer_config.py at d98e8a6) or the cost model refuses them: a dense
+    model has none; the paged stash needs the rank capacity (its pages hold what the
+    rank's budget routes); each factor, where set, at least the balanced count (1); the
+    rank budget is not priced with per-expert padding (`capacity_factor`)."""
+    set_ = [k for k in ("capacity_factor", "rank_capacity", "paged_stash")
+            if getattr(x, k) != switches.BY_NAME[k].default]
+    if set_ and model.experts <= 1:
+        raise SpecError(f"{set_[0]}: '{model.name}' is a dense model (no experts)")
+    for k in ("rank_capacity", "paged_stash"):
+        if 0 < getattr(x, k) < 1:
+            raise SpecError(f"{k}: must be 0 (off) or at least 1 (the balanced token count), "
+                            f"got {getattr(x, k):g}")
+    if x.paged_stash and not x.rank_capacity:
+        raise SpecError("paged_stash: the paged stash needs --rank-capacity (Megatron-LM: "
+                        "moe_paged_stash requires moe_expert_rank_capacity_factor)")
+    if x.rank_capacity and x.capacity_factor != 1:
+        raise SpecError("rank_capacity: --rank-capacity (a dropless budget per rank) is not "
+                        "priced with --capacity-factor (each expert padded); drop one of the "
+                        "two")
 
 
 def check_recompute_modules(model, x) -> None:

@@ -249,6 +249,33 @@ SWITCHES: tuple[Switch, ...] = (
            launch={"megatron": WRITES, "deepspeed": WRITES,
                    "torchtitan": "torchtitan's MoE is dropless (no capacity factor); use "
                                  "--format megatron"}),
+    # Megatron-LM's sync-free MoE (docs/user-guide/features/paged_stash.md at d98e8a6): the
+    # HybridEP dispatch and the fused grouped experts' buffers sized once, at a budget over
+    # the balanced count, so the step has no device-to-host sync and CUDA graphs can capture
+    # it; the paged stash packs the routed experts' saved activations into pages sized at
+    # their own factor of the balanced count (`planner.expr.layer.LayerCosts.routed_held`)
+    Switch("rank_capacity", 0.0, "MoE: each expert rank's dispatch and expert buffers sized "
+           "at F x the balanced token count, the routed experts' saved activations with them "
+           "(sync-free: no host sync for the token counts) [default 0: sized to the tokens "
+           "each step]", "--moe-expert-rank-capacity-factor F (the flex HybridEP dispatcher "
+           "and Transformer Engine's op fuser; NVIDIA's MLPerf v6.0 MoE recipes)", kind=float,
+           low=0, high=64, solve="pinned (default off)",
+           label=lambda value, plan: f"rank capacity {value:g}" if value else None,
+           launch={"megatron": WRITES,
+                   "torchtitan": "torchtitan's MoE sizes its buffers each step (no rank "
+                                 "capacity); use --format megatron",
+                   "deepspeed": "DeepSpeed's MoE has no rank capacity (sync-free "
+                                "HybridEP buffers); use --format megatron"}),
+    Switch("paged_stash", 0.0, "MoE, with --rank-capacity: the routed experts' saved "
+           "activations packed into paged buffers of F x their balanced size, copied in "
+           "after each forward and out before each backward [default 0: off]",
+           "--moe-paged-stash --moe-paged-stash-buffer-size-factor-cuda F", kind=float,
+           low=0, high=64, solve="pinned (default off)",
+           label=lambda value, plan: f"paged stash {value:g}" if value else None,
+           excluded_by=("offload_activations",),
+           launch={"megatron": WRITES,
+                   "torchtitan": "torchtitan has no paged stash; use --format megatron",
+                   "deepspeed": "DeepSpeed has no paged stash; use --format megatron"}),
     Switch("first_stage_layers", None, "layers on the first pipeline stage, the rest split "
            "evenly", "--decoder-first-pipeline-num-layers", kind=int, low=1, high=100_000,
            launch={"megatron": WRITES, "torchtitan": WRITES, "deepspeed": _DS_MODEL}),

@@ -41,6 +41,8 @@ def test_every_switch_is_an_option_of_evaluate_and_solve():
 @pytest.mark.parametrize("name, bad, message", [
     ("capacity_factor", 0.5, "must be a number in [1, 64]"),
     ("capacity_factor", True, "must be a number"),
+    ("rank_capacity", 65, "must be a number in [0, 64]"),
+    ("paged_stash", -1, "must be a number in [0, 64]"),
     ("lora_rank", 0, "must be a positive integer"),
     ("dp_shard", 2.5, "must be a non-negative integer"),
     ("kernels", "jit", "unknown value 'jit' (allowed: fused, eager)"),
@@ -160,6 +162,7 @@ CASES = {
     "host_sync": ({}, False),
     "weight_cache": ({"precision": "fp8"}, False),
     "fp8_activation_input": ({"precision": "fp8"}, True),
+    "rank_capacity": (MOE, 4.0), "paged_stash": ({**MOE, "rank_capacity": 4.0}, 1.5),
     "recompute_norms": ({}, True), "recompute_moe_act": (MOE, True),
     "recompute_mla_up": (MLA, True),
 }

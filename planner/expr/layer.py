@@ -118,7 +118,21 @@ class LayerCosts:
         self.tokens = b * model.seq_len / self.cp
         self.capacity = (G.Integer(1) if choices.capacity_factor == 1
                          else G.Float(choices.capacity_factor))
+        self.routed_held = self._routed_held()
         self.tp_ring = self._tp_ring()
+
+    def _routed_held(self) -> G.Expr:
+        """The routed experts' saved activations as held, over their count at the tokens
+        routed (balanced, or padded to the capacity factor): Megatron-LM's sync-free path
+        (`rank_capacity`) saves them in the dispatch and fused grouped experts' buffers,
+        sized once at the rank's budget (`--moe-expert-rank-capacity-factor` x the balanced
+        count: token_dispatcher.py `num_permuted_tokens`); the paged stash (`paged_stash`)
+        packs them into pages sized at its own factor of the balanced count at the
+        schedule's peak (paged_stash.py `allocate_stash_buffers` at d98e8a6)."""
+        c = self.choices
+        if c.paged_stash:
+            return G.Float(c.paged_stash)
+        return G.Float(c.rank_capacity) if c.rank_capacity else self.capacity
 
     def _tp_ring(self) -> G.Expr:
         """One ring allreduce of a micro-batch's b s h activations over the t ranks (an
@@ -414,10 +428,34 @@ class LayerCosts:
         if kind.mixer in ("attention", "sliding"):  # all-to-all context parallelism's copies
             copies = self._cp_a2a_copies()
             elem, elem_bwd = elem + copies, elem_bwd + copies
+        if kind.ffn == "moe" and self.choices.paged_stash:  # beside the layer's GEMMs
+            stash, slowdown = self._stash_copies(kind), hw.overlap_slowdown
+            elem += overlapped(stash, proj, slowdown)
+            elem_bwd += overlapped(stash, 2 * proj, slowdown)
         tp_all, tp_forward = self._tp_comm(blocks)
         return LayerParts(proj, core, elem, elem_bwd, tp_all, moe_comm,
                           2 * core if core_bwd is None else core_bwd, tp_forward,
                           2 * moe_exchange, self._recomputed_modules(kind))
+
+    def _stash_copies(self, kind) -> G.Expr:
+        """The paged stash's copies of one MoE layer per pass: after the forward its routed
+        experts' saved tensors (fc1's input, fc1's output, the activation's output) are
+        copied into the stash's pages, before the backward back out (paged_stash.py
+        `paged_stash_copy_kernel` / `paged_stash_pop_kernel` at d98e8a6), each a kernel
+        reading and writing the tokens routed, on the stash's own streams: they overlap the
+        layers' GEMMs as a collective does, slowing them while they share the device
+        (`overlapped`)."""
+        return self._kernels(3, 2 * self.routed_saved_bytes(kind))
+
+    def stash_working_bytes(self) -> G.Expr:
+        """What the paged stash adds to the activations beyond its pages: the MoE layer
+        running holds its routed experts' tensors in the buffers sized at the rank's budget
+        (`rank_capacity`) until they are copied in (forward) and once copied out
+        (backward)."""
+        c = self.choices
+        if not c.paged_stash:
+            return G.Integer(0)
+        return self.routed_saved_bytes() * G.Float(c.rank_capacity)
 
     def _normed_parts(self, kind) -> int:
         """The norms of a layer of `kind` that `recompute_norms` frees and runs again: a
@@ -644,7 +682,8 @@ class LayerCosts:
           read and written about four times: 17 bytes per expert with the 1-byte map);
         - the tokens-per-expert count and its copy to the host, which the dropless dispatcher
           waits for (`_maybe_dtoh_and_synchronize`): the host's queue of kernels runs dry
-          there, an idle kernel issue (2 kernels);
+          there, an idle kernel issue (2 kernels); none with `rank_capacity`, whose buffers
+          are sized before the step (sync-free);
         - permutation 1: the gather indices, then each token copied to its top_k experts'
           rows (read and write top_k h; 2 kernels), before the dispatch all-to-all;
         - with several local experts (E > e_p), `sort_chunks_by_idxs` regroups the received
@@ -662,7 +701,7 @@ class LayerCosts:
         h, k, w = md.hidden, md.top_k * self.capacity, md.expert_width
         sorted_ = _if(self.ep < md.experts, 1, 0)  # several experts on this rank
         ops = [(6, G.Integer(md.experts * (vb + 17)) / t),
-               (2, G.Integer(0)),
+               *([] if self.choices.rank_capacity else [(2, G.Integer(0))]),
                (2, 2 * k * w * vb / t),
                (2 * sorted_, sorted_ * 4 * k * w * vb / t),
                (1, (k + 1) * w * vb / t)]
@@ -735,11 +774,16 @@ class LayerCosts:
     def _ffn_width(self, kind) -> int:
         """Inner width of a layer kind's FFN per token: a dense FFN's, or the top_k routed
         experts' and the shared experts' together; 0 without one."""
+        return sum(self._ffn_widths(kind))
+
+    def _ffn_widths(self, kind) -> tuple[int, int]:
+        """(the routed experts', the rest's) inner width per token of a layer kind's FFN: a
+        MoE FFN's top_k routed experts and its shared experts, a dense FFN's (0, its width)."""
         md = self.model
         if kind.ffn == "moe":
-            return md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
-                                               or md.ffn_hidden) * md.shared_experts
-        return (md.dense_ffn_hidden or md.ffn_hidden) if kind.ffn else 0
+            return (md.ffn_hidden * md.top_k,
+                    (md.shared_expert_ffn_hidden or md.ffn_hidden) * md.shared_experts)
+        return 0, ((md.dense_ffn_hidden or md.ffn_hidden) if kind.ffn else 0)
 
     def activation_bytes_per_layer(self, recompute: str):
         """Stored activations of one layer, the mean over the model's layer kinds (a stage
@@ -776,12 +820,26 @@ class LayerCosts:
                 if self.choices.fp8_activation_input:  # held (and moved) at 1 byte
                     fc1 = Fraction(fc1, 2)
                 inside += (G.Rational(fc1, md.hidden) + 2 * md.top_k * self.etp
-                           * G.Rational(md.expert_width, md.hidden)) * self.capacity
+                           * G.Rational(md.expert_width, md.hidden)) * self.routed_held
             total += n * sbh * ((outside / t if split else outside) + inside / t)
         return total / md.layers
 
     def kind_activation_bytes(self, recompute: str, kind):
-        """Stored activations of one layer of `kind`, bytes per s b h at 16 bits (scaled for
+        """Stored activations of one layer of `kind` (`_saved`), the routed experts' as held
+        (`routed_held`)."""
+        kept, routed = self._saved(recompute, kind)
+        return kept + routed * self.routed_held
+
+    def routed_saved_bytes(self, kind=None) -> G.Expr:
+        """The routed experts' saved activations of one MoE layer of `kind` (default: the
+        model's MoE kind) and micro-batch on this rank, at the tokens routed: what the paged
+        stash copies in and out (`_saved`; 0 for a dense layer)."""
+        kind = kind or next((k for k, _ in self.model.layer_kinds() if k.ffn == "moe"), None)
+        return G.Integer(0) if kind is None else self._saved("none", kind)[1]
+
+    def _saved(self, recompute: str, kind) -> tuple[G.Expr, G.Expr]:
+        """(the stored activations of one layer of `kind` but the routed experts', the routed
+        experts' at the tokens routed), bytes per s b h at 16 bits (scaled for
         other widths), tensor by tensor as Korthikanti et al. 2022 (Table 2) count them. Each
         part (mixer, FFN) stores outside the tensor-parallel region its norm's input and output
         (4) and, with dropout, a 1-byte mask (1): their 10 for the two parts of a GPT layer.
@@ -807,7 +865,7 @@ class LayerCosts:
         sbh = s / self.cp * b * h * G.Rational(self.hw.value_bytes, 2)  # this rank's s / c_p
         split = c.sequence_parallel
         if recompute == "full":
-            return 2 * sbh / (t if split else 1)
+            return 2 * sbh / (t if split else 1), G.Integer(0)
         parts = bool(kind.mixer) + bool(kind.ffn)
         outside = G.Integer(parts * (5 if md.dropout else 4))
         outside = outside / t if split else outside
@@ -823,34 +881,40 @@ class LayerCosts:
             d_in, conv = md.mamba_inner(), md.mamba_conv_dim()
             inside += G.Rational(2 * (d_in + conv + md.mamba.heads) + 2 * conv + 4 * d_in, h)
         gated = G.Rational(3, 2) if md.gated_ffn else 1
+        # the routed experts' saved tensors apart, at the tokens routed (`routed_held` scales
+        # them to the buffers they are held in); a FFN's own widths: routed and the rest
+        routed = G.Integer(0)
+        width_r, width_s = self._ffn_widths(kind)
         if kind.ffn == "dense":
             inside += 16 * G.Rational(md.dense_ffn_hidden or md.ffn_hidden, 4 * h) * gated
             if c.lora_rank:  # frozen fc1 and fc2 keep no inputs: the norm's output, fc2's
                 outside -= G.Integer(2) / t if split else 2
                 inside -= 2 * G.Rational(self._ffn_width(kind), h)
         elif kind.ffn == "moe":
-            width = md.ffn_hidden * md.top_k + (md.shared_expert_ffn_hidden
-                                                or md.ffn_hidden) * md.shared_experts
-            inside += 16 * G.Rational(width, 4 * h) * gated * self.capacity
+            inside += 16 * G.Rational(width_s, 4 * h) * gated
+            routed += 16 * G.Rational(width_r, 4 * h) * gated
             # the routed experts' fc1 input: the dispatched top_k copies of this rank's tokens,
             # gathered over e_t (Megatron saves them for the expert GEMMs' backward), at the
             # experts' width; LatentMoE's l -> h projection keeps its input (l per token)
             lat = G.Rational(md.expert_width, h)
-            inside += 2 * md.top_k * self.capacity * self.etp * lat
+            routed += 2 * md.top_k * self.etp * lat
             inside += 2 * lat if md.moe_latent else 0
+        fc1_out = 2 if md.gated_ffn else 1
         if c.fp8_activation_input and kind.ffn:  # fc1's output, the activation's input, in fp8
-            inside -= (G.Rational((2 if md.gated_ffn else 1) * self._ffn_width(kind), h)
-                       * (self.capacity if kind.ffn == "moe" else 1))
+            inside -= G.Rational(fc1_out * width_s, h)
+            routed -= G.Rational(fc1_out * width_r, h)
         if c.kernels == "eager" and md.gated_ffn and kind.ffn:  # eager SwiGLU also keeps silu's output
-            inside += G.Rational(2 * self._ffn_width(kind), h) * (
-                self.capacity if kind.ffn == "moe" else 1)
+            inside += G.Rational(2 * width_s, h)
+            routed += G.Rational(2 * width_r, h)
         if c.fp8_activations:
-            fp8_outside, fp8_inside = self._fp8_saved_inputs(kind)
+            fp8_outside, fp8_inside, fp8_routed = self._fp8_saved_inputs(kind)
             outside += fp8_outside / t if split else fp8_outside
             inside += fp8_inside
-        freed_outside, freed_inside = self._recompute_freed(kind)
+            routed += fp8_routed
+        freed_outside, freed_inside, freed_routed = self._recompute_freed(kind)
         outside -= freed_outside / t if split else freed_outside
-        return sbh * (outside + inside / t - freed_inside / t + core)
+        return (sbh * (outside + inside / t - freed_inside / t + core),
+                sbh * (routed - freed_routed) / t)
 
     def _recompute_freed(self, kind) -> tuple[G.Expr, G.Expr]:
         """What the recompute modules free of `kind_activation_bytes`'s counts (outside,
@@ -866,7 +930,7 @@ class LayerCosts:
           input, stays)."""
         md, c = self.model, self.choices
         h = md.hidden
-        outside, inside = G.Integer(0), G.Integer(0)
+        outside, inside, routed = G.Integer(0), G.Integer(0), G.Integer(0)
         if c.recompute_norms:  # each norm output as held, with `_fp8_saved_inputs`'s changes
             fp8, lora = c.fp8_activations, bool(c.lora_rank)
             if kind.mixer in ("attention", "sliding"):
@@ -876,13 +940,13 @@ class LayerCosts:
             elif kind.ffn == "moe":  # the router's 16-bit copy and the shared experts' fp8 one
                 outside += 2 + (1 if fp8 and md.shared_experts else 0)
         if c.recompute_moe_act and kind.ffn == "moe":
-            routed = G.Rational(md.ffn_hidden * md.top_k, h) * self.capacity
-            inside += routed * (1 if c.fp8_activations else 2)
+            act_out = G.Rational(md.ffn_hidden * md.top_k, h)
+            routed += act_out * (1 if c.fp8_activations else 2)
             if c.kernels == "eager" and md.gated_ffn:
-                inside += 2 * routed
+                routed += 2 * act_out
         if c.recompute_mla_up and md.mla and kind.mixer in ("attention", "sliding"):
             inside += G.Rational(2 * md.heads * (2 * md.head_dim + md.v_head_dim), h)
-        return outside, inside
+        return outside, inside, routed
 
     def _fp8_saved_inputs(self, kind) -> tuple[G.Expr, G.Expr]:
         """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s
@@ -898,7 +962,8 @@ class LayerCosts:
         projections keep no input of their own and the adapters keep the 16-bit ones, so the
         attention and dense FFN parts change nothing."""
         md, h = self.model, self.model.hidden
-        outside, inside = G.Integer(0), G.Integer(0)
+        outside, inside, routed = G.Integer(0), G.Integer(0), G.Integer(0)
+        width_r, width_s = self._ffn_widths(kind)
         if kind.mixer == "mamba":
             outside -= 1
             inside -= G.Rational(md.mamba_inner(), h)  # the gated norm's output, out_proj's
@@ -914,7 +979,7 @@ class LayerCosts:
             # an fp8 copy of the norm output
             outside += (1 if md.shared_experts else 0) + (1 if md.moe_latent else 0)
             lat = G.Rational(md.expert_width, h)
-            inside -= (G.Rational(self._ffn_width(kind), h) + md.top_k * self.etp * lat) \
-                * self.capacity
+            inside -= G.Rational(width_s, h)
+            routed -= G.Rational(width_r, h) + md.top_k * self.etp * lat
             inside -= lat if md.moe_latent else 0  # the l -> h projection's input
-        return outside, inside
+        return outside, inside, routed

@@ -420,6 +420,9 @@ class TransformerExpressions(LayerCosts):
         # stored per micro-batch by a stage of n layers (partial: the kept layers whole)
         held = _stage_cost(rebuilt if partial else act_layer, act_layer - rebuilt,
                            recomputed if partial else None)
+        # beside the held micro-batches, one layer's transient tensors: the fully recomputed
+        # layer's rebuilt activations, the paged stash's layer in its budget-sized buffers
+        rebuilt = rebuilt + self.stash_working_bytes()
         # fp32 logits of one micro-batch on the last stage, once per multi-token prediction
         # depth too, with each depth's block activations
         logits = mtp_logits = (

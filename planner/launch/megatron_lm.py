@@ -221,7 +221,23 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     m = target.model
     rules.check_form("megatron", plan, model=m)  # what Megatron-LM refuses (planner.rules)
     a = _model_args(m)
-    if m.experts > 1:  # the all-to-all dispatcher is the one the cost model prices
+    if m.experts > 1 and plan.get("rank_capacity"):
+        # the sync-free path: HybridEP's buffers at the rank's budget, needing Transformer
+        # Engine's fused grouped experts (transformer_config.py at d98e8a6), which run
+        # without expert tensor parallelism and with a gated activation only
+        # (moe/experts.py `_is_fused_impl_supported`)
+        if plan.get("etp", plan["tp"]) != 1 or m.ffn_matrices != 3:
+            raise SpecError("format: Megatron-LM sizes the MoE buffers at a rank capacity only "
+                            "with Transformer Engine's fused grouped experts, which need "
+                            "--etp 1 and a gated (SwiGLU) FFN; plan with --etp 1, or without "
+                            "--rank-capacity")
+        a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+              "hybridep", "--moe-grouped-gemm", "--use-transformer-engine-op-fuser",
+              "--moe-expert-rank-capacity-factor", plan["rank_capacity"]]
+        if plan.get("paged_stash"):
+            a += ["--moe-paged-stash", "--moe-paged-stash-buffer-size-factor-cuda",
+                  plan["paged_stash"]]
+    elif m.experts > 1:  # the all-to-all dispatcher prices as the flex ones do
         a += ["--moe-token-dispatcher-type", "alltoall"]
         if plan.get("capacity_factor", 1.0) > 1:  # every expert padded to its capacity
             a += ["--moe-expert-capacity-factor", plan["capacity_factor"],

@@ -45,6 +45,7 @@ from planner.plan import (
     check_for_model,
     check_fp8_weight_gather,
     check_lora,
+    check_moe_buffers,
     check_pins,
     check_recompute_layers,
     check_recompute_modules,
@@ -206,9 +207,9 @@ class HybridSolver:
             check_lora(m, q.lora_rank)
         check_recompute_modules(m, q)
         _check_system(system, precision, q)
-        if m.experts <= 1 and (q.etp is not None or q.capacity_factor != 1):
-            raise SpecError(f"{'etp' if q.etp is not None else 'capacity_factor'}: "
-                            f"'{m.name}' is a dense model (no experts)")
+        if m.experts <= 1 and q.etp is not None:
+            raise SpecError(f"etp: '{m.name}' is a dense model (no experts)")
+        check_moe_buffers(m, q)
         for key, value, cls in (("recompute", q.recompute, Recompute),
                                 ("schedule", q.schedule, Schedule)):
             if value is not None and value not in {c.value for c in cls}:
