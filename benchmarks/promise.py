@@ -115,8 +115,9 @@ def _solved(job: dict) -> dict:
     except (SpecError, InfeasibleError):
         held = None
     p, pred = sol.plan, sol.prediction
-    return {"pick": pick, "plan": f"tp {p.tp} cp {p.cp} pp {p.pp}x{p.interleave} dp {p.dp} "
-                                  f"z{p.zero} mb {p.micro_batch}",
+    experts = f" ep {p.ep}" if job["model"].experts > 1 else ""
+    return {"pick": pick, "plan": f"tp {p.tp} cp {p.cp}{experts} pp {p.pp}x{p.interleave} "
+                                  f"dp {p.dp} z{p.zero} mb {p.micro_batch}",
             # how full the pick packs a device: of the memory a process can use (the
             # device's less its runtime reserve); the fullest MLPerf plans reach 94-97 %
             "full": pred.memory_bytes_per_device / pred.memory_capacity_bytes,
