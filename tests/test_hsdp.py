@@ -234,3 +234,59 @@ def test_solve_picks_hybrid_sharding_where_it_is_faster_and_names_it_uncovered()
     assert pinned.prediction.iteration_time_s == free.prediction.iteration_time_s
     assert "hybrid sharding" in free.prediction.time_band["note"]
     assert "low_s" not in free.prediction.time_band
+
+
+# Qwen3-30B-A3B on 8 DGX H100 at ep 8: the experts' gradients reduced over their own 8-rank
+# group (one per node, over the NICs), the dense ones over all 64 replicas
+QWEN = dict(devices=64, tp=1, pp=1, ep=8, micro_batch=1, global_batch=128, seq_len=4096)
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_one_group_of_every_replica_is_plain_zero_for_experts_too(zero):
+    """HSDP splits the expert data-parallel group into the same instances, so one instance
+    of all dp replicas syncs the routed experts as plain ZeRO does: over their own group."""
+    whole = api.evaluate("qwen3-30b-a3b", "dgx-h100", zero=zero, **QWEN).prediction
+    hybrid = api.evaluate("qwen3-30b-a3b", "dgx-h100", zero=zero, dp_shard=64,
+                          **QWEN).prediction
+    assert hybrid.iteration_time_s == pytest.approx(whole.iteration_time_s, rel=1e-12)
+    assert hybrid.time_breakdown["dp_comm_exposed"] == pytest.approx(
+        whole.time_breakdown["dp_comm_exposed"], rel=1e-12)
+
+
+def test_the_experts_sync_inside_their_instance_and_across_the_instances():
+    """ZeRO 1 over groups of 8 replicas (one node each) at ep 8: the expert group (the 8
+    nodes' ep rank of each: 8 ranks, one a node) splits into the 8 instances of one rank
+    each, so the experts' reduce-scatter inside an instance moves nothing and their whole
+    gradients are allreduced across the instances, one rank on each node's NIC share; the
+    dense part syncs as for a dense model (`test_the_sync_is_...`). Not overlapped."""
+    hw = Hardware.of(load_system("dgx-h100"), Precision.bf16)
+    m = load_model("qwen3-30b-a3b")
+    pred = api.evaluate("qwen3-30b-a3b", "dgx-h100", zero=1, dp_shard=8, overlap=False,
+                        **QWEN).prediction
+    experts = m.experts * 3 * m.hidden * m.ffn_hidden * m.layers / 8  # per rank at ep 8
+    dense = pred.memory_breakdown["weights"] / 2 - experts  # bf16 weights, whole at ZeRO 1
+    nic = hw.nic_bw / hw.g
+    inside = 2 * 7 * hw.intra_lat + 2 * 7 / 8 * dense * (4 + 2) / 2 / hw.intra_bw
+    across = 2 * 7 * hw.inter_lat + 2 * 7 / 8 * dense * 4 / 8 * max(1 / hw.intra_bw, 1 / nic)
+    expert_across = (2 * 7 * hw.inter_lat
+                     + 2 * 7 / 8 * experts * 4 * max(1 / hw.intra_bw, 1 / nic))
+    assert pred.time_breakdown["dp_comm_exposed"] == pytest.approx(
+        inside + across + expert_across, rel=1e-9)
+
+
+def test_the_search_prices_a_moe_pick_as_its_prediction():
+    """The search prices every row in HSDP's form where hybrid sharding is tried (one
+    instance of all dp where it is off): for a MoE plan that form must sync the routed
+    experts over their own group too, or the table under-prices every MoE plan and the pick's
+    prediction is slower than what the search compared."""
+    m = load_model("qwen3-30b-a3b")
+    from planner.spec.transformer import with_seq_len
+
+    solver = HybridSolver(with_seq_len(m, 4096), load_system("dgx-h100"), Precision.bf16,
+                          Search(global_batch=128, devices=64, zero=1,
+                                 searched=("dp_shard", "ep_overlap")))
+    assert solver._hsdp_form
+    sol = solver.solve()
+    rows, times, _ = solver._rows()
+    assert sol.plan.ep > 1
+    assert sol.prediction.iteration_time_s == pytest.approx(float(times.min()), rel=1e-12)

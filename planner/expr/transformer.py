@@ -475,8 +475,9 @@ class TransformerExpressions(LayerCosts):
         if c.dp_shard:  # HSDP: the shard group is d_s replicas' c_p ranks each
             self.aggregates[S.z] = S.d_s * self.cp
         # the routed experts' share of M, reduced over the t c_p d / (e_t e_p) ranks holding
-        # the same experts (with HSDP or LoRA still with the dense gradients)
-        experts = bool(moe) and not c.dp_shard and not c.lora_rank
+        # the same experts (HSDP splits that group into the same d / d_s instances; with LoRA
+        # the experts are frozen base weights)
+        experts = bool(moe) and not c.lora_rank
         if experts:
             group = t * self.cp * d / (self.etp * ep)
             self.aggregates.update({
@@ -600,22 +601,32 @@ def _shard_group(c: Choices) -> tuple[G.Expr, G.Expr]:
 
 
 def sync_form(c: Choices, experts: bool = False) -> G.Expr:
-    """The gradient sync of one iteration: `allreduce_form` of M over the d replicas. With HSDP
-    the reduce-scatter (and ZeRO 1 / 2's all-gather of the weights) runs inside each group of
-    z, and each shard of Psi gamma_g / z bytes is allreduced across the d / z groups, one rank
-    of each (Megatron-LM param_and_grad_buffer.py with num_distributed_optimizer_instances > 1;
-    PyTorch HSDP), max(1, r / z) of them on a node. `experts`: the routed experts' M_e of M
-    goes over their own d_e ranks, r_e of them on a domain (Megatron-LM's distributed.py keeps
-    the expert-parallel parameters in their own buffers, reduced over the expert data-parallel
-    group: strided by e_t e_p, so past e_t e_p >= u each rank's share crosses its NIC)."""
-    if experts:
-        return (allreduce_form(S.M - S.M_e, d, S.r)
-                + allreduce_form(S.M_e, S.d_e, S.r_e))
+    """The gradient sync of one iteration: `allreduce_form` of M over the d replicas.
+    `experts`: the routed experts' M_e of M goes over their own d_e ranks, r_e of them on a
+    domain (Megatron-LM's distributed.py keeps the expert-parallel parameters in their own
+    buffers, reduced over the expert data-parallel group: strided by e_t e_p, so past
+    e_t e_p >= u each rank's share crosses its NIC). With HSDP each group is split into the
+    same d / z instances (`_hsdp_sync`); one instance (z = d) is exactly the sync without."""
+    dense = S.M - S.M_e if experts else S.M
     if not c.dp_shard:
-        return allreduce_form()
-    across = allreduce_form(S.Psi_t * S.gamma_g / S.z, d / S.z,
-                            _max(sfloor(S.r / S.z), 1))
-    return allreduce_form(S.M, *_shard_group(c)) + across
+        sync = allreduce_form(dense, d, S.r)
+        return sync + allreduce_form(S.M_e, S.d_e, S.r_e) if experts else sync
+    grads = S.Psi_t * S.gamma_g  # the gradient bytes M's all-reduce across instances moves
+    sync = _hsdp_sync(dense, grads * dense / S.M, S.z, d, S.r)
+    if experts:  # the expert data-parallel group in the same d / z instances
+        sync += _hsdp_sync(S.M_e, grads * S.M_e / S.M, S.d_e * S.z / d, S.d_e, S.r_e)
+    return sync
+
+
+def _hsdp_sync(size, grads, z, ranks, per_node) -> G.Expr:
+    """HSDP's sync of one group of `ranks` (`per_node` of them on a node) split into
+    instances of z: the reduce-scatter of `size` bytes (and ZeRO 1 / 2's all-gather of the
+    weights) inside each instance, then each rank's 1 / z shard of the `grads` bytes
+    allreduced across the ranks / z instances, one rank of each, max(1, per_node / z) of them
+    on a node (Megatron-LM param_and_grad_buffer.py with num_distributed_optimizer_instances
+    > 1; PyTorch HSDP)."""
+    return (allreduce_form(size, z, smin(per_node, z))
+            + allreduce_form(grads / z, ranks / z, _max(sfloor(per_node / z), 1)))
 
 
 def allreduce_form(size: G.Expr = S.M, ranks: G.Expr = d, per_node: G.Expr = S.r
