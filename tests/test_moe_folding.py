@@ -201,8 +201,10 @@ def test_the_search_prices_the_ep_overlap_only_where_its_rules_hold():
 
 def test_ep_overlap_hides_the_all_to_alls_behind_the_layers_compute():
     """Per layer only the all-to-all time beyond one layer's compute x shows, and at least
-    the share sigma / (1 + sigma) the compute beside it loses: m L max(k a2a, a2a - x). x
-    from two stage splits: p = 1 runs L x + logit per micro-batch, p = 2 L / 2 x + logit."""
+    the share sigma / (1 + sigma) the compute beside it loses: max(k a2a, a2a - x), in the
+    steady state of Megatron-LM's combined 1F1B; the first forward and the last backward run
+    alone (1 of m micro-batches without a pipeline), their a2a whole. x from two stage
+    splits: p = 1 runs L x + logit per micro-batch, p = 2 L / 2 x + logit."""
     m, mb = _moe(), 2
     base = {**_cfg(d=4, ep=4, acc=mb), "ep_overlap": False}
     for hw, shows in ((_hw(), False), (_hw(intra_bw=1e8), True)):
@@ -213,9 +215,26 @@ def test_ep_overlap_hides_the_all_to_alls_behind_the_layers_compute():
         hidden = float(iteration(m, hw, {**base, "ep_overlap": True})["ep_comm"])
         a2a, share = plain / (mb * m.layers), hw.overlap_slowdown / (1 + hw.overlap_slowdown)
         assert share > 0.15
-        want = mb * m.layers * max(share * a2a, a2a - x)
+        paired = max(share * a2a, a2a - x)
+        want = mb * m.layers * (a2a / mb + (1 - 1 / mb) * paired)
         assert hidden == pytest.approx(want, rel=1e-9, abs=1e-15)
-        assert (hidden > share * plain * (1 + 1e-9)) == shows
+        assert (hidden > (plain / mb + (1 - 1 / mb) * share * plain) * (1 + 1e-9)) == shows
+
+
+@pytest.mark.parametrize("acc, alone", [(2, 1.0), (4, 0.5), (8, 0.25)])
+def test_ep_overlap_pairs_only_the_steady_state_of_an_interleaved_pipeline(acc, alone):
+    """With p = 2 stages of v = 2 chunks, rank k's warm-up runs 2 (p - k - 1) + (v - 1) p + 1
+    of its acc v chunk forwards alone, p v = 4 over the two ranks on average (and as many
+    backwards in the cool-down): min(p, acc) / acc of the exchanges show whole, 2 micro-batches
+    (every forward first) all of them."""
+    m = _moe()
+    base = {**_cfg(d=4, ep=4, acc=acc), "p": 2, "v": 2, "ep_overlap": False}
+    hw = _hw()
+    plain = float(iteration(m, hw, base)["ep_comm"])
+    hidden = float(iteration(m, hw, {**base, "ep_overlap": True})["ep_comm"])
+    share = hw.overlap_slowdown / (1 + hw.overlap_slowdown)
+    # the compute beside each exchange is longer than it: only the share shows where paired
+    assert hidden == pytest.approx(plain * (alone + (1 - alone) * share), rel=1e-9)
 
 
 def test_ep_overlap_rules():

@@ -154,6 +154,18 @@ class TransformerExpressions(LayerCosts):
         slow = hw.overlap_slowdown
         a2a = self.cp_a2a_pass()
 
+        def ep_overlapped(comm, window):
+            """A layer's all-to-alls with `ep_overlap`: Megatron-LM's combined 1F1B hides a
+            chunk's exchanges behind another micro-batch's chunk only in the steady state,
+            where a forward and a backward pair up (schedules.py
+            combined_1f1b_schedule_for_interleaved_pipelining at d98e8a6); the warm-up's
+            forwards and the cool-down's backwards run alone, all-to-alls exposed. Rank k's
+            warm-up is 2 (p - k - 1) + (v - 1) p + 1 of its m v chunk forwards (1 of m without
+            a pipeline: the first forward and the last backward), p v over the ranks on
+            average, so min(p, m) / m of the passes show their exchanges whole."""
+            alone = smin(p, m) / m
+            return alone * comm + (1 - alone) * overlapped(comm, window, slow)
+
         def cp_passes(kinds, core, core_bwd):
             """(forward, backward) context-parallel time of a layer of `kinds` (the mean over
             them) beside its attention `core` and `core_bwd`."""
@@ -209,7 +221,7 @@ class TransformerExpressions(LayerCosts):
                            + (m_fwd if full else m_core if selective else 0) + kind_parts.again)
                 m_cp = (2 if full or selective else 1) * m_cp_fwd + m_cp_bwd
                 if c.ep_overlap:  # behind the block, as a layer's behind its own
-                    m_ep = overlapped(m_ep, m_layer, slow)
+                    m_ep = ep_overlapped(m_ep, m_layer)
                 depth = [a + x for a, x in zip(depth, (m_layer, m_tp, m_cp, m_ep), strict=True)]
             depth[0] += (1 + grads) * self._matmul(tok, 2 * h, G.Integer(h) / t) + logit
             mtp_kept = (*(md.mtp_layers * x for x in depth), G.Integer(0))
@@ -268,8 +280,8 @@ class TransformerExpressions(LayerCosts):
                 cost = _stage_cost(per_layer, again, recomputed if partial else None)
                 return _if(p > 1, _max(cost(here), cost(last) + tail), cost(L) + tail)
 
-        if c.ep_overlap:  # only what outlasts the other micro-batch's layer shows
-            ep_layer = overlapped(ep_layer, layer, slow)
+        if c.ep_overlap:  # what outlasts the other micro-batch's layer, in the steady state
+            ep_layer = ep_overlapped(ep_layer, layer)
 
         # --- activation offload: what Megatron offloads of each layer's saved activations goes
         # to host memory during the forward and comes back before its backward over the
