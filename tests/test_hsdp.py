@@ -274,19 +274,20 @@ def test_the_experts_sync_inside_their_instance_and_across_the_instances():
         inside + across + expert_across, rel=1e-9)
 
 
-def test_the_search_prices_a_moe_pick_as_its_prediction():
+@pytest.mark.parametrize("model, zero", [("qwen3-30b-a3b", 1), ("qwen3-30b-a3b", None),
+                                         ("llama3-8b", None)])
+def test_the_search_prices_its_pick_as_its_prediction(model, zero):
     """The search prices every row in HSDP's form where hybrid sharding is tried (one
-    instance of all dp where it is off): for a MoE plan that form must sync the routed
-    experts over their own group too, or the table under-prices every MoE plan and the pick's
-    prediction is slower than what the search compared."""
-    m = load_model("qwen3-30b-a3b")
+    instance of all dp where it is off): that form must be the plan's own, for a MoE plan its
+    routed experts synced over their own group too, or the table under-prices every such plan
+    and the pick's prediction is slower than what the search compared."""
+    from planner import switches
     from planner.spec.transformer import with_seq_len
 
-    solver = HybridSolver(with_seq_len(m, 4096), load_system("dgx-h100"), Precision.bf16,
-                          Search(global_batch=128, devices=64, zero=1,
-                                 searched=("dp_shard", "ep_overlap")))
+    solver = HybridSolver(with_seq_len(load_model(model), 4096), load_system("dgx-h100"),
+                          Precision.bf16, Search(global_batch=128, devices=64, zero=zero,
+                                                 searched=switches.SEARCHED))
     assert solver._hsdp_form
     sol = solver.solve()
     rows, times, _ = solver._rows()
-    assert sol.plan.ep > 1
     assert sol.prediction.iteration_time_s == pytest.approx(float(times.min()), rel=1e-12)

@@ -916,9 +916,10 @@ class LayerCosts:
         return (sbh * (outside + inside / t - freed_inside / t + core),
                 sbh * (routed - freed_routed) / t)
 
-    def _recompute_freed(self, kind) -> tuple[G.Expr, G.Expr]:
-        """What the recompute modules free of `kind_activation_bytes`'s counts (outside,
-        inside the tensor-parallel region), each tensor as that count holds it:
+    def _recompute_freed(self, kind) -> tuple[G.Expr, G.Expr, G.Expr]:
+        """What the recompute modules free of `_saved`'s counts (outside, inside the
+        tensor-parallel region, the routed experts' at the tokens routed), each tensor as that
+        count holds it:
         - `recompute_norms`: each recomputed norm's output as held (2 at 16 bits, 1 in fp8
           under `fp8_activations`; a LoRA dense FFN's is not held anyway). The GEMMs reading
           it keep the 16-bit original instead of their fp8 copy (`set_save_original_input`),
@@ -948,9 +949,9 @@ class LayerCosts:
             inside += G.Rational(2 * md.heads * (2 * md.head_dim + md.v_head_dim), h)
         return outside, inside, routed
 
-    def _fp8_saved_inputs(self, kind) -> tuple[G.Expr, G.Expr]:
-        """What saving each fp8 GEMM's input at 1 byte changes in `kind_activation_bytes`'s
-        counts (outside, inside the tensor-parallel region): Transformer Engine's Linear keeps
+    def _fp8_saved_inputs(self, kind) -> tuple[G.Expr, G.Expr, G.Expr]:
+        """What saving each fp8 GEMM's input at 1 byte changes in `_saved`'s counts (outside,
+        inside the tensor-parallel region, the routed experts'): Transformer Engine's Linear keeps
         the fp8 cast it ran the GEMM on (module linear.py: `saved_inputmat = inputmat`), so
         the norm outputs feeding the QKV / in_proj and fc1 GEMMs and fc2's input are held at
         half their 16-bit count (nothing else keeps the 16-bit tensor). The out-projection's
