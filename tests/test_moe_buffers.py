@@ -164,6 +164,24 @@ def test_megatron_writes_the_sync_free_path_its_parser_takes(run):
     assert code == 2 and "need --etp 1" in err
 
 
+def test_megatron_runs_squared_relu_experts_with_the_weighted_fusion(run, tmp_path):
+    """Squared-ReLU experts (Nemotron 3's FFN) run in the fused grouped experts with
+    Megatron-LM's weighted squared-ReLU fusion (`_is_fused_impl_supported`); the flag is
+    Megatron's own (d98e8a6). Qwen3-30B-A3B with its FFN made squared ReLU."""
+    from planner.catalog import MODELS
+
+    text = (MODELS / "qwen3-30b-a3b.yaml").read_text()
+    assert "ffn_kind: swiglu" in text
+    spec = tmp_path / "relu2-moe.yaml"
+    spec.write_text(text.replace("ffn_kind: swiglu", "ffn_kind: relu2"))
+    flags = _megatron_flags(_out(run, "evaluate", "-m", str(spec), "-H", "dgx-h100",
+                                 "--devices", "16", "--ep", "8", "--micro-batch", "1",
+                                 "--global-batch", "64", "--zero", "1", "--rank-capacity", "2",
+                                 "--format", "megatron"))
+    assert "--squared-relu" in flags and "--use-fused-weighted-squared-relu" in flags
+    assert flags["--moe-expert-rank-capacity-factor"] == ["2.0"]
+
+
 def test_the_v6_moe_rows_run_with_their_buffers():
     """NVIDIA's, CoreWeave's and Google's DeepSeek-V3 recipes set a rank capacity of 4 and a
     paged stash of 1.5; the gpt-oss-20b recipes a rank capacity without the stash; Cisco's

@@ -224,16 +224,18 @@ def megatron_args(doc: dict, plan: dict, target: Target) -> list[str]:
     if m.experts > 1 and plan.get("rank_capacity"):
         # the sync-free path: HybridEP's buffers at the rank's budget, needing Transformer
         # Engine's fused grouped experts (transformer_config.py at d98e8a6), which run
-        # without expert tensor parallelism and with a gated activation only
-        # (moe/experts.py `_is_fused_impl_supported`)
-        if plan.get("etp", plan["tp"]) != 1 or m.ffn_matrices != 3:
+        # without expert tensor parallelism, on SwiGLU or on squared ReLU with its weighted
+        # fusion (moe/experts.py `_is_fused_impl_supported`)
+        if plan.get("etp", plan["tp"]) != 1 or m.ffn_kind not in ("swiglu", "relu2"):
             raise SpecError("format: Megatron-LM sizes the MoE buffers at a rank capacity only "
                             "with Transformer Engine's fused grouped experts, which need "
-                            "--etp 1 and a gated (SwiGLU) FFN; plan with --etp 1, or without "
-                            "--rank-capacity")
+                            "--etp 1 and a SwiGLU or squared-ReLU FFN; plan with --etp 1, or "
+                            "without --rank-capacity")
         a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
               "hybridep", "--moe-grouped-gemm", "--use-transformer-engine-op-fuser",
               "--moe-expert-rank-capacity-factor", plan["rank_capacity"]]
+        if m.ffn_kind == "relu2":
+            a += ["--use-fused-weighted-squared-relu"]
         if plan.get("paged_stash"):
             a += ["--moe-paged-stash", "--moe-paged-stash-buffer-size-factor-cuda",
                   plan["paged_stash"]]
