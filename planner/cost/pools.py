@@ -238,7 +238,7 @@ def stage_aggregates(p: Parts, layers, j, pp: int, in_flight) -> dict:
     else:
         outer = np.where(j == 0, p.embedding_params, 0.0) + np.where(j == pp - 1,
                                                                       p.head_params, 0.0)
-    acts = (layers * p.layer_activations * in_flight + p.rebuilt_activations
+    acts = (layers * p.layer_activations * in_flight + p.transient_activations
             + np.where(j == pp - 1, p.logit_activations, 0.0))
     # the quantized weights: the layers', and the multi-token prediction depths' where the
     # stage holds the output layer (`head_params` holds them with it)

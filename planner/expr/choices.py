@@ -18,7 +18,7 @@ OUTPUTS = ("time", "compute", "tp_comm", "cp_comm", "ep_comm", "offload", "pp_bu
 # stages run on different devices is assembled from (`planner.cost.pools`)
 STAGE_OUTPUTS = ("layer_time", "logit_time", "layer_backward", "layer_params",
                  "embedding_params", "head_params", "single_params", "layer_activations",
-                 "rebuilt_activations", "logit_activations", "send_bytes", "regather",
+                 "transient_activations", "logit_activations", "send_bytes", "regather",
                  "grad_bytes", "weight_bytes", "state_bytes", "optimizer_per_param", "host_sync",
                  "weight_copy_bytes", "mtp_params")
 

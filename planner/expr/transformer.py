@@ -434,7 +434,7 @@ class TransformerExpressions(LayerCosts):
                            recomputed if partial else None)
         # beside the held micro-batches, one layer's transient tensors: the fully recomputed
         # layer's rebuilt activations, the paged stash's layer in its budget-sized buffers
-        rebuilt = rebuilt + self.stash_working_bytes()
+        transient = rebuilt + self.stash_working_bytes()
         # fp32 logits of one micro-batch on the last stage, once per multi-token prediction
         # depth too, with each depth's block activations
         logits = mtp_logits = (
@@ -447,14 +447,14 @@ class TransformerExpressions(LayerCosts):
         on_last = m if gpipe else _in_flight(p - 1)
         logits = logits * m if gpipe else logits
         if not c.uneven:
-            acts = held(here) * (m if gpipe else _in_flight(0)) + rebuilt
-            acts = _max(acts, held(here) * on_last + rebuilt + logits)
+            acts = held(here) * (m if gpipe else _in_flight(0)) + transient
+            acts = _max(acts, held(here) * on_last + transient + logits)
         else:  # the first two stages (the most in flight) and the last
             if gpipe:
                 acts = held(here) * m
             else:
                 acts = _max(held(first) * _in_flight(0), held(middle) * _in_flight(1))
-            acts = _max(acts + rebuilt, held(last) * on_last + rebuilt + logits)
+            acts = _max(acts + transient, held(last) * on_last + transient + logits)
         if c.offload_activations:  # and the moved part of the layer computing and of the one in transfer
             acts = acts + 2 * moved
 
@@ -532,7 +532,7 @@ class TransformerExpressions(LayerCosts):
             "embedding_params": G.Integer(emb) / t,
             "head_params": G.Integer(head_copy) / t + mtp_last,
             "single_params": G.Integer(emb + head) / t + mtp_whole,
-            "layer_activations": act_layer, "rebuilt_activations": rebuilt,
+            "layer_activations": act_layer, "transient_activations": transient,
             "logit_activations": mtp_logits,
             "send_bytes": send, "regather": regather,
             "grad_bytes": G.Integer(gb), "weight_bytes": wb,
@@ -624,10 +624,11 @@ def sync_form(c: Choices, experts: bool = False) -> G.Expr:
         sync = allreduce_form(dense, d, S.r)
         return sync + allreduce_form(S.M_e, S.d_e, S.r_e) if experts else sync
     grads = S.Psi_t * S.gamma_g  # the gradient bytes M's all-reduce across instances moves
-    sync = _hsdp_sync(dense, grads * dense / S.M, S.z, d, S.r)
-    if experts:  # the expert data-parallel group in the same d / z instances
-        sync += _hsdp_sync(S.M_e, grads * S.M_e / S.M, S.d_e * S.z / d, S.d_e, S.r_e)
-    return sync
+    if not experts:
+        return _hsdp_sync(S.M, grads, S.z, d, S.r)
+    # the expert data-parallel group in the same d / z instances; each part its share of grads
+    return (_hsdp_sync(dense, grads * dense / S.M, S.z, d, S.r)
+            + _hsdp_sync(S.M_e, grads * S.M_e / S.M, S.d_e * S.z / d, S.d_e, S.r_e))
 
 
 def _hsdp_sync(size, grads, z, ranks, per_node) -> G.Expr:

@@ -339,7 +339,7 @@ class ClusterSolver:
                    "gpipe": 0, "overlap": q.overlap, **dict(given)}
             names = ("layer_time", "logit_time", "send_bytes", "regather", "layer_params",
                      "layer_backward", "optimizer_per_param", "grad_bytes", "weight_bytes",
-                     "state_bytes", "layer_activations", "rebuilt_activations",
+                     "state_bytes", "layer_activations", "transient_activations",
                      "weight_copy_bytes")
             values[k] = iteration(m, hw, cfg, names) if combos else {}
         return shapes, values
@@ -462,7 +462,7 @@ class ClusterSolver:
             links = cost.pool_links(part)
 
             def memory(n, part=part, links=links, k=k):
-                agg = cost.layer_aggregates(at[k], n, at[k]["rebuilt_activations"])
+                agg = cost.layer_aggregates(at[k], n, at[k]["transient_activations"])
                 return cost.sync_and_memory(shapes[0], agg, part, links, d, 1, mcount, p)[1]
 
             one, two = memory(1.0), memory(2.0)
@@ -553,7 +553,7 @@ class ClusterSolver:
         for k in subset:
             part = cost.Parts({name: v[si] for name, v in values[k].items()}, self.hws[k])
             agg = cost.layer_aggregates(
-                part, n, n * part.layer_activations + part.rebuilt_activations)
+                part, n, n * part.layer_activations + part.transient_activations)
             _, mem = cost.sync_and_memory(shape, agg, part, cost.pool_links(part),
                                           np.maximum(ranks, 1), 1, 1, p)
             ok &= np.asarray(mem) <= self.caps[k]
