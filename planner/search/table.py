@@ -255,9 +255,10 @@ def knee(time_s: np.ndarray, devices: np.ndarray, allowed: np.ndarray, chosen: i
     ok = np.flatnonzero(allowed)
     if ok.size == 0:
         return None
-    counts, inverse = np.unique(devices[ok], return_inverse=True)
+    d = devices[ok]
+    counts = np.unique(d)  # few distinct counts: hashed, then located, not a sort of every row
     best_at = np.full(len(counts), np.inf)
-    np.minimum.at(best_at, inverse.ravel(), time_s[ok])
+    np.minimum.at(best_at, np.searchsorted(counts, d), time_s[ok])
     s = snapped(best_at)
     k_best = int(np.flatnonzero(s == s.min())[0])  # ties: the fewest devices
     t_best, d_best = float(best_at[k_best]), int(counts[k_best])
