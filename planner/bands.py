@@ -21,7 +21,11 @@ parallelism goes beyond every calibration run of its system family (`covered_cp`
 runs reach cp 2, Blackwell's cp 8): the ring's exposed steps and their merges at that degree
 are terms no measurement of the family checks, and where the data has been checked beyond its
 own range the model erred both ways (LoRA at cp 4 on B200 and MI300X 16-36 % too fast, at cp 8
-on NVL72 9-16 % too slow).
+on NVL72 9-16 % too slow). And so does a mixture-of-experts plan whose expert parallelism goes
+beyond every MoE run of its family (`covered_ep`: Blackwell's reach ep 32): the all-to-all
+over more ranks and the grouped GEMMs over fewer experts a rank are what the search trades
+for memory there, and the model is most often too fast on MoE runs already (DeepSeek-V3 on
+GB200, the search's pick at ep 64 promising up to 95 % more than NVIDIA's ep 32 runs reach).
 
     python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
                                    # refits included)
@@ -42,7 +46,7 @@ CSV = Path(__file__).parent / "calibration" / "residuals.csv"
 MIN_RUNS = 4
 QUANTILES = (0.10, 0.90)
 FIELDS = ("source", "group", "family", "precision", "size", "scale", "moe", "sharding",
-          "lora_pipeline", "cp", "measured_over_predicted")
+          "lora_pipeline", "cp", "ep", "measured_over_predicted")
 # features a band never generalises over: a plan of another kind borrows nothing
 STRICT = ("moe", "sharding", "lora_pipeline")
 
@@ -73,7 +77,7 @@ def scale_class(devices: int) -> str:
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
              devices: int = 1, replicas: int | None = None, hsdp: bool = False,
-             lora_pipeline: bool = False, cp: int = 1) -> dict:
+             lora_pipeline: bool = False, cp: int = 1, ep: int = 1) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
@@ -83,16 +87,18 @@ def features(model, device_name: str, precision: Precision, zero: int = 0,
     `lora_pipeline`: LoRA fine-tuning through a pipeline (every LoRA run in the data is pp 1:
     its backward, without the base weights' gradient GEMMs, is half as long against the
     same bubble and sends, and no run measures the two together); `cp`: the context-parallel
-    degree (covered up to the family's `covered_cp`)."""
+    degree (covered up to the family's `covered_cp`); `ep`: the expert-parallel degree (a
+    mixture-of-experts plan is covered up to the family's `covered_ep`)."""
     sharded = replicas is None or replicas > 1
     if hsdp and sharded:
         return {**features(model, device_name, precision, 0, devices, 1,
-                           lora_pipeline=lora_pipeline, cp=cp), "sharding": "hybrid sharded"}
+                           lora_pipeline=lora_pipeline, cp=cp, ep=ep),
+                "sharding": "hybrid sharded"}
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
             "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole",
-            "lora_pipeline": "yes" if lora_pipeline else "no", "cp": int(cp)}
+            "lora_pipeline": "yes" if lora_pipeline else "no", "cp": int(cp), "ep": int(ep)}
 
 
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
@@ -130,7 +136,7 @@ def residuals(path: Path = CSV) -> tuple[dict, ...]:
 
 
 FEATURES = ("family", "precision", "size", "scale", "moe", "sharding",
-            "lora_pipeline", "cp")  # as `features` gives
+            "lora_pipeline", "cp", "ep")  # as `features` gives
 
 
 def band(feat: dict, rows=None) -> Band:
@@ -168,6 +174,27 @@ def _cp(row: dict) -> int:
     return int(row.get("cp") or 1)  # rows written before the column: cp 1
 
 
+def covered_ep(device_name: str, rows=None) -> int | None:
+    """The highest expert-parallel degree a mixture-of-experts calibration run of the
+    device's family ran (the shipped residuals unless `rows`; None where the family has no
+    such run): a MoE plan beyond it is not covered (`band`)."""
+    fam = family(device_name)
+    return _covered_ep(fam) if rows is None else _most_ep(fam, rows)
+
+
+@functools.lru_cache(maxsize=32)
+def _covered_ep(fam: str) -> int | None:
+    return _most_ep(fam, residuals())
+
+
+def _most_ep(fam: str, rows) -> int | None:
+    """The highest ep of the mixture-of-experts `rows` of family `fam` (None: fewer than a
+    band takes, so no MoE plan of the family is covered at any degree)."""
+    eps = [int(r.get("ep") or 1) for r in rows
+           if r.get("family") == fam and r.get("moe") == "moe"]
+    return max(eps) if len(eps) >= MIN_RUNS else None
+
+
 def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
@@ -177,6 +204,13 @@ def _band(feat: dict, rows) -> Band:
                     f"not covered: no calibration run of context parallelism beyond cp {most} "
                     f"on {feat['family']} systems (this plan: cp {feat['cp']}); the "
                     f"prediction rests on terms no measurement checks")
+    reach = _most_ep(feat["family"], rows) if feat["moe"] == "moe" else None
+    if reach is not None and feat.get("ep", 1) > reach:
+        return Band(None, None, 0, None,
+                    f"not covered: no calibration run of expert parallelism beyond ep {reach} "
+                    f"on {feat['family']} systems (this plan: ep {feat['ep']}); the "
+                    f"all-to-all over that many ranks and the experts' GEMMs at that few "
+                    f"experts a rank rest on terms no measurement checks")
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
@@ -223,7 +257,7 @@ def _rows() -> list[dict]:
     out = []
     c, gs = ft.Constants.shipped(), ft.groups()
     a100 = {"family": "A100", "precision": "16-bit+", "moe": "dense",
-            "sharding": "weights whole", "lora_pipeline": "no", "cp": 1}
+            "sharding": "weights whole", "lora_pipeline": "no", "cp": 1, "ep": 1}
     for g in gs:
         system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
             else c.system()
@@ -244,7 +278,8 @@ def _rows() -> list[dict]:
         model = mlperf.benchmark_model(run)
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
-                        plan.devices, lora_pipeline=lora_pipeline(plan), cp=plan.cp)
+                        plan.devices, lora_pipeline=lora_pipeline(plan), cp=plan.cp,
+                        ep=plan.ep)
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / held.get(
                         fit_mlperf.key(run), r["predicted_s"])})

@@ -181,5 +181,6 @@ def test_the_covered_by_label_reads_back_as_written():
 
     for pipeline in (False, True):
         for most in (None, 2, 8):
-            label = covered_by(pipeline, most)
-            assert covered_parts(label) == (pipeline, most), label
+            for ep_most in (None, 32):
+                label = covered_by(pipeline, most, ep_most)
+                assert covered_parts(label) == (pipeline, most, ep_most), label

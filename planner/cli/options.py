@@ -171,8 +171,18 @@ def framework_of(framework: str | None, fmt: str, family: str) -> str | None:
     return framework or form
 
 
-def cp_max_option(f):
-    """--cp-max: the highest context-parallel degree a search offers (solve, sweep)."""
+# the search's bounds on a degree (not pins): `Search` fields of the same names
+SEARCH_BOUNDS = ("cp_max", "ep_max")
+
+
+def bound_options(f):
+    """--cp-max and --ep-max: the highest context- and expert-parallel degrees a search offers
+    (solve, sweep)."""
+    f = click.option(
+        "--ep-max", "ep_max", type=DecimalInt(1, 1 << 20),
+        help="Mixture-of-experts transformers: the highest expert-parallel degree the search "
+             "tries (solve's covered plan bounds it by the MoE calibration runs' degrees the "
+             "same way) [default: every power of two dividing the experts].")(f)
     return click.option(
         "--cp-max", "cp_max", type=DecimalInt(1, 16),
         help="Transformers: the highest context-parallel degree the search tries, 1 to 16 "
@@ -261,7 +271,7 @@ def require(model, hardware) -> None:
 
 def reject_transformer_flags(kw: dict) -> None:
     """A CNN takes none of the hybrid choices (nor the search's bound on them)."""
-    for key in (*TRANSFORMER_KEYS, "cp_max"):
+    for key in (*TRANSFORMER_KEYS, *SEARCH_BOUNDS):
         if kw.get(key) is not None:
             raise SpecError(f"{key}: --{key.replace('_', '-')} applies to transformer models "
                             "only")

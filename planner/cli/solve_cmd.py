@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from planner.cli.options import (
+    SEARCH_BOUNDS,
     TRANSFORMER_KEYS,
+    bound_options,
     cnn_options,
-    cp_max_option,
     framework_of,
     framework_option,
     headroom_option,
@@ -100,7 +101,7 @@ from planner.search.objective import Objective
                                       "guard stops says so).")
 @cnn_options
 @transformer_options
-@cp_max_option
+@bound_options
 @framework_option
 @headroom_option
 @click.option("--tokens", "token_budget", type=FiniteFloat(1, 1e18),
@@ -143,7 +144,7 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         raise SpecError("price_per_device_hour: --price-per-device-hour prices a training run: "
                         "give --tokens (a token budget) or --critical-batch with a target")
     hybrid = {k: problem.pop(k) for k in TRANSFORMER_KEYS}
-    hybrid["cp_max"] = problem.pop("cp_max")  # a bound of the search, not a pin
+    hybrid |= {k: problem.pop(k) for k in SEARCH_BOUNDS}  # bounds of the search, not pins
     training = {"critical_batch": critical_batch, "target_steps": target_steps,
                 "target_samples": target_samples, "price_per_device_hour": price_per_device_hour,
                 "deadline_s": deadline_s, "budget_usd": budget_usd}
@@ -295,9 +296,10 @@ def _support_line(sol) -> str:
     # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan; for
     # a LoRA pipeline one without; for context parallelism beyond the data one within it)
     zero1 = sup["covered_by"] == ZERO1
-    no_pipe, cp_max = covered_parts(sup["covered_by"])
+    no_pipe, cp_max, ep_max = covered_parts(sup["covered_by"])
     words = [w for w, on in (("without a pipeline", no_pipe),
-                             (f"at cp {cp_max} or less", cp_max is not None)) if on]
+                             (f"at cp {cp_max} or less", cp_max is not None),
+                             (f"at ep {ep_max} or less", ep_max is not None)) if on]
     holds, holding = (("with its gradients and weights whole", "with gradients and weights whole")
                       if zero1 else (" and ".join(words),) * 2)
     if sup["taken"]:
@@ -310,7 +312,8 @@ def _support_line(sol) -> str:
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
         kept = f"ZeRO {sol.plan.zero}" if zero1 else ", ".join(
-            x for x, on in (("pp 1", no_pipe), (f"cp {sol.plan.cp}", cp_max is not None)) if on)
+            x for x, on in (("pp 1", no_pipe), (f"cp {sol.plan.cp}", cp_max is not None),
+                            (f"ep {sol.plan.ep}", ep_max is not None)) if on)
         return (f"planner: note: took the {best} plan {holds} ({kept}, {change:+.1%} {what}, "
                 f"{within}) over the {best}, which has {why.removeprefix('not covered: ')} "
                 f"(--prefer-supported 0 keeps it)")
@@ -320,9 +323,12 @@ def _support_line(sol) -> str:
         likely = f", likely {span(b['low_s'])} to {span(b['high_s'])}" if "low_s" in b else ""
         change = alt["objective_value"] / sup["fastest_objective"] - 1
         pin = " ".join(x for x, on in ((f"--cp {c['cp']}", cp_max is not None),
+                                        (f"--ep {c.get('ep', 1)}", ep_max is not None),
                                         ("--pp 1", no_pipe), (f"--zero {c['zero']}", True)) if on)
-        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x dp "
-                 f"{c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, {change:+.1%} {what} ({pin} "
+        experts = f" x ep {c.get('ep', 1)}" if ep_max is not None else ""
+        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']}{experts} x pp "
+                 f"{c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, "
+                 f"{change:+.1%} {what} ({pin} "
                  f"pins it; --prefer-supported F takes it when within F of the {best})")
     return line
 

@@ -6,8 +6,8 @@ import click
 
 from planner.cli.batch_cmd import Reporter, check_scheduler, cluster_options
 from planner.cli.options import (
+    bound_options,
     cnn_options,
-    cp_max_option,
     headroom_option,
     parallel_check,
     parallel_options,
@@ -51,7 +51,7 @@ from planner.report import render
                    "train (iteration time without a target), CNNs speed-up and time breakdown.")
 @cnn_options
 @transformer_options
-@cp_max_option
+@bound_options
 @headroom_option
 @parallel_options
 @cluster_options

@@ -177,7 +177,7 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
                                             hsdp=plan.dp_shard is not None
                                             and plan.dp_shard < plan.dp,
                                             lora_pipeline=bands.lora_pipeline(plan),
-                                            cp=plan.cp))
+                                            cp=plan.cp, ep=plan.ep))
         .to_json(t_iter),
     )
 
@@ -212,6 +212,11 @@ class HybridSolver:
                                 f"tries), got {q.cp_max}")
             if q.cp is not None and q.cp > q.cp_max:
                 raise SpecError(f"cp: the pinned cp {q.cp} is above cp_max {q.cp_max}")
+        if q.ep_max is not None:
+            if isinstance(q.ep_max, bool) or not isinstance(q.ep_max, int) or q.ep_max < 1:
+                raise SpecError(f"ep_max: must be a whole number of at least 1, got {q.ep_max!r}")
+            if q.ep is not None and q.ep > q.ep_max:
+                raise SpecError(f"ep: the pinned ep {q.ep} is above ep_max {q.ep_max}")
         if q.lora_rank is not None:
             check_lora(m, q.lora_rank)
         check_recompute_modules(m, q)

@@ -39,6 +39,7 @@ class Search:
     cp: int | None = None
     cp_max: int | None = None  # the highest context-parallel degree offered (None: 16)
     ep: int | None = None
+    ep_max: int | None = None  # the highest expert-parallel degree offered (None: any)
     etp: int | None = None
     pp: int | None = None
     dp: int | None = None
@@ -104,10 +105,11 @@ def cps(m: Transformer, q: Search) -> list[int]:
 
 def eps(m: Transformer, q: Search) -> list[int]:
     """Expert-parallel degrees the search offers: the pin, or every power of two dividing the
-    experts (1 for a dense model)."""
+    experts up to `ep_max` (1 for a dense model)."""
     if q.ep is not None:
         return [q.ep]
-    return [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if m.experts % e == 0]
+    return [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+            if m.experts % e == 0 and (q.ep_max is None or e <= q.ep_max)]
 
 
 def etp_modes(m: Transformer, q: Search) -> list[int]:

@@ -33,6 +33,7 @@ from planner.search.solution import Solution
 # `covered_by`): its gradients and weights whole, or no pipeline
 ZERO1, NO_PIPELINE = "ZeRO 1", "pp 1"
 CP_AT_MOST = "cp at most "  # the covered cp bound's label, "cp at most N" (`covered_by`)
+EP_AT_MOST = "ep at most "  # and the covered ep bound's, "ep at most N"
 
 
 def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
@@ -88,9 +89,11 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     """(the fastest plan of the transformer search request `q`, `solve`'s pick: the fastest
     plan, or beside an uncovered one the fastest covered plan where `with_support` takes it).
     The covered plan holds its gradients and weights whole (ZeRO 1), keeps to the context-
-    parallel degrees the family's runs reach (`planner.bands.covered_cp`) and, for LoRA, has
-    no pipeline. What the request pins is the user's: where a pin is itself what no run
-    checks (a cp beyond the data, a LoRA pipeline), or the model is one no run covers
+    parallel degrees the family's runs reach (`planner.bands.covered_cp`), for a
+    mixture-of-experts model to the expert-parallel degrees its MoE runs reach
+    (`planner.bands.covered_ep`) and, for LoRA, has no pipeline. What the request pins is the
+    user's: where a pin is itself what no run checks (a cp or ep beyond the data, a LoRA
+    pipeline), or the model is one no run covers
     (mixture-of-experts at ZeRO 0 / 1), the pick says it is not covered and names no plan
     beside it; a pinned ZeRO 2 / 3 is the pick with no record (its `likely` band says it)."""
     from planner.search.hybrid import HybridSolver
@@ -102,10 +105,12 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         return fastest, fastest
     plan = fastest.plan
     most = bands.covered_cp(system.device.name)
+    ep_most = bands.covered_ep(system.device.name) if m.experts > 1 else None
     beyond = most is not None and plan.cp > most
+    beyond_ep = ep_most is not None and plan.ep > ep_most
     pipeline = bands.lora_pipeline(plan)
-    label = covered_by(pipeline, most if beyond else None)
-    pins = covered_pins(q, plan, most)
+    label = covered_by(pipeline, most if beyond else None, ep_most if beyond_ep else None)
+    pins = covered_pins(q, plan, most, ep_most)
     if pins is None:
         if q.zero is not None and q.zero >= 2:
             return fastest, fastest  # a pinned stage is the user's (its band says so)
@@ -119,50 +124,62 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
         # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan is
         # faster; its runners-up, front and knee ZeRO 1 plans too: `HybridSolver.covered`),
-        # searched again with the cp bound where that twin goes beyond it
+        # searched again with the cp and ep bounds where that twin goes beyond them
         def twin() -> Solution:
             alt = solver.covered()
-            return search(pins)() if most is not None and alt.plan.cp > most else alt
+            out = ((most is not None and alt.plan.cp > most)
+                   or (ep_most is not None and alt.plan.ep > ep_most))
+            return search(pins)() if out else alt
 
         return fastest, with_support(fastest, twin, prefer, label)
     return fastest, with_support(fastest, search(pins), prefer, label)
 
 
-def covered_pins(q, plan, most: int | None) -> dict | None:
+def covered_pins(q, plan, most: int | None, ep_most: int | None = None) -> dict | None:
     """The pins that keep the search for the covered plan beside `plan` (the fastest of
     request `q`, not covered) to what the calibration runs hold: ZeRO 1, cp up to `most`
-    (None: the family has no run, so no degree is covered), for LoRA pp 1; the request's own
-    pins are kept. None where nothing beside it can be covered: the request pins what no run
-    checks (ZeRO 2 / 3, a cp beyond `most`, a LoRA pipeline), or the plan is uncovered for
-    another reason only (a mixture-of-experts model at ZeRO 0 / 1)."""
+    (None: the family has no run, so no degree is covered), ep up to `ep_most` (a
+    mixture-of-experts model; None: no bound), for LoRA pp 1; the request's own pins are
+    kept. None where nothing beside it can be covered: the request pins what no run checks
+    (ZeRO 2 / 3, a cp beyond `most`, an ep beyond `ep_most`, a LoRA pipeline), or the plan
+    is uncovered for another reason only (a mixture-of-experts model at ZeRO 0 / 1 on a
+    family with too few MoE runs)."""
     beyond = most is not None and plan.cp > most
+    beyond_ep = ep_most is not None and plan.ep > ep_most
     pipeline = bands.lora_pipeline(plan)
     if ((q.zero is not None and q.zero >= 2) or (beyond and q.cp is not None)
-            or (pipeline and q.pp is not None)):
+            or (beyond_ep and q.ep is not None) or (pipeline and q.pp is not None)):
         return None  # the pin itself is uncovered: no plan of the request is
-    if not (beyond or pipeline or plan.zero >= 2):
+    if not (beyond or beyond_ep or pipeline or plan.zero >= 2):
         return None
     pins = {"zero": 1 if q.zero is None else q.zero}
     if q.cp is None and most is not None:  # never above the request's own bound
         pins["cp_max"] = most if q.cp_max is None else min(most, q.cp_max)
+    if q.ep is None and ep_most is not None:
+        pins["ep_max"] = ep_most if q.ep_max is None else min(ep_most, q.ep_max)
     if q.lora_rank and q.pp is None:
         pins["pp"] = 1
     return pins
 
 
-def covered_by(pipeline: bool, cp_max: int | None) -> str:
+def covered_by(pipeline: bool, cp_max: int | None, ep_max: int | None = None) -> str:
     """What the covered plan holds that the fastest lacks (the support record's
     `covered_by`): no pipeline ("pp 1", a LoRA plan), the covered cp degrees ("cp at most N"),
-    both, or else its gradients and weights whole ("ZeRO 1")."""
+    the covered ep degrees ("ep at most N"), several of them, or else its gradients and
+    weights whole ("ZeRO 1")."""
     parts = [NO_PIPELINE] if pipeline else []
-    if cp_max is not None:
-        parts.append(f"{CP_AT_MOST}{cp_max}")
+    parts += [f"{label}{n}" for label, n in ((CP_AT_MOST, cp_max), (EP_AT_MOST, ep_max))
+              if n is not None]
     return ", ".join(parts) or ZERO1
 
 
-def covered_parts(label: str) -> tuple[bool, int | None]:
-    """(no pipeline, the covered cp bound or None) that a `covered_by` label says: the label
-    read back where it is worded for the user (`planner.cli.solve_cmd`)."""
+def covered_parts(label: str) -> tuple[bool, int | None, int | None]:
+    """(no pipeline, the covered cp bound or None, the covered ep bound or None) that a
+    `covered_by` label says: the label read back where it is worded for the user
+    (`planner.cli.solve_cmd`)."""
     parts = label.split(", ")
-    return NO_PIPELINE in parts, next(
-        (int(x.removeprefix(CP_AT_MOST)) for x in parts if x.startswith(CP_AT_MOST)), None)
+
+    def bound(prefix: str) -> int | None:
+        return next((int(x.removeprefix(prefix)) for x in parts if x.startswith(prefix)), None)
+
+    return NO_PIPELINE in parts, bound(CP_AT_MOST), bound(EP_AT_MOST)
