@@ -147,6 +147,12 @@ def band(feat: dict, rows=None) -> Band:
     return _band(feat, rows)
 
 
+def cache_clear() -> None:
+    """Forget every band and reach read from the residuals (after they change)."""
+    for cached in (_shipped, _covered_cp, _covered_ep):
+        cached.cache_clear()
+
+
 @functools.lru_cache(maxsize=512)
 def _shipped(values: tuple[str, ...]) -> Band:
     return _band(dict(zip(FEATURES, values, strict=True)), residuals())

@@ -101,9 +101,9 @@ def no_moe_runs(monkeypatch):
 
     kept = tuple(r for r in bands.residuals() if r["moe"] != "moe")
     monkeypatch.setattr(bands, "residuals", lambda path=bands.CSV: kept)
-    bands._shipped.cache_clear()
+    bands.cache_clear()
     yield
-    bands._shipped.cache_clear()
+    bands.cache_clear()
 
 
 def test_an_as_fast_zero1_twin_of_a_moe_pick_is_taken_though_no_band_covers_either(
