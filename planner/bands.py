@@ -149,7 +149,7 @@ def band(feat: dict, rows=None) -> Band:
 
 def cache_clear() -> None:
     """Forget every band and reach read from the residuals (after they change)."""
-    for cached in (_shipped, _covered_cp, _covered_ep):
+    for cached in (_shipped, _covered):
         cached.cache_clear()
 
 
@@ -158,65 +158,60 @@ def _shipped(values: tuple[str, ...]) -> Band:
     return _band(dict(zip(FEATURES, values, strict=True)), residuals())
 
 
+# the degrees a plan is covered up to: the highest its family's calibration runs ran (for ep
+# only its mixture-of-experts runs, where it has the MIN_RUNS a band takes); beyond that the
+# terms of the degree are checked by no measurement. degree: (its words, MoE runs only, why)
+REACH = {
+    "cp": ("context parallelism", False, "the prediction rests on terms no measurement checks"),
+    "ep": ("expert parallelism", True, "the all-to-all over that many ranks and the experts' "
+           "GEMMs at that few experts a rank rest on terms no measurement checks"),
+}
+
+
 def covered_cp(device_name: str, rows=None) -> int | None:
     """The highest context-parallel degree a calibration run of the device's family ran
     (the shipped residuals unless `rows`; None where the family has no run, whose plans are
     not covered at any degree): a plan beyond it is not covered (`band`)."""
-    fam = family(device_name)
-    return _covered_cp(fam) if rows is None else _most_cp(fam, rows)
-
-
-@functools.lru_cache(maxsize=32)
-def _covered_cp(fam: str) -> int | None:
-    return _most_cp(fam, residuals())
-
-
-def _most_cp(fam: str, rows) -> int | None:
-    """The highest cp of `rows` of family `fam` (None: the family has none)."""
-    return max((_cp(r) for r in rows if r.get("family") == fam), default=None)
-
-
-def _cp(row: dict) -> int:
-    return int(row.get("cp") or 1)  # rows written before the column: cp 1
+    return covered(device_name, "cp", rows)
 
 
 def covered_ep(device_name: str, rows=None) -> int | None:
     """The highest expert-parallel degree a mixture-of-experts calibration run of the
-    device's family ran (the shipped residuals unless `rows`; None where the family has no
-    such run): a MoE plan beyond it is not covered (`band`)."""
+    device's family ran (None where it has fewer such runs than a band takes): a MoE plan
+    beyond it is not covered (`band`)."""
+    return covered(device_name, "ep", rows)
+
+
+def covered(device_name: str, degree: str, rows=None) -> int | None:
+    """The highest `degree` (a key of `REACH`) the device family's runs cover (the shipped
+    residuals unless `rows`)."""
     fam = family(device_name)
-    return _covered_ep(fam) if rows is None else _most_ep(fam, rows)
+    return _covered(fam, degree) if rows is None else _most(fam, degree, rows)
 
 
 @functools.lru_cache(maxsize=32)
-def _covered_ep(fam: str) -> int | None:
-    return _most_ep(fam, residuals())
+def _covered(fam: str, degree: str) -> int | None:
+    return _most(fam, degree, residuals())
 
 
-def _most_ep(fam: str, rows) -> int | None:
-    """The highest ep of the mixture-of-experts `rows` of family `fam` (None: fewer than a
-    band takes, so no MoE plan of the family is covered at any degree)."""
-    eps = [int(r.get("ep") or 1) for r in rows
-           if r.get("family") == fam and r.get("moe") == "moe"]
-    return max(eps) if len(eps) >= MIN_RUNS else None
+def _most(fam: str, degree: str, rows) -> int | None:
+    moe_only = REACH[degree][1]
+    seen = [int(r.get(degree) or 1)  # rows written before the column: degree 1
+            for r in rows if r.get("family") == fam and (not moe_only or r.get("moe") == "moe")]
+    if moe_only and len(seen) < MIN_RUNS:
+        return None
+    return max(seen, default=None)
 
 
 def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
-    most = _most_cp(feat["family"], rows)
-    if most is not None and feat.get("cp", 1) > most:  # (a family with no run: below)
-        return Band(None, None, 0, None,
-                    f"not covered: no calibration run of context parallelism beyond cp {most} "
-                    f"on {feat['family']} systems (this plan: cp {feat['cp']}); the "
-                    f"prediction rests on terms no measurement checks")
-    reach = _most_ep(feat["family"], rows) if feat["moe"] == "moe" else None
-    if reach is not None and feat.get("ep", 1) > reach:
-        return Band(None, None, 0, None,
-                    f"not covered: no calibration run of expert parallelism beyond ep {reach} "
-                    f"on {feat['family']} systems (this plan: ep {feat['ep']}); the "
-                    f"all-to-all over that many ranks and the experts' GEMMs at that few "
-                    f"experts a rank rest on terms no measurement checks")
+    for degree, (words, moe_only, why) in REACH.items():
+        most = None if moe_only and feat["moe"] != "moe" else _most(feat["family"], degree, rows)
+        if most is not None and feat.get(degree, 1) > most:  # (a family with no run: below)
+            return Band(None, None, 0, None,
+                        f"not covered: no calibration run of {words} beyond {degree} {most} on "
+                        f"{feat['family']} systems (this plan: {degree} {feat[degree]}); {why}")
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
