@@ -104,6 +104,15 @@ def features(model, device_name: str, precision: Precision, zero: int = 0,
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
 
 
+def plan_features(model, device_name: str, precision: Precision, plan, **override) -> dict:
+    """`features` of a transformer `plan` (a `planner.plan.Plan`) on `device_name`, with any
+    feature replaced by `override` (`ep=1`: the plan as if its experts were not spread)."""
+    kw = {"zero": plan.zero, "devices": plan.devices, "replicas": plan.dp * plan.cp,
+          "hsdp": plan.dp_shard is not None and plan.dp_shard < plan.dp,
+          "lora_pipeline": lora_pipeline(plan), "cp": plan.cp, "ep": plan.ep} | override
+    return features(model, device_name, precision, **kw)
+
+
 def lora_pipeline(plan) -> bool:
     """Whether `plan` (a `planner.plan.Plan`) fine-tunes with LoRA through a pipeline, which
     no calibration run does (`features`)."""

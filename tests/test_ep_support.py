@@ -113,3 +113,27 @@ def test_the_cli_bounds_ep_and_refuses_the_bound_for_a_cnn(run, run_json):
                        "--ep-max", "4")
     assert code == 2 and "applies to transformer models only" in err
     assert "Traceback" not in err
+
+
+def test_beyond_the_band_at_the_covered_ep_the_zero1_twin_covered_but_for_ep_is_taken():
+    """DeepSeek-V3 on up to 256 GB200: the fastest plan is ZeRO 3 at ep 64; the fastest at
+    ep 32 or less and ZeRO 1 lies outside the band, so the pick is the next best supported,
+    the fastest ZeRO 1 plan at any ep, weighed with the spread of the covered plan's band;
+    its note names what it fixes (the sharded weights) and its own band what it still lacks."""
+    system = load_system("gb200-nvl72")
+    q = Search(global_batch=1024, devices_max=256)
+    fastest, pick = supported_solve(DEEPSEEK, system, Precision.bf16, q)
+    assert fastest.plan.zero == 3 and fastest.plan.ep == 64
+    covered = HybridSolver(DEEPSEEK, system, Precision.bf16,
+                           dataclasses.replace(q, zero=1, ep_max=32)).solve()
+    spread = (covered.prediction.time_band["high_ratio"]
+              / covered.prediction.time_band["low_ratio"] - 1)
+    fast = fastest.objective.value
+    assert covered.objective.value > (1 + spread) * fast  # the covered plan: out of band
+    sup = pick.support
+    assert sup["taken"] and sup["covered_by"] == "ZeRO 1" and pick.plan.zero == 1
+    assert sup["tolerance"] == pytest.approx(spread, rel=1e-12)
+    assert "sharded weights" in sup["note"] and pick.plan.ep == 64
+    assert pick.objective.value <= (1 + spread) * fast
+    assert pick.prediction.time_band["note"].startswith(
+        "not covered: no calibration run of expert parallelism beyond ep 32")

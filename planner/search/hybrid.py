@@ -172,12 +172,7 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
-        time_band=bands.band(bands.features(m, system.device.name, precision, plan.zero,
-                                            plan.devices, replicas=plan.dp * plan.cp,
-                                            hsdp=plan.dp_shard is not None
-                                            and plan.dp_shard < plan.dp,
-                                            lora_pipeline=bands.lora_pipeline(plan),
-                                            cp=plan.cp, ep=plan.ep))
+        time_band=bands.band(bands.plan_features(m, system.device.name, precision, plan))
         .to_json(t_iter),
     )
 

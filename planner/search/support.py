@@ -37,14 +37,17 @@ EP_AT_MOST = "ep at most "  # and the covered ep bound's, "ep at most N"
 
 
 def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
-                 prefer: float | None = None, covered_by: str = ZERO1) -> Solution:
+                 prefer: float | None = None, covered_by: str = ZERO1,
+                 spread: float | None = None, note: str | None = None) -> Solution:
     """`sol` with its `support` record where its band is not covered: the note, the covered
     plan `solve_covered` gives (the fastest ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick, the
     fastest without a pipeline for a pipelined LoRA one; None where none fits or none is
     asked), the tolerance and whether the plan was taken: when its objective value (time per
     sample, cost, time to train) is within 1 + tolerance of the fastest plan's, the tolerance
     being `prefer` F or, with None, the covered plan's band spread (high / low - 1; 0 where it
-    has no band)."""
+    has no band; `spread` where given: a plan covered but for one feature takes the spread of
+    the band it would have without it). `note`: why `sol` is not covered, where not its
+    band's own."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
@@ -54,12 +57,13 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
             alt = solve_covered()
         except (SpecError, InfeasibleError):
             alt = None
-    tolerance = prefer if prefer is not None else band_tolerance(alt)
+    tolerance = (prefer if prefer is not None else spread if spread is not None and alt
+                 else band_tolerance(alt))
     # compared in what the search minimised (time per sample, cost, time to train: each
     # proportional to the iteration time of its plan, so the band's spread carries over)
     taken = (alt is not None and tolerance is not None
              and alt.objective.value <= (1 + tolerance) * sol.objective.value)
-    record = {"note": band["note"], "taken": taken, "covered_by": covered_by,
+    record = {"note": note or band["note"], "taken": taken, "covered_by": covered_by,
               "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
               "fastest_iteration_time_s": sol.prediction.iteration_time_s,
               "objective": sol.objective.name, "fastest_objective": sol.objective.value,
@@ -76,11 +80,13 @@ def band_tolerance(alt: Solution | None) -> float | None:
     """How much slower than the fastest plan the covered `alt` may be predicted and still lie
     within the fastest plan's band: its own band's spread high / low - 1; 0 where it has no
     band either (a mixture-of-experts plan: taken only as fast); None without `alt`."""
-    if alt is None:
-        return None
-    band = alt.prediction.time_band
+    return None if alt is None else band_tolerance_of(alt.prediction.time_band) or 0.0
+
+
+def band_tolerance_of(band: dict | None) -> float | None:
+    """A `time_band`'s spread, high / low - 1 (None where it has none)."""
     if not band or "low_ratio" not in band:
-        return 0.0
+        return None
     return band["high_ratio"] / band["low_ratio"] - 1
 
 
@@ -120,19 +126,37 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         """The fastest plan of the request with `pins` added: a second search."""
         return lambda: HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
 
-    if "pp" not in pins and pins["zero"] == 1:
-        # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
-        # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan is
-        # faster; its runners-up, front and knee ZeRO 1 plans too: `HybridSolver.covered`),
-        # searched again with the cp and ep bounds where that twin goes beyond them
-        def twin() -> Solution:
-            alt = solver.covered()
-            out = ((most is not None and alt.plan.cp > most)
-                   or (ep_most is not None and alt.plan.ep > ep_most))
-            return search(pins)() if out else alt
+    def covered(pins: dict, ep_bound: int | None) -> Callable[[], Solution]:
+        if "pp" not in pins and pins["zero"] == 1:
+            # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
+            # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
+            # is faster; its runners-up, front and knee ZeRO 1 plans too:
+            # `HybridSolver.covered`), searched again with the cp and ep bounds where that
+            # twin goes beyond them
+            def twin() -> Solution:
+                alt = solver.covered()
+                out = ((most is not None and alt.plan.cp > most)
+                       or (ep_bound is not None and alt.plan.ep > ep_bound))
+                return search(pins)() if out else alt
 
-        return fastest, with_support(fastest, twin, prefer, label)
-    return fastest, with_support(fastest, search(pins), prefer, label)
+            return twin
+        return search(pins)
+
+    pick = with_support(fastest, covered(pins, ep_most), prefer, label)
+    if (pick.support["taken"] or not beyond_ep or "ep_max" not in pins
+            or not (beyond or pipeline or plan.zero >= 2)):
+        return fastest, pick
+    # no plan at the covered ep lies within the band: the fastest plan covered but for its
+    # ep (ZeRO 1, at the covered cp, for LoRA without a pipeline), the next best supported,
+    # weighed with the spread the covered plan's band has
+    alt = pick.support["alternative"]
+    relaxed = {k: v for k, v in pins.items() if k != "ep_max"}
+    note = bands.band(bands.plan_features(m, system.device.name, precision, plan,
+                                          ep=ep_most)).note
+    second = with_support(fastest, covered(relaxed, None), prefer,
+                          covered_by(pipeline, most if beyond else None),
+                          spread=band_tolerance_of(alt and alt["time_band"]), note=note)
+    return fastest, second if second.support["taken"] else pick
 
 
 def covered_pins(q, plan, most: int | None, ep_most: int | None = None) -> dict | None:
