@@ -164,8 +164,9 @@ def _solve() -> dict:
         # a transformer pick no calibration run covers (planner.search.support)
         "support": obj({"note": STR, "taken": BOOL, "rule": {"enum": ["band", "fraction"]},
                         "covered_by": {"type": "string",
-                                       "pattern": "^(ZeRO 1|pp 1|cp at most [0-9]+|"
-                                                  "pp 1, cp at most [0-9]+)$"},
+                                       "pattern": "^(ZeRO 1|(pp 1|cp at most [0-9]+|ep at "
+                                                  "most [0-9]+)(, (cp|ep) at most [0-9]+)"
+                                                  "{0,2})$"},
                         "tolerance": {"type": ["number", "null"]},
                         "fastest_iteration_time_s": NUM, "objective": STR,
                         "fastest_objective": NUM,

@@ -137,3 +137,23 @@ def test_beyond_the_band_at_the_covered_ep_the_zero1_twin_covered_but_for_ep_is_
     assert pick.objective.value <= (1 + spread) * fast
     assert pick.prediction.time_band["note"].startswith(
         "not covered: no calibration run of expert parallelism beyond ep 32")
+
+
+@pytest.mark.slow
+def test_solve_json_names_the_covered_ep_and_meets_the_schema(run):
+    """The 8,192-GB200 DeepSeek-V3 job through the CLI: the JSON `support` names "ep at most
+    32" (the schema's pattern), stderr says which plan was taken, exit 0."""
+    import json
+
+    import jsonschema
+
+    from planner.schema import schemas
+
+    code, out, err = run("solve", "-m", "deepseek-v3", "-H", "gb200-nvl72", "--devices", "8192",
+                         "--global-batch", "16384", "--precision", "mxfp8", "--rank-capacity",
+                         "4", "--paged-stash", "1.5", "--cuda-graphs", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    jsonschema.validate(doc, schemas()["solve"])
+    assert doc["support"]["covered_by"] == "ep at most 32" and doc["config"]["ep"] <= 32
+    assert "took the fastest plan at ep 32 or less (ep 32, " in err
