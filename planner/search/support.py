@@ -97,11 +97,12 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     The covered plan holds its gradients and weights whole (ZeRO 1), keeps to the context-
     parallel degrees the family's runs reach (`planner.bands.covered_cp`), for a
     mixture-of-experts model to the expert-parallel degrees its MoE runs reach
-    (`planner.bands.covered_ep`) and, for LoRA, has no pipeline. What the request pins is the
-    user's: where a pin is itself what no run checks (a cp or ep beyond the data, a LoRA
-    pipeline), or the model is one no run covers
-    (mixture-of-experts at ZeRO 0 / 1), the pick says it is not covered and names no plan
-    beside it; a pinned ZeRO 2 / 3 is the pick with no record (its `likely` band says it)."""
+    (`planner.bands.covered_ep`) and, for LoRA, has no pipeline; where none at the covered
+    ep lies within the band, the plan covered in all but its ep is weighed next. What the
+    request pins is the user's: where a pin is itself what no run checks (a cp or ep beyond
+    the data, a LoRA pipeline), or the model is one no run covers (mixture-of-experts at
+    ZeRO 0 / 1), the pick says it is not covered and names no plan beside it; a pinned
+    ZeRO 2 / 3 is the pick with no record (its `likely` band says it)."""
     from planner.search.hybrid import HybridSolver
 
     solver = HybridSolver(m, system, precision, q)
