@@ -393,7 +393,7 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
             sol.prediction.iteration_time_s, specs.price(price_per_device_hour)))
     only_for("cnn", {"target_tokens": target_tokens, "seq_len": specs.seq_len,
                      "prefer_supported": prefer_supported, **problem},
-             (*TRANSFORMER_ONLY, "prefer_supported", "cp_max", "ep_max"))
+             (*TRANSFORMER_ONLY, "prefer_supported", *switches.SEARCH_BOUNDS))
     softsync = problem.get("softsync")
     if softsync is not None:  # the asynchronous protocol is the parameter server's
         collective = collective or "parameter-server"

@@ -138,8 +138,13 @@ class Band:
         return out
 
 
-@functools.lru_cache(maxsize=1)
 def residuals(path: Path = CSV) -> tuple[dict, ...]:
+    """The residual rows (read once a process: `cache_clear` forgets them)."""
+    return _read(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _read(path: Path) -> tuple[dict, ...]:
     with open(path, newline="", encoding="utf-8") as fh:
         return tuple(csv.DictReader(fh))
 
@@ -157,8 +162,8 @@ def band(feat: dict, rows=None) -> Band:
 
 
 def cache_clear() -> None:
-    """Forget every band and reach read from the residuals (after they change)."""
-    for cached in (_shipped, _covered):
+    """Forget the residuals read, and every band and reach from them (after they change)."""
+    for cached in (_read, _shipped, _covered):
         cached.cache_clear()
 
 
@@ -303,6 +308,7 @@ def main() -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: r[k] for k in FIELDS})
+    cache_clear()  # this process reads the new rows from here on
     print(f"wrote {CSV} ({len(rows)} runs)")
 
 

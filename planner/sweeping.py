@@ -144,7 +144,7 @@ def sweep(specs: Specs, *, nodes: list[int],
             return SweepPoint(sol.plan, sol.prediction, bw, sol.training, sol)
     else:
         only_for("cnn", {"target_tokens": target_tokens, "seq_len": specs.seq_len, **pins},
-                 TRANSFORMER_ONLY)
+                 (*TRANSFORMER_ONLY, *switches.SEARCH_BOUNDS))
         if (global_batch is None) == (local_batch is None):
             raise SpecError("sweep: give exactly one of --global-batch (strong scaling) or "
                             "--local-batch (weak scaling)")

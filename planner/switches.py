@@ -516,6 +516,9 @@ SEARCHED: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.searched)
 PER_ROW: tuple[str, ...] = tuple(n for n in SEARCHED if not BY_NAME[n].argument)
 # the switches only CNN plans take (a transformer request naming one is refused)
 CNN_ONLY: tuple[str, ...] = tuple(s.name for s in SWITCHES if s.families == ("cnn",))
+# not switches: the transformer search's bounds on a degree (`Search` fields of these names,
+# --cp-max / --ep-max), which a CNN request is refused too
+SEARCH_BOUNDS: tuple[str, ...] = ("cp_max", "ep_max")
 
 
 def add_fields(cls):

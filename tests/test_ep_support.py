@@ -157,3 +157,59 @@ def test_solve_json_names_the_covered_ep_and_meets_the_schema(run):
     jsonschema.validate(doc, schemas()["solve"])
     assert doc["support"]["covered_by"] == "ep at most 32" and doc["config"]["ep"] <= 32
     assert "took the fastest plan at ep 32 or less (ep 32, " in err
+
+
+@pytest.mark.parametrize("pin", [{"zero": 1}, {"ep": 64}])
+def test_a_pinned_stage_or_ep_still_gets_the_plan_covered_in_all_else(pin):
+    """With ZeRO 1 pinned the covered plan is the search at ep 32 or less (no table twin to
+    read: the table holds no stage 2 rows); with ep 64 pinned (the user's) the covered plan
+    keeps it and holds ZeRO 1, weighed with the spread ZeRO 1 has at the covered ep."""
+    system = load_system("gb200-nvl72")
+    q = Search(global_batch=1024, devices_max=256, **pin)
+    fastest, pick = supported_solve(DEEPSEEK, system, Precision.bf16, q)
+    sup = pick.support
+    assert sup["alternative"] is not None and sup["taken"] and pick.plan.zero == 1
+    if "zero" in pin:
+        assert sup["covered_by"] == "ep at most 32" and pick.plan.ep <= 32
+        alone = HybridSolver(DEEPSEEK, system, Precision.bf16,
+                             dataclasses.replace(q, ep_max=32)).solve()
+        assert alone.plan == pick.plan
+    else:
+        assert fastest.plan.zero == 3 and pick.plan.ep == 64
+        assert sup["covered_by"] == "ZeRO 1" and "sharded weights" in sup["note"]
+        at32 = bands.band(bands.plan_features(DEEPSEEK, "gb200", Precision.bf16,
+                                              fastest.plan, zero=1, ep=32))
+        assert sup["tolerance"] == pytest.approx(at32.high / at32.low - 1, rel=1e-12)
+
+
+def test_the_cli_names_what_the_taken_plan_still_lacks(run):
+    """The note of a plan taken in the cascade says it is itself not covered (its ep), and the
+    stage it holds is named beside the covered degree."""
+    args = ("solve", "-m", "deepseek-v3", "-H", "gb200-nvl72", "--devices-max", "256",
+            "--global-batch", "1024")
+    code, _, err = run(*args)
+    assert code == 0 and ("the plan taken is itself not covered: no calibration run of expert "
+                          "parallelism beyond ep 32") in err
+    code, _, err = run(*args, "--zero", "1")
+    assert code == 0 and "took the fastest plan at ep 32 or less (ep 32, ZeRO 1, " in err
+    code, _, err = run(*args, "--zero", "1", "--prefer-supported", "0")
+    assert code == 0 and " x dp 64, ep 32, ZeRO 1: " in err and "--ep 32 --zero 1 pins" in err
+
+
+def test_the_bounds_are_refused_for_a_cnn_sweep():
+    for bound in ({"ep_max": 4}, {"cp_max": 2}):
+        with pytest.raises(SpecError, match="applies to transformer models only"):
+            planner.sweep("alexnet", "k80-fdr", nodes=[1, 2], global_batch=256, **bound)
+
+
+def test_the_reach_follows_the_residuals_after_cache_clear(monkeypatch):
+    """The reach is read from the residuals once; `cache_clear` makes it read them again
+    (a table without the MoE runs covers no ep; the shipped one ep 32 again)."""
+    kept = tuple(r for r in bands.residuals() if r["moe"] != "moe")
+    assert bands.covered_ep("gb200") == 32
+    monkeypatch.setattr(bands, "residuals", lambda path=bands.CSV: kept)
+    bands.cache_clear()
+    assert bands.covered_ep("gb200") is None
+    monkeypatch.undo()
+    bands.cache_clear()
+    assert bands.covered_ep("gb200") == 32

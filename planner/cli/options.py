@@ -171,8 +171,7 @@ def framework_of(framework: str | None, fmt: str, family: str) -> str | None:
     return framework or form
 
 
-# the search's bounds on a degree (not pins): `Search` fields of the same names
-SEARCH_BOUNDS = ("cp_max", "ep_max")
+SEARCH_BOUNDS = switches.SEARCH_BOUNDS
 
 
 def bound_options(f):

@@ -311,12 +311,17 @@ def _support_line(sol) -> str:
                     f"which has {why.removeprefix('not covered: ')}")
         within = ("within its error band" if sup["rule"] == "band"
                   else f"within --prefer-supported {sup['tolerance']:g}")
+        # (the covered plan holds its gradients whole too: the stage is named last)
         kept = f"ZeRO {sol.plan.zero}" if zero1 else ", ".join(
             x for x, on in (("pp 1", no_pipe), (f"cp {sol.plan.cp}", cp_max is not None),
-                            (f"ep {sol.plan.ep}", ep_max is not None)) if on)
+                            (f"ep {sol.plan.ep}", ep_max is not None),
+                            (f"ZeRO {sol.plan.zero}", True)) if on)
+        own = sol.prediction.time_band or {}
+        still = ("" if "low_s" in own or not own.get("note") else
+                 f"; the plan taken is itself {own['note'].split(';')[0]}")
         return (f"planner: note: took the {best} plan {holds} ({kept}, {change:+.1%} {what}, "
                 f"{within}) over the {best}, which has {why.removeprefix('not covered: ')} "
-                f"(--prefer-supported 0 keeps it)")
+                f"(--prefer-supported 0 keeps it){still}")
     line = f"planner: warning: the chosen plan is {why}"
     if alt is not None:
         c, t, b = alt["config"], alt["iteration_time_s"], alt["time_band"] or {}
@@ -325,9 +330,10 @@ def _support_line(sol) -> str:
         pin = " ".join(x for x, on in ((f"--cp {c['cp']}", cp_max is not None),
                                         (f"--ep {c.get('ep', 1)}", ep_max is not None),
                                         ("--pp 1", no_pipe), (f"--zero {c['zero']}", True)) if on)
-        experts = f" x ep {c.get('ep', 1)}" if ep_max is not None else ""
-        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']}{experts} x pp "
-                 f"{c['pp']} x dp {c['dp']}, ZeRO {c['zero']}: {span(t)}{likely}, "
+        # (ep folds over tp x cp x dp: not a factor of the devices)
+        experts = f", ep {c.get('ep', 1)}" if ep_max is not None else ""
+        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x "
+                 f"dp {c['dp']}{experts}, ZeRO {c['zero']}: {span(t)}{likely}, "
                  f"{change:+.1%} {what} ({pin} "
                  f"pins it; --prefer-supported F takes it when within F of the {best})")
     return line

@@ -208,7 +208,8 @@ class HybridSolver:
             if q.cp is not None and q.cp > q.cp_max:
                 raise SpecError(f"cp: the pinned cp {q.cp} is above cp_max {q.cp_max}")
         if q.ep_max is not None:
-            if isinstance(q.ep_max, bool) or not isinstance(q.ep_max, int) or q.ep_max < 1:
+            if (isinstance(q.ep_max, bool) or not isinstance(q.ep_max, int | float | np.integer)
+                    or not float(q.ep_max).is_integer() or q.ep_max < 1):
                 raise SpecError(f"ep_max: must be a whole number of at least 1, got {q.ep_max!r}")
             if q.ep is not None and q.ep > q.ep_max:
                 raise SpecError(f"ep: the pinned ep {q.ep} is above ep_max {q.ep_max}")

@@ -83,6 +83,11 @@ def band_tolerance(alt: Solution | None) -> float | None:
     return None if alt is None else band_tolerance_of(alt.prediction.time_band) or 0.0
 
 
+def _spread(band: bands.Band) -> float | None:
+    """A `planner.bands.Band`'s spread, high / low - 1 (None where it has none)."""
+    return None if band.low is None else band.high / band.low - 1
+
+
 def band_tolerance_of(band: dict | None) -> float | None:
     """A `time_band`'s spread, high / low - 1 (None where it has none)."""
     if not band or "low_ratio" not in band:
@@ -110,14 +115,17 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     band = fastest.prediction.time_band
     if not band or "low_s" in band:
         return fastest, fastest
-    plan = fastest.plan
-    most = bands.covered_cp(system.device.name)
-    ep_most = bands.covered_ep(system.device.name) if m.experts > 1 else None
+    plan, device = fastest.plan, system.device.name
+    most = bands.covered_cp(device)
+    ep_most = bands.covered_ep(device) if m.experts > 1 else None
     beyond = most is not None and plan.cp > most
     beyond_ep = ep_most is not None and plan.ep > ep_most
     pipeline = bands.lora_pipeline(plan)
     label = covered_by(pipeline, most if beyond else None, ep_most if beyond_ep else None)
-    pins = covered_pins(q, plan, most, ep_most)
+    # a pinned ep beyond the data is the user's: the plan beside the fastest keeps it and
+    # is covered in all else (below)
+    ep_pinned = beyond_ep and q.ep is not None
+    pins = covered_pins(q, plan, most, None if ep_pinned else ep_most)
     if pins is None:
         if q.zero is not None and q.zero >= 2:
             return fastest, fastest  # a pinned stage is the user's (its band says so)
@@ -128,7 +136,7 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         return lambda: HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
 
     def covered(pins: dict, ep_bound: int | None) -> Callable[[], Solution]:
-        if "pp" not in pins and pins["zero"] == 1:
+        if "pp" not in pins and pins["zero"] == 1 and q.zero is None:
             # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
             # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
             # is faster; its runners-up, front and knee ZeRO 1 plans too:
@@ -143,21 +151,25 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
             return twin
         return search(pins)
 
-    pick = with_support(fastest, covered(pins, ep_most), prefer, label)
-    if (pick.support["taken"] or not beyond_ep or "ep_max" not in pins
-            or not (beyond or pipeline or plan.zero >= 2)):
-        return fastest, pick
-    # no plan at the covered ep lies within the band: the fastest plan covered but for its
-    # ep (ZeRO 1, at the covered cp, for LoRA without a pipeline), the next best supported,
-    # weighed with the spread the covered plan's band has
-    alt = pick.support["alternative"]
+    if ep_pinned:
+        pick, spread = None, _spread(bands.band(bands.plan_features(
+            m, device, precision, plan, zero=pins["zero"], ep=ep_most)))
+    else:
+        pick = with_support(fastest, covered(pins, ep_most), prefer, label)
+        if (pick.support["taken"] or not beyond_ep
+                or not (beyond or pipeline or plan.zero >= 2)):
+            return fastest, pick
+        alt = pick.support["alternative"]
+        spread = band_tolerance_of(alt and alt["time_band"])
+    # no plan at the covered ep lies within the band (or the user pinned the ep): the fastest
+    # plan covered but for its ep (ZeRO 1, at the covered cp, for LoRA without a pipeline),
+    # the next best supported, weighed with the spread the covered plan's band has
     relaxed = {k: v for k, v in pins.items() if k != "ep_max"}
-    note = bands.band(bands.plan_features(m, system.device.name, precision, plan,
-                                          ep=ep_most)).note
+    note = bands.band(bands.plan_features(m, device, precision, plan, ep=ep_most)).note
     second = with_support(fastest, covered(relaxed, None), prefer,
-                          covered_by(pipeline, most if beyond else None),
-                          spread=band_tolerance_of(alt and alt["time_band"]), note=note)
-    return fastest, second if second.support["taken"] else pick
+                          covered_by(pipeline, most if beyond else None), spread=spread,
+                          note=note)
+    return fastest, second if pick is None or second.support["taken"] else pick
 
 
 def covered_pins(q, plan, most: int | None, ep_most: int | None = None) -> dict | None:
