@@ -17,7 +17,9 @@ H100 with the same plan and settings at 12.13 s in v3.0 and 11.08 s in v3.1). Th
 against every submission's own settings (the fastest submission of each) is printed too.
 The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers where it
 lies within the error band of an uncovered fastest one (ZeRO-2 / ZeRO-3, a LoRA pipeline,
-context parallelism beyond the family's runs: `planner.search.support`). Also printed: how
+context parallelism beyond the family's runs, for MoE expert parallelism beyond them:
+`planner.search.support`); a pick no band covers says "not covered", and the promise is
+given apart for the covered and the uncovered picks. Also printed: how
 far the pick's prediction is from the prediction of the submission's own plan (the search's
 gain inside the model), and the promise of the fastest plan by the point estimate (`solve
 --prefer-supported 0`). The Blackwell and AMD GEMM shares and every device's host time per
@@ -122,6 +124,8 @@ def _solved(job: dict) -> dict:
             # device's less its runtime reserve); the fullest MLPerf plans reach 94-97 %
             "full": pred.memory_bytes_per_device / pred.memory_capacity_bytes,
             "claim": job["measured_s"] / pick - 1,  # > 0: the pick promises that much faster
+            # the pick's band from comparable calibration runs, or "not covered"
+            "covered": "low_s" in (pred.time_band or {}),
             "held": None if held is None else job["measured_s"] / held - 1,
             "fastest": job["measured_s"] / fastest.prediction.iteration_time_s - 1}
 
@@ -158,7 +162,8 @@ def main() -> None:
                   f"{'-':>8}{mark} {res['why']}")
             continue
         print(f"{name:<44} {job['measured_s']:>9.3f} {job['own_s']:>9.3f} {res['pick']:>9.3f} "
-              f"{res['claim']:>+8.1%}{mark} {res['plan']} ({res['full']:.0%})")
+              f"{res['claim']:>+8.1%}{mark} {res['plan']} ({res['full']:.0%})"
+              f"{'' if res['covered'] else ' not covered'}")
     gains = [job["own_s"] / res["pick"] - 1 for job, res in zip(every, results, strict=True)
              if res["pick"] is not None]
     print(f"\nInside the model the pick beats the submission's own plan by a median "
@@ -177,6 +182,12 @@ def main() -> None:
                 if id(job) in tuned and r["pick"] is not None and of_kind(job)]
         print(f"  {label}: {len(part)} tuned jobs, median {statistics.median(part):+.1%} "
               f"(worst {max(part):+.1%}; {sum(c > 0.20 for c in part)} over +20 %)")
+    for label, covered in (("covered by a band", True), ("not covered", False)):
+        part = [r["claim"] for job, r in zip(every, results, strict=True)
+                if id(job) in tuned and r["pick"] is not None and r["covered"] == covered]
+        if part:
+            print(f"  picks {label}: {len(part)} tuned jobs, median "
+                  f"{statistics.median(part):+.1%} (worst {max(part):+.1%})")
     print("\nThe promise split in two, by benchmark and system family (tuned jobs, medians): "
           "the model's error on the submission's own plan (measured / own - 1: > 0, the model "
           "too fast) and the search's gain inside the model (own / pick - 1)")
