@@ -130,6 +130,12 @@ class Band:
     group: str | None
     note: str
 
+    @property
+    def spread(self) -> float | None:
+        """high / low - 1: how much slower than another a plan may be predicted and still lie
+        within its band (None where not covered)."""
+        return None if self.low is None else self.high / self.low - 1
+
     def to_json(self, predicted_s: float) -> dict:
         out = {"runs": self.runs, "group": self.group, "note": self.note}
         if self.low is not None:

@@ -180,6 +180,7 @@ def test_a_pinned_stage_or_ep_still_gets_the_plan_covered_in_all_else(pin):
         at32 = bands.band(bands.plan_features(DEEPSEEK, "gb200", Precision.bf16,
                                               fastest.plan, zero=1, ep=32))
         assert sup["tolerance"] == pytest.approx(at32.high / at32.low - 1, rel=1e-12)
+        assert at32.spread == pytest.approx(at32.high / at32.low - 1, rel=1e-15)
 
 
 def test_the_cli_names_what_the_taken_plan_still_lacks(run):

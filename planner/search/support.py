@@ -83,13 +83,9 @@ def band_tolerance(alt: Solution | None) -> float | None:
     return None if alt is None else band_tolerance_of(alt.prediction.time_band) or 0.0
 
 
-def _spread(band: bands.Band) -> float | None:
-    """A `planner.bands.Band`'s spread, high / low - 1 (None where it has none)."""
-    return None if band.low is None else band.high / band.low - 1
-
-
 def band_tolerance_of(band: dict | None) -> float | None:
-    """A `time_band`'s spread, high / low - 1 (None where it has none)."""
+    """A `time_band`'s spread, high / low - 1 (None where it has none): `Band.spread` of
+    its JSON form."""
     if not band or "low_ratio" not in band:
         return None
     return band["high_ratio"] / band["low_ratio"] - 1
@@ -152,8 +148,8 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         return search(pins)
 
     if ep_pinned:
-        pick, spread = None, _spread(bands.band(bands.plan_features(
-            m, device, precision, plan, zero=pins["zero"], ep=ep_most)))
+        pick, spread = None, bands.band(bands.plan_features(
+            m, device, precision, plan, zero=pins["zero"], ep=ep_most)).spread
     else:
         pick = with_support(fastest, covered(pins, ep_most), prefer, label)
         if (pick.support["taken"] or not beyond_ep
