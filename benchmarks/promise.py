@@ -17,9 +17,10 @@ H100 with the same plan and settings at 12.13 s in v3.0 and 11.08 s in v3.1). Th
 against every submission's own settings (the fastest submission of each) is printed too.
 The pick is `solve`'s: the fastest plan, or the fastest plan the calibration covers where it
 lies within the error band of an uncovered fastest one (ZeRO-2 / ZeRO-3, a LoRA pipeline,
-context parallelism beyond the family's runs, for MoE expert parallelism beyond them:
-`planner.search.support`); a pick no band covers says "not covered", and the promise is
-given apart for the covered and the uncovered picks. Also printed: how
+context parallelism beyond the family's runs, for MoE expert parallelism beyond them, a
+device filled beyond the family's fullest run: `planner.search.support`); a pick no band
+covers says "not covered", and the promise is given apart for the covered and the uncovered
+picks. Also printed: how
 far the pick's prediction is from the prediction of the submission's own plan (the search's
 gain inside the model), and the promise of the fastest plan by the point estimate (`solve
 --prefer-supported 0`). The Blackwell and AMD GEMM shares and every device's host time per

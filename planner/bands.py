@@ -26,6 +26,12 @@ beyond every MoE run of its family (`covered_ep`: Blackwell's reach ep 32): the 
 over more ranks and the grouped GEMMs over fewer experts a rank are what the search trades
 for memory there, and the model is most often too fast on MoE runs already (DeepSeek-V3 on
 GB200, the search's pick at ep 64 promising up to 95 % more than NVIDIA's ep 32 runs reach).
+And so does a plan that fills more of a device's usable memory, by the model, than any run of
+its family (the fullest H100 / H200 run 94 %, Blackwell's 98 %, AMD's 71 %): every run fits,
+so none tells how short the model's memory is near the top, and where a vendor's choice does
+tell, it is short (AMD's MI300X recipe recomputes a quarter of the layers of a plan the model
+fits without at 81 %); a search packing a device fuller than that walks into the corner
+where the model is most optimistic that a plan fits.
 
     python -m planner.bands        # rewrite residuals.csv (about three minutes, the MLPerf
                                    # refits included)
@@ -36,6 +42,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +53,7 @@ CSV = Path(__file__).parent / "calibration" / "residuals.csv"
 MIN_RUNS = 4
 QUANTILES = (0.10, 0.90)
 FIELDS = ("source", "group", "family", "precision", "size", "scale", "moe", "sharding",
-          "lora_pipeline", "cp", "ep", "measured_over_predicted")
+          "lora_pipeline", "cp", "ep", "full", "measured_over_predicted")
 # features a band never generalises over: a plan of another kind borrows nothing
 STRICT = ("moe", "sharding", "lora_pipeline")
 
@@ -77,7 +84,8 @@ def scale_class(devices: int) -> str:
 
 def features(model, device_name: str, precision: Precision, zero: int = 0,
              devices: int = 1, replicas: int | None = None, hsdp: bool = False,
-             lora_pipeline: bool = False, cp: int = 1, ep: int = 1) -> dict:
+             lora_pipeline: bool = False, cp: int = 1, ep: int = 1,
+             full: float | None = None) -> dict:
     """The features a band is looked up by, for a transformer `model` on `devices` devices with
     a plan of ZeRO stage `zero` (3: the weights sharded and gathered in every micro-batch; 2:
     the gradients sharded, which no calibration run does either: every one holds its whole
@@ -88,17 +96,20 @@ def features(model, device_name: str, precision: Precision, zero: int = 0,
     its backward, without the base weights' gradient GEMMs, is half as long against the
     same bubble and sends, and no run measures the two together); `cp`: the context-parallel
     degree (covered up to the family's `covered_cp`); `ep`: the expert-parallel degree (a
-    mixture-of-experts plan is covered up to the family's `covered_ep`)."""
+    mixture-of-experts plan is covered up to the family's `covered_ep`); `full`: the share of
+    a device's usable memory the plan fills by the model (covered up to the fullest run of
+    the family, `covered(device, "full")`; None: not judged)."""
     sharded = replicas is None or replicas > 1
     if hsdp and sharded:
         return {**features(model, device_name, precision, 0, devices, 1,
-                           lora_pipeline=lora_pipeline, cp=cp, ep=ep),
+                           lora_pipeline=lora_pipeline, cp=cp, ep=ep, full=full),
                 "sharding": "hybrid sharded"}
     return {"family": family(device_name), "precision": precision_class(precision),
             "size": size_class(model.params()), "scale": scale_class(devices),
             "moe": "moe" if model.experts > 1 else "dense",
             "sharding": SHARDING.get(zero, "weights whole") if sharded else "weights whole",
-            "lora_pipeline": "yes" if lora_pipeline else "no", "cp": int(cp), "ep": int(ep)}
+            "lora_pipeline": "yes" if lora_pipeline else "no", "cp": int(cp), "ep": int(ep),
+            "full": None if full is None else float(full)}
 
 
 SHARDING = {3: "weights sharded", 2: "gradients sharded"}
@@ -156,7 +167,7 @@ def _read(path: Path) -> tuple[dict, ...]:
 
 
 FEATURES = ("family", "precision", "size", "scale", "moe", "sharding",
-            "lora_pipeline", "cp", "ep")  # as `features` gives
+            "lora_pipeline", "cp", "ep", "full")  # as `features` gives
 
 
 def band(feat: dict, rows=None) -> Band:
@@ -178,13 +189,41 @@ def _shipped(values: tuple[str, ...]) -> Band:
     return _band(dict(zip(FEATURES, values, strict=True)), residuals())
 
 
-# the degrees a plan is covered up to: the highest its family's calibration runs ran (for ep
-# only its mixture-of-experts runs, where it has the MIN_RUNS a band takes); beyond that the
-# terms of the degree are checked by no measurement. degree: (its words, MoE runs only, why)
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """A feature a plan is covered up to: the most its family's calibration runs hold (for
+    `moe_only`, its mixture-of-experts runs, where it has the MIN_RUNS a band takes); beyond
+    that what the feature prices is checked by no measurement. `beyond`: the "not covered"
+    note's words, formatted with the family, the reach and the plan's value; `parse`: a
+    residual row's cell (None: the row does not say)."""
+
+    beyond: str
+    moe_only: bool
+    parse: Callable[[str | None], float | None]
+
+
+def _degree(cell: str | None) -> int:
+    return int(cell or 1)  # rows written before a degree's column ran degree 1
+
+
+# what each feature's reach covers, and why a plan beyond it is not covered
 REACH = {
-    "cp": ("context parallelism", False, "the prediction rests on terms no measurement checks"),
-    "ep": ("expert parallelism", True, "the all-to-all over that many ranks and the experts' "
-           "GEMMs at that few experts a rank rest on terms no measurement checks"),
+    "cp": Reach("no calibration run of context parallelism beyond cp {most} on {family} "
+                "systems (this plan: cp {value}); the prediction rests on terms no "
+                "measurement checks", False, _degree),
+    "ep": Reach("no calibration run of expert parallelism beyond ep {most} on {family} "
+                "systems (this plan: ep {value}); the all-to-all over that many ranks and the "
+                "experts' GEMMs at that few experts a rank rest on terms no measurement "
+                "checks", True, _degree),
+    # the memory a plan fills by the model: every run of the data fitted, but none fuller
+    # than this tells whether the model's memory is short near the top (the allocator's
+    # fragmentation, communicator and workspace buffers are not in it: AMD recomputes 21 of
+    # Llama 2 70B LoRA's 80 layers on the 192 GB MI300X where the model has the plan fit
+    # without at 81 %, the same recipe on the 256 GB MI325X recomputing none)
+    "full": Reach("no calibration run filling a device beyond {most:.1%} of its usable memory "
+                  "by this model on {family} systems (this plan: {value:.1%}); whether it fits "
+                  "rests on memory terms no run checks (allocator fragmentation, communicator "
+                  "buffers)", False, lambda cell: float(cell) if cell else None),
 }
 
 
@@ -202,39 +241,53 @@ def covered_ep(device_name: str, rows=None) -> int | None:
     return covered(device_name, "ep", rows)
 
 
-def covered(device_name: str, degree: str, rows=None) -> int | None:
-    """The highest `degree` (a key of `REACH`) the device family's runs cover (the shipped
-    residuals unless `rows`)."""
+def covered(device_name: str, degree: str, rows=None) -> float | None:
+    """The most of `degree` (a key of `REACH`: "cp", "ep", "full") the device family's runs
+    cover (the shipped residuals unless `rows`; None: no bound the data gives)."""
     fam = family(device_name)
     return _covered(fam, degree) if rows is None else _most(fam, degree, rows)
 
 
 @functools.lru_cache(maxsize=32)
-def _covered(fam: str, degree: str) -> int | None:
+def _covered(fam: str, degree: str) -> float | None:
     return _most(fam, degree, residuals())
 
 
-def _most(fam: str, degree: str, rows) -> int | None:
-    moe_only = REACH[degree][1]
-    seen = [int(r.get(degree) or 1)  # rows written before the column: degree 1
-            for r in rows if r.get("family") == fam and (not moe_only or r.get("moe") == "moe")]
-    if moe_only and len(seen) < MIN_RUNS:
+def _most(fam: str, degree: str, rows) -> float | None:
+    reach = REACH[degree]
+    seen = [v for r in rows if r.get("family") == fam
+            and (not reach.moe_only or r.get("moe") == "moe")
+            and (v := reach.parse(r.get(degree))) is not None]
+    if reach.moe_only and len(seen) < MIN_RUNS:
         return None
     return max(seen, default=None)
+
+
+def _beyond(feat: dict, rows, degrees: tuple[str, ...]) -> Band | None:
+    """The "not covered" band of the first of `degrees` (keys of `REACH`) `feat` goes beyond
+    its family's reach in, or None."""
+    for degree in degrees:
+        reach, value = REACH[degree], feat.get(degree)
+        if value is None or reach.moe_only and feat["moe"] != "moe":
+            continue
+        most = _most(feat["family"], degree, rows)
+        if most is not None and value > most:  # (a family with no run: `_band`'s end)
+            return Band(None, None, 0, None, "not covered: " + reach.beyond.format(
+                family=feat["family"], most=most, value=value))
+    return None
 
 
 def _band(feat: dict, rows) -> Band:
     levels = (("family", "precision", "size", "scale"), ("family", "precision", "size"),
               ("family", "precision"), ("family",))
-    for degree, (words, moe_only, why) in REACH.items():
-        most = None if moe_only and feat["moe"] != "moe" else _most(feat["family"], degree, rows)
-        if most is not None and feat.get(degree, 1) > most:  # (a family with no run: below)
-            return Band(None, None, 0, None,
-                        f"not covered: no calibration run of {words} beyond {degree} {most} on "
-                        f"{feat['family']} systems (this plan: {degree} {feat[degree]}); {why}")
+    if (out := _beyond(feat, rows, ("cp", "ep"))) is not None:
+        return out
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
+            # the memory last: a plan of a kind no run holds is said to be that first
+            if (out := _beyond(feat, rows, ("full",))) is not None:
+                return out
             ratio = np.array([float(r["measured_over_predicted"]) for r in match])
             low, high = np.quantile(ratio, QUANTILES)
             # (a plan that is no LoRA pipeline says nothing of it)
@@ -277,8 +330,10 @@ def _rows() -> list[dict]:
 
     out = []
     c, gs = ft.Constants.shipped(), ft.groups()
+    # (the A100's runs are priced without their memory: vTrain's in arrays, SC21's and
+    # BERT's micro-batch the search's own, so they give the family no memory reach)
     a100 = {"family": "A100", "precision": "16-bit+", "moe": "dense",
-            "sharding": "weights whole", "lora_pipeline": "no", "cp": 1, "ep": 1}
+            "sharding": "weights whole", "lora_pipeline": "no", "cp": 1, "ep": 1, "full": None}
     for g in gs:
         system = ft.fit([h for h in gs if h is not g], c, rounds=1).system() if g.fitted \
             else c.system()
@@ -300,7 +355,7 @@ def _rows() -> list[dict]:
         plan = mlperf.plan_of(run)
         feat = features(model, load_system(run.system).device.name, run.precision, plan.zero,
                         plan.devices, lora_pipeline=lora_pipeline(plan), cp=plan.cp,
-                        ep=plan.ep)
+                        ep=plan.ep, full=r["full"])
         out.append({"source": "MLPerf", "group": run.group, **feat,
                     "measured_over_predicted": run.measured_s / held.get(
                         fit_mlperf.key(run), r["predicted_s"])})
@@ -313,7 +368,8 @@ def main() -> None:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({k: r[k] for k in FIELDS})
+            w.writerow({k: round(r[k], 4) if k == "full" and r[k] is not None else r[k]
+                        for k in FIELDS})
     cache_clear()  # this process reads the new rows from here on
     print(f"wrote {CSV} ({len(rows)} runs)")
 

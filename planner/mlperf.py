@@ -324,6 +324,9 @@ def rows(path: Path | None = None) -> list[dict]:
         out.append({"run": run, "group": run.group, "measured_s": run.measured_s,
                     "predicted_s": t, "why_not": why,
                     "error": None if t is None else t / run.measured_s - 1,
+                    # the share of a device's usable memory the plan fills by the model
+                    "full": None if pred is None else
+                    pred.memory_bytes_per_device / pred.memory_capacity_bytes,
                     "forward_error": None if forward is None else forward / run.forward_s - 1,
                     # the rest of a step: backward, gradient sync and optimizer
                     "rest_error": None if forward is None else

@@ -165,10 +165,12 @@ def _solve() -> dict:
         "support": obj({"note": STR, "taken": BOOL, "rule": {"enum": ["band", "fraction"]},
                         "covered_by": {"type": "string",
                                        "pattern": "^(ZeRO 1|(pp 1|cp at most [0-9]+|ep at "
-                                                  "most [0-9]+)(, (cp|ep) at most [0-9]+)"
-                                                  "{0,2})$"},
+                                                  "most [0-9]+|memory at most [0-9.]+ %)"
+                                                  "(, ((cp|ep) at most [0-9]+|memory at most "
+                                                  "[0-9.]+ %)){0,3})$"},
                         "tolerance": {"type": ["number", "null"]},
-                        "fastest_iteration_time_s": NUM, "objective": STR,
+                        "fastest_iteration_time_s": NUM, "fastest_zero": INT,
+                        "objective": STR,
                         "fastest_objective": NUM,
                         "alternative": {"oneOf": [{"type": "null"}, obj({
                             "config": CONFIG, "iteration_time_s": NUM, "objective_value": NUM,

@@ -52,3 +52,18 @@ def run_json(run):
 @pytest.fixture
 def runner():
     return CliRunner(), cli
+
+
+@pytest.fixture
+def no_memory_reach(monkeypatch):
+    """The shipped residuals with no run's memory recorded: no family bounds how full a
+    covered plan may be (`planner.bands.REACH["full"]`), so a test of another support rule
+    (ZeRO, cp, ep, a LoRA pipeline) sees that rule alone."""
+    from planner import bands
+
+    rows = tuple({**r, "full": ""} for r in bands.residuals())
+    monkeypatch.setattr(bands, "residuals", lambda path=bands.CSV: rows)
+    bands.cache_clear()
+    yield
+    monkeypatch.undo()
+    bands.cache_clear()

@@ -125,7 +125,7 @@ def test_an_as_fast_zero1_twin_of_a_moe_pick_is_taken_though_no_band_covers_eith
     assert pick.objective.value == pytest.approx(fast.objective.value, rel=1e-12)
 
 
-def test_the_covered_plan_is_compared_in_the_searchs_objective():
+def test_the_covered_plan_is_compared_in_the_searchs_objective(no_memory_reach):
     """Under --objective cost the covered plan is weighed by its cost, not its step time (a
     ZeRO 1 plan on fewer devices is slower a step and about as cheap): --prefer-supported 0
     keeps the cheapest plan, and a taken plan is within the band of the cheapest's cost."""

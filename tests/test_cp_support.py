@@ -16,7 +16,7 @@ from planner.errors import SpecError
 from planner.schema import schemas
 from planner.search.hybrid import Search
 from planner.search.hybrid_space import cps
-from planner.search.support import covered_by, covered_pins, supported_solve
+from planner.search.support import covered_by, covered_pins, fullness, supported_solve
 from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
 
@@ -119,7 +119,10 @@ def test_a_sharded_pick_is_weighed_against_a_plan_within_the_covered_degrees():
     fastest, pick = supported_solve(m, load_system("dgx-h100"), Precision.bf16, q)
     assert fastest.plan.zero >= 2 and fastest.plan.cp <= 2  # the premise: a covered degree
     sup = pick.support
-    assert sup["covered_by"] == "ZeRO 1"
+    # (the fastest also fills more of the memory than any H100 run: the label says so)
+    reach = bands.covered("h100-sxm5-80gb", "full")
+    assert fullness(fastest, load_system("dgx-h100")) > reach
+    assert sup["covered_by"] == f"memory at most {reach:.1%}".replace("%", " %")
     alt = sup["alternative"]
     assert alt["config"]["cp"] <= 2 and alt["config"]["zero"] == 1 and "low_s" in alt["time_band"]
 
@@ -182,5 +185,6 @@ def test_the_covered_by_label_reads_back_as_written():
     for pipeline in (False, True):
         for most in (None, 2, 8):
             for ep_most in (None, 32):
-                label = covered_by(pipeline, most, ep_most)
-                assert covered_parts(label) == (pipeline, most, ep_most), label
+                for full in (None, 0.942, 0.71):
+                    label = covered_by(pipeline, most, ep_most, full)
+                    assert covered_parts(label) == (pipeline, most, ep_most, full), label

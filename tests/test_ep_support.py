@@ -77,7 +77,7 @@ def test_ep_max_bounds_the_degrees_the_search_offers_and_a_pin_above_it_is_refus
 
 
 @pytest.mark.slow
-def test_solve_takes_the_fastest_plan_at_the_covered_ep_within_the_band():
+def test_solve_takes_the_fastest_plan_at_the_covered_ep_within_the_band(no_memory_reach):
     """On 8,192 GB200 the fastest plan spreads the experts 64 ways, which no run checks; the
     pick is the fastest plan at ep 32 or less, slower by less than its band's spread, and it
     is exactly the search's answer with ep_max 32 and ZeRO 1 pinned (a second search)."""
@@ -115,7 +115,7 @@ def test_the_cli_bounds_ep_and_refuses_the_bound_for_a_cnn(run, run_json):
     assert "Traceback" not in err
 
 
-def test_beyond_the_band_at_the_covered_ep_the_zero1_twin_covered_but_for_ep_is_taken():
+def test_beyond_the_band_at_the_covered_ep_the_zero1_twin_covered_but_for_ep_is_taken(no_memory_reach):
     """DeepSeek-V3 on up to 256 GB200: the fastest plan is ZeRO 3 at ep 64; the fastest at
     ep 32 or less and ZeRO 1 lies outside the band, so the pick is the next best supported,
     the fastest ZeRO 1 plan at any ep, weighed with the spread of the covered plan's band;
@@ -140,7 +140,7 @@ def test_beyond_the_band_at_the_covered_ep_the_zero1_twin_covered_but_for_ep_is_
 
 
 @pytest.mark.slow
-def test_solve_json_names_the_covered_ep_and_meets_the_schema(run):
+def test_solve_json_names_the_covered_ep_and_meets_the_schema(run, no_memory_reach):
     """The 8,192-GB200 DeepSeek-V3 job through the CLI: the JSON `support` names "ep at most
     32" (the schema's pattern), stderr says which plan was taken, exit 0."""
     import json
@@ -160,7 +160,7 @@ def test_solve_json_names_the_covered_ep_and_meets_the_schema(run):
 
 
 @pytest.mark.parametrize("pin", [{"zero": 1}, {"ep": 64}])
-def test_a_pinned_stage_or_ep_still_gets_the_plan_covered_in_all_else(pin):
+def test_a_pinned_stage_or_ep_still_gets_the_plan_covered_in_all_else(pin, no_memory_reach):
     """With ZeRO 1 pinned the covered plan is the search at ep 32 or less (no table twin to
     read: the table holds no stage 2 rows); with ep 64 pinned (the user's) the covered plan
     keeps it and holds ZeRO 1, weighed with the spread ZeRO 1 has at the covered ep."""
@@ -183,7 +183,7 @@ def test_a_pinned_stage_or_ep_still_gets_the_plan_covered_in_all_else(pin):
         assert at32.spread == pytest.approx(at32.high / at32.low - 1, rel=1e-15)
 
 
-def test_the_cli_names_what_the_taken_plan_still_lacks(run):
+def test_the_cli_names_what_the_taken_plan_still_lacks(run, no_memory_reach):
     """The note of a plan taken in the cascade says it is itself not covered (its ep), and the
     stage it holds is named beside the covered degree."""
     args = ("solve", "-m", "deepseek-v3", "-H", "gb200-nvl72", "--devices-max", "256",

@@ -28,7 +28,7 @@ def test_no_residual_row_is_a_lora_pipeline():
     assert {r["lora_pipeline"] for r in bands.residuals()} == {"no"}
 
 
-def test_a_lora_pipeline_is_not_covered_and_the_pick_weighs_the_plan_without_one():
+def test_a_lora_pipeline_is_not_covered_and_the_pick_weighs_the_plan_without_one(no_memory_reach):
     m, system, q = _request(8)
     fastest, pick = supported_solve(m, system, Precision.fp8, q)
     assert fastest.plan.lora_rank == 16 and fastest.plan.pp > 1
@@ -47,7 +47,7 @@ def test_a_lora_pipeline_is_not_covered_and_the_pick_weighs_the_plan_without_one
     assert kept.plan.pp > 1 and not kept.support["taken"]
 
 
-def test_a_pinned_pipeline_is_the_users_and_said_to_be_not_covered():
+def test_a_pinned_pipeline_is_the_users_and_said_to_be_not_covered(no_memory_reach):
     m, system, q = _request(8, pp=2)
     fastest, pick = supported_solve(m, system, Precision.fp8, q)
     sup = pick.support
@@ -56,7 +56,7 @@ def test_a_pinned_pipeline_is_the_users_and_said_to_be_not_covered():
     assert sup["alternative"] is None and not sup["taken"]
 
 
-def test_solve_says_which_plan_it_took_or_names_the_one_without_a_pipeline(run):
+def test_solve_says_which_plan_it_took_or_names_the_one_without_a_pipeline(run, no_memory_reach):
     args = ("solve", "-m", "llama2-70b", "-H", "dgx-h100", "--devices", "8", "--global-batch",
             "8", "--seq-len", "8192", "--lora-rank", "16", "--precision", "fp8",
             # the MLPerf recipe's switches (`planner.mlperf.plan_of`)

@@ -296,10 +296,16 @@ def _support_line(sol) -> str:
     # what the covered plan holds, in the note's and the warning's words (a ZeRO 1 plan; for
     # a LoRA pipeline one without; for context parallelism beyond the data one within it)
     zero1 = sup["covered_by"] == ZERO1
-    no_pipe, cp_max, ep_max = covered_parts(sup["covered_by"])
-    words = [w for w, on in (("without a pipeline", no_pipe),
+    no_pipe, cp_max, ep_max, full_max = covered_parts(sup["covered_by"])
+    # (beside a sharded plan the covered one also holds its gradients whole: said where the
+    # label is the memory's, which does not imply it as "ZeRO 1" does)
+    whole = full_max is not None and sup["fastest_zero"] >= 2
+    words = [w for w, on in (("with gradients and weights whole", whole),
+                             ("without a pipeline", no_pipe),
                              (f"at cp {cp_max} or less", cp_max is not None),
-                             (f"at ep {ep_max} or less", ep_max is not None)) if on]
+                             (f"at ep {ep_max} or less", ep_max is not None),
+                             (f"filling {full_max or 0:.1%} of the usable memory or less",
+                              full_max is not None)) if on]
     holds, holding = (("with its gradients and weights whole", "with gradients and weights whole")
                       if zero1 else (" and ".join(words),) * 2)
     if sup["taken"]:
@@ -329,7 +335,9 @@ def _support_line(sol) -> str:
         change = alt["objective_value"] / sup["fastest_objective"] - 1
         pin = " ".join(x for x, on in ((f"--cp {c['cp']}", cp_max is not None),
                                         (f"--ep {c.get('ep', 1)}", ep_max is not None),
-                                        ("--pp 1", no_pipe), (f"--zero {c['zero']}", True)) if on)
+                                        ("--pp 1", no_pipe), (f"--zero {c['zero']}", True),
+                                        (f"--memory-headroom {1 - (full_max or 0):.3f}",
+                                         full_max is not None)) if on)
         # (ep folds over tp x cp x dp: not a factor of the devices)
         experts = f", ep {c.get('ep', 1)}" if ep_max is not None else ""
         line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x "

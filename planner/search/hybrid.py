@@ -172,8 +172,10 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         tflops_per_device_hardware=hw_flops / per_dev / 1e12,
         mfu=model_flops / (per_dev * peak),
         hfu=hw_flops / (per_dev * peak),
-        time_band=bands.band(bands.plan_features(m, system.device.name, precision, plan))
-        .to_json(t_iter),
+        # (judged on the device's usable memory, whatever headroom the request keeps)
+        time_band=bands.band(bands.plan_features(
+            m, system.device.name, precision, plan,
+            full=r["memory"] / system.device.usable_memory_bytes)).to_json(t_iter),
     )
 
 

@@ -8,7 +8,10 @@ every calibration run holds): the search itself offers stages 2 and 3 only, stag
 stages 0 and 1 move and holding less (its dominance rule, `planner.search.hybrid`), so a pick
 holds its gradients sharded wherever that is not slower, a framework path no measurement
 checks. For a LoRA pick through a pipeline it is the fastest plan without one (pp 1, as every
-LoRA run in the data), itself covered the same way.
+LoRA run in the data), itself covered the same way. Every covered plan also keeps to the
+context- and expert-parallel degrees its family's runs reach and fills no more of a device's
+memory than the family's fullest run (`planner.bands.REACH`: the memory bound searched as a
+headroom of 1 - that share).
 
 The preference by default: the covered plan is taken when it is within the error band of the
 fastest, i.e. when the two plans' bands overlap. The fastest plan has no band of its own; it is
@@ -27,13 +30,15 @@ from collections.abc import Callable
 
 from planner import bands
 from planner.errors import InfeasibleError, SpecError
-from planner.search.solution import Solution
+from planner.search.memory_fit import usable_bytes
+from planner.search.solution import Alternative, Solution
 
 # what a covered alternative holds that the fastest plan does not (the support record's
 # `covered_by`): its gradients and weights whole, or no pipeline
 ZERO1, NO_PIPELINE = "ZeRO 1", "pp 1"
 CP_AT_MOST = "cp at most "  # the covered cp bound's label, "cp at most N" (`covered_by`)
 EP_AT_MOST = "ep at most "  # and the covered ep bound's, "ep at most N"
+FULL_AT_MOST = "memory at most "  # and the memory's, "memory at most 94.2 %" (of the usable)
 
 
 def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
@@ -66,6 +71,7 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
     record = {"note": note or band["note"], "taken": taken, "covered_by": covered_by,
               "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
               "fastest_iteration_time_s": sol.prediction.iteration_time_s,
+              "fastest_zero": sol.plan.zero,
               "objective": sol.objective.name, "fastest_objective": sol.objective.value,
               "alternative": None if alt is None else {
                   "config": alt.plan.to_json(),
@@ -114,78 +120,109 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
     plan, device = fastest.plan, system.device.name
     most = bands.covered_cp(device)
     ep_most = bands.covered_ep(device) if m.experts > 1 else None
+    full_most = bands.covered(device, "full")
     beyond = most is not None and plan.cp > most
     beyond_ep = ep_most is not None and plan.ep > ep_most
+    beyond_full = full_most is not None and fullness(fastest, system) > full_most
     pipeline = bands.lora_pipeline(plan)
-    label = covered_by(pipeline, most if beyond else None, ep_most if beyond_ep else None)
+    label = covered_by(pipeline, most if beyond else None, ep_most if beyond_ep else None,
+                       full_most if beyond_full else None)
     # a pinned ep beyond the data is the user's: the plan beside the fastest keeps it and
     # is covered in all else (below)
     ep_pinned = beyond_ep and q.ep is not None
-    pins = covered_pins(q, plan, most, None if ep_pinned else ep_most)
+    pins = covered_pins(q, plan, most, None if ep_pinned else ep_most, full_most, beyond_full)
     if pins is None:
         if q.zero is not None and q.zero >= 2:
             return fastest, fastest  # a pinned stage is the user's (its band says so)
         return fastest, with_support(fastest, None, prefer, label)
 
     def search(pins: dict) -> Callable[[], Solution]:
-        """The fastest plan of the request with `pins` added: a second search."""
-        return lambda: HybridSolver(m, system, precision, dataclasses.replace(q, **pins)).solve()
+        """The fastest plan of the request with `pins` added: a second search (its memory
+        reported against the request's own capacity, the bound being the search's only)."""
+        return lambda: as_requested(HybridSolver(m, system, precision,
+                                                 dataclasses.replace(q, **pins)).solve(),
+                                    usable_bytes(system.device.usable_memory_bytes,
+                                                 q.memory_headroom))
 
-    def covered(pins: dict, ep_bound: int | None) -> Callable[[], Solution]:
+    def covered(pins: dict) -> Callable[[], Solution]:
         if "pp" not in pins and pins["zero"] == 1 and q.zero is None:
             # only the stage: the best ZeRO 1 twin of the table the search priced (for a ZeRO 2
             # pick whose split fits at ZeRO 1, that split: the same time, and no stage 1 plan
             # is faster; its runners-up, front and knee ZeRO 1 plans too:
-            # `HybridSolver.covered`), searched again with the cp and ep bounds where that
-            # twin goes beyond them
+            # `HybridSolver.covered`), searched again with the cp, ep and memory bounds
+            # `pins` hold where that twin goes beyond them
             def twin() -> Solution:
                 alt = solver.covered()
+                ep_bound, room = pins.get("ep_max"), pins.get("memory_headroom")
                 out = ((most is not None and alt.plan.cp > most)
-                       or (ep_bound is not None and alt.plan.ep > ep_bound))
+                       or (ep_bound is not None and alt.plan.ep > ep_bound)
+                       or (room is not None and fullness(alt, system) > 1 - room))
                 return search(pins)() if out else alt
 
             return twin
         return search(pins)
 
+    # (the fastest plan's features as if its ep were covered)
+    as_covered_ep = {"ep": ep_most} if beyond_ep else {}
     if ep_pinned:
         pick, spread = None, bands.band(bands.plan_features(
             m, device, precision, plan, zero=pins["zero"], ep=ep_most)).spread
     else:
-        pick = with_support(fastest, covered(pins, ep_most), prefer, label)
-        if (pick.support["taken"] or not beyond_ep
-                or not (beyond or pipeline or plan.zero >= 2)):
+        pick = with_support(fastest, covered(pins), prefer, label)
+        if pick.support["taken"]:
             return fastest, pick
         alt = pick.support["alternative"]
         spread = band_tolerance_of(alt and alt["time_band"])
-    # no plan at the covered ep lies within the band (or the user pinned the ep): the fastest
-    # plan covered but for its ep (ZeRO 1, at the covered cp, for LoRA without a pipeline),
-    # the next best supported, weighed with the spread the covered plan's band has
-    relaxed = {k: v for k, v in pins.items() if k != "ep_max"}
-    note = bands.band(bands.plan_features(m, device, precision, plan, ep=ep_most)).note
-    second = with_support(fastest, covered(relaxed, None), prefer,
-                          covered_by(pipeline, most if beyond else None), spread=spread,
-                          note=note)
-    return fastest, second if pick is None or second.support["taken"] else pick
+        if spread is None:  # no covered plan to read it from: the fastest's shape's, covered
+            spread = bands.band(bands.plan_features(m, device, precision, plan, zero=1,
+                                                    **as_covered_ep)).spread
+    # no covered plan lies within the band (or the user pinned the ep): the next best
+    # supported, the bounds the fastest goes beyond dropped one by one (its ep, then its
+    # memory) while what is left still fixes something it lacks (ZeRO 1, the covered cp, for
+    # LoRA no pipeline, the memory bound while kept), weighed with the covered plan's spread
+    note = bands.band(bands.plan_features(m, device, precision, plan, **as_covered_ep)).note
+    dropped: list[str] = []
+    second = None
+    for key, is_beyond in (("ep_max", beyond_ep), ("memory_headroom", beyond_full)):
+        if not is_beyond:
+            continue
+        dropped.append(key)
+        kept_full = beyond_full and "memory_headroom" not in dropped
+        if not (beyond or pipeline or plan.zero >= 2 or kept_full):
+            break
+        relaxed = {k: v for k, v in pins.items() if k not in dropped}
+        second = with_support(fastest, covered(relaxed), prefer,
+                              covered_by(pipeline, most if beyond else None, None,
+                                         full_most if kept_full else None), spread=spread,
+                              note=note)
+        if second.support["taken"]:
+            return fastest, second
+    return fastest, pick if pick is not None or second is None else second
 
 
-def covered_pins(q, plan, most: int | None, ep_most: int | None = None) -> dict | None:
+def covered_pins(q, plan, most: int | None, ep_most: int | None = None,
+                 full_most: float | None = None, beyond_full: bool = False) -> dict | None:
     """The pins that keep the search for the covered plan beside `plan` (the fastest of
     request `q`, not covered) to what the calibration runs hold: ZeRO 1, cp up to `most`
     (None: the family has no run, so no degree is covered), ep up to `ep_most` (a
-    mixture-of-experts model; None: no bound), for LoRA pp 1; the request's own pins are
-    kept. None where nothing beside it can be covered: the request pins what no run checks
-    (ZeRO 2 / 3, a cp beyond `most`, an ep beyond `ep_most`, a LoRA pipeline), or the plan
-    is uncovered for another reason only (a mixture-of-experts model at ZeRO 0 / 1 on a
-    family with too few MoE runs)."""
+    mixture-of-experts model; None: no bound), the memory filled up to `full_most` of the
+    usable (the family's fullest run, a headroom of 1 - `full_most`; None: no bound;
+    `beyond_full`: `plan` fills more), for LoRA pp 1; the request's own pins are kept. None
+    where nothing beside it can be covered: the request pins what no run checks (ZeRO 2 / 3,
+    a cp beyond `most`, an ep beyond `ep_most`, a LoRA pipeline), or the plan is uncovered
+    for another reason only (a mixture-of-experts model at ZeRO 0 / 1 on a family with too
+    few MoE runs)."""
     beyond = most is not None and plan.cp > most
     beyond_ep = ep_most is not None and plan.ep > ep_most
     pipeline = bands.lora_pipeline(plan)
     if ((q.zero is not None and q.zero >= 2) or (beyond and q.cp is not None)
             or (beyond_ep and q.ep is not None) or (pipeline and q.pp is not None)):
         return None  # the pin itself is uncovered: no plan of the request is
-    if not (beyond or beyond_ep or pipeline or plan.zero >= 2):
+    if not (beyond or beyond_ep or beyond_full or pipeline or plan.zero >= 2):
         return None
     pins = {"zero": 1 if q.zero is None else q.zero}
+    if full_most is not None and 1 - full_most > q.memory_headroom:
+        pins["memory_headroom"] = 1 - full_most
     if q.cp is None and most is not None:  # never above the request's own bound
         pins["cp_max"] = most if q.cp_max is None else min(most, q.cp_max)
     if q.ep is None and ep_most is not None:
@@ -195,24 +232,47 @@ def covered_pins(q, plan, most: int | None, ep_most: int | None = None) -> dict 
     return pins
 
 
-def covered_by(pipeline: bool, cp_max: int | None, ep_max: int | None = None) -> str:
+def as_requested(sol: Solution, capacity: float) -> Solution:
+    """`sol` with its plans' memory set against `capacity` bytes (the request's usable memory)
+    where a covered search bounded it lower (`covered_pins`' headroom)."""
+    def fixed(pred):
+        return dataclasses.replace(pred, memory_capacity_bytes=capacity,
+                                   fits_memory=pred.memory_bytes_per_device <= capacity)
+
+    return dataclasses.replace(sol, prediction=fixed(sol.prediction), alternatives=[
+        Alternative(a.plan, fixed(a.prediction)) for a in sol.alternatives])
+
+
+def fullness(sol: Solution, system) -> float:
+    """The share of a device's usable memory `sol`'s plan fills by the model (whatever
+    headroom its request kept: what `planner.bands` judges)."""
+    return sol.prediction.memory_bytes_per_device / system.device.usable_memory_bytes
+
+
+def covered_by(pipeline: bool, cp_max: int | None, ep_max: int | None = None,
+               full_max: float | None = None) -> str:
     """What the covered plan holds that the fastest lacks (the support record's
     `covered_by`): no pipeline ("pp 1", a LoRA plan), the covered cp degrees ("cp at most N"),
-    the covered ep degrees ("ep at most N"), several of them, or else its gradients and
-    weights whole ("ZeRO 1")."""
+    the covered ep degrees ("ep at most N"), the memory of the fullest run ("memory at most
+    94.2 %" of the usable), several of them, or else its gradients and weights whole
+    ("ZeRO 1")."""
     parts = [NO_PIPELINE] if pipeline else []
     parts += [f"{label}{n}" for label, n in ((CP_AT_MOST, cp_max), (EP_AT_MOST, ep_max))
               if n is not None]
+    if full_max is not None:
+        parts.append(f"{FULL_AT_MOST}{full_max:.1%}".replace("%", " %"))
     return ", ".join(parts) or ZERO1
 
 
-def covered_parts(label: str) -> tuple[bool, int | None, int | None]:
-    """(no pipeline, the covered cp bound or None, the covered ep bound or None) that a
-    `covered_by` label says: the label read back where it is worded for the user
-    (`planner.cli.solve_cmd`)."""
+def covered_parts(label: str) -> tuple[bool, int | None, int | None, float | None]:
+    """(no pipeline, the covered cp bound, the covered ep bound, the covered memory's share
+    of the usable; each None where the label has none) that a `covered_by` label says: the
+    label read back where it is worded for the user (`planner.cli.solve_cmd`)."""
     parts = label.split(", ")
 
-    def bound(prefix: str) -> int | None:
-        return next((int(x.removeprefix(prefix)) for x in parts if x.startswith(prefix)), None)
+    def bound(prefix: str, read=int):
+        return next((read(x.removeprefix(prefix)) for x in parts if x.startswith(prefix)),
+                    None)
 
-    return NO_PIPELINE in parts, bound(CP_AT_MOST), bound(EP_AT_MOST)
+    full = bound(FULL_AT_MOST, lambda x: round(float(x.removesuffix(" %")) / 100, 4))
+    return NO_PIPELINE in parts, bound(CP_AT_MOST), bound(EP_AT_MOST), full
