@@ -172,10 +172,15 @@ FEATURES = ("family", "precision", "size", "scale", "moe", "sharding",
 
 def band(feat: dict, rows=None) -> Band:
     """The band of the most specific group of comparable runs (`feat` from `features`; the
-    shipped residuals unless `rows`)."""
-    if rows is None:  # a handful of feature combinations: each looked up once per process
-        return _shipped(tuple(feat[k] for k in FEATURES))
-    return _band(feat, rows)
+    shipped residuals unless `rows`). The memory is judged last, on a plan the data otherwise
+    covers (a ZeRO-2 or LoRA-pipeline plan is said to be that first)."""
+    # (shipped: a handful of feature combinations, all but the memory's float, each looked
+    # up once per process)
+    out = (_shipped(tuple(feat[k] for k in FEATURES if k != "full")) if rows is None
+           else _band(feat, rows))
+    if out.low is not None and (beyond := _beyond(feat, rows, ("full",))) is not None:
+        return beyond
+    return out
 
 
 def cache_clear() -> None:
@@ -186,7 +191,8 @@ def cache_clear() -> None:
 
 @functools.lru_cache(maxsize=512)
 def _shipped(values: tuple[str, ...]) -> Band:
-    return _band(dict(zip(FEATURES, values, strict=True)), residuals())
+    keys = [k for k in FEATURES if k != "full"]
+    return _band(dict(zip(keys, values, strict=True)), residuals())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,12 +271,13 @@ def _most(fam: str, degree: str, rows) -> float | None:
 
 def _beyond(feat: dict, rows, degrees: tuple[str, ...]) -> Band | None:
     """The "not covered" band of the first of `degrees` (keys of `REACH`) `feat` goes beyond
-    its family's reach in, or None."""
+    its family's reach in, or None (`rows`: None for the shipped residuals)."""
     for degree in degrees:
         reach, value = REACH[degree], feat.get(degree)
         if value is None or reach.moe_only and feat["moe"] != "moe":
             continue
-        most = _most(feat["family"], degree, rows)
+        most = (_covered(feat["family"], degree) if rows is None
+                else _most(feat["family"], degree, rows))
         if most is not None and value > most:  # (a family with no run: `_band`'s end)
             return Band(None, None, 0, None, "not covered: " + reach.beyond.format(
                 family=feat["family"], most=most, value=value))
@@ -285,9 +292,6 @@ def _band(feat: dict, rows) -> Band:
     for keys in levels:
         match = [r for r in rows if all(r.get(k) == feat[k] for k in (*STRICT, *keys))]
         if len(match) >= MIN_RUNS:
-            # the memory last: a plan of a kind no run holds is said to be that first
-            if (out := _beyond(feat, rows, ("full",))) is not None:
-                return out
             ratio = np.array([float(r["measured_over_predicted"]) for r in match])
             low, high = np.quantile(ratio, QUANTILES)
             # (a plan that is no LoRA pipeline says nothing of it)
@@ -368,8 +372,7 @@ def main() -> None:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({k: round(r[k], 4) if k == "full" and r[k] is not None else r[k]
-                        for k in FIELDS})
+            w.writerow({k: r[k] for k in FIELDS})  # (the memory's share exact: a reach)
     cache_clear()  # this process reads the new rows from here on
     print(f"wrote {CSV} ({len(rows)} runs)")
 

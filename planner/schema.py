@@ -165,11 +165,12 @@ def _solve() -> dict:
         "support": obj({"note": STR, "taken": BOOL, "rule": {"enum": ["band", "fraction"]},
                         "covered_by": {"type": "string",
                                        "pattern": "^(ZeRO 1|(pp 1|cp at most [0-9]+|ep at "
-                                                  "most [0-9]+|memory at most [0-9.]+ %)"
+                                                  "most [0-9]+|memory at most [0-9.]+%)"
                                                   "(, ((cp|ep) at most [0-9]+|memory at most "
-                                                  "[0-9.]+ %)){0,3})$"},
+                                                  "[0-9.]+%)){0,3})$"},
                         "tolerance": {"type": ["number", "null"]},
                         "fastest_iteration_time_s": NUM, "fastest_zero": INT,
+                        "memory_headroom": {"type": ["number", "null"]},
                         "objective": STR,
                         "fastest_objective": NUM,
                         "alternative": {"oneOf": [{"type": "null"}, obj({

@@ -122,7 +122,7 @@ def test_a_sharded_pick_is_weighed_against_a_plan_within_the_covered_degrees():
     # (the fastest also fills more of the memory than any H100 run: the label says so)
     reach = bands.covered("h100-sxm5-80gb", "full")
     assert fullness(fastest, load_system("dgx-h100")) > reach
-    assert sup["covered_by"] == f"memory at most {reach:.1%}".replace("%", " %")
+    assert sup["covered_by"] == f"memory at most {reach:.1%}"
     alt = sup["alternative"]
     assert alt["config"]["cp"] <= 2 and alt["config"]["zero"] == 1 and "low_s" in alt["time_band"]
 

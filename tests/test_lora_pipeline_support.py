@@ -66,7 +66,7 @@ def test_solve_says_which_plan_it_took_or_names_the_one_without_a_pipeline(run, 
     assert code == 0
     line = next(x for x in err.splitlines() if "pipeline" in x)
     assert ("took the fastest plan without a pipeline (pp 1" in line
-            or "without a pipeline the fastest plan is" in line and "--pp 1 pins it" in line)
+            or "without a pipeline, the fastest plan is" in line and "--pp 1 pins it" in line)
 
 
 def test_a_pinned_sharded_stage_offers_no_pipeline_free_plan_that_is_still_uncovered():

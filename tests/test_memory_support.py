@@ -44,6 +44,19 @@ def test_the_reach_is_the_fullest_run_of_each_family_read_from_the_csv():
     assert all(0.5 < v <= 1 for v in most.values())
 
 
+def test_the_fullest_run_of_a_family_is_covered_by_its_own_reach():
+    """The reach is the exact fullness of a run's own plan (not a rounded one, which would
+    leave the fullest run itself beyond it): AMD's Llama 2 70B LoRA runs on MI300X."""
+    from planner import mlperf
+
+    runs = [r for r in mlperf.read() if r.system == "mi300x-8" and r.why_not is None]
+    preds = [p for p in (mlperf.prediction(r)[0] for r in runs) if p is not None]
+    assert len(preds) >= 10
+    fulls = [p.memory_bytes_per_device / p.memory_capacity_bytes for p in preds]
+    assert max(fulls) == pytest.approx(bands.covered("mi300x", "full"), rel=1e-12)
+    assert all("low_s" in p.time_band for p in preds)
+
+
 def test_a_plan_beyond_the_fullest_run_is_not_covered_and_one_at_it_is():
     reach = bands.covered("mi300x", "full")
     at = lambda full: bands.band(bands.features(  # noqa: E731
@@ -65,7 +78,7 @@ def test_covered_pins_bound_the_memory_as_a_headroom_and_keep_a_larger_one():
     assert "memory_headroom" not in covered_pins(dataclasses.replace(q, memory_headroom=0.4),
                                                  plan, 4, None, 0.71, True)
     label = covered_by(False, 2, None, 0.942)
-    assert label == "cp at most 2, memory at most 94.2 %"
+    assert label == "cp at most 2, memory at most 94.2%"
     pipe, cp, ep, full = covered_parts(label)
     assert (pipe, cp, ep) == (False, 2, None) and full == pytest.approx(0.942)
 
@@ -83,8 +96,8 @@ def test_solve_takes_the_fastest_plan_within_the_fullest_run_within_the_band():
     assert fastest.prediction.time_band["note"].startswith(
         "not covered: no calibration run filling a device beyond")
     sup = pick.support
-    assert sup["taken"] and sup["covered_by"] == f"memory at most {reach:.1%}".replace(
-        "%", " %")
+    assert sup["taken"] and sup["covered_by"] == f"memory at most {reach:.1%}"
+    assert sup["memory_headroom"] == pytest.approx(1 - reach, rel=1e-12)
     assert fullness(pick, MI300X) <= reach and "low_s" in pick.prediction.time_band
     band = pick.prediction.time_band
     assert pick.objective.value <= fastest.objective.value * band["high_ratio"] / band[
@@ -113,10 +126,13 @@ def test_the_cli_says_which_plan_it_took_and_how_to_keep_or_pin_it(run):
     doc = json.loads(out)
     jsonschema.validate(doc, schemas()["solve"])
     reach = bands.covered("mi300x", "full")
-    assert doc["support"]["covered_by"] == f"memory at most {reach:.1%}".replace("%", " %")
+    assert doc["support"]["covered_by"] == f"memory at most {reach:.1%}"
     assert f"took the fastest plan filling {reach:.1%} of the usable memory or less" in err
     code, _, err = run(*args, "--prefer-supported", "0")
-    assert code == 0 and f"--zero 1 --memory-headroom {1 - reach:.3f} pins it" in err
+    # the hint's headroom is the searched one rounded up: never a looser bound
+    room = float(err.split("--memory-headroom ")[1].split()[0])
+    assert code == 0 and "--zero 1 --memory-headroom" in err
+    assert 1 - reach <= room < 1 - reach + 0.001
     assert "Traceback" not in err
 
 
@@ -146,3 +162,26 @@ def test_beyond_the_band_within_the_memory_the_zero1_plan_covered_but_for_it_is_
         "not covered: no calibration run filling a device beyond")
     alone = HybridSolver(m, system, Precision.fp8, dataclasses.replace(q, zero=1)).solve()
     assert alone.objective.value == pytest.approx(pick.objective.value, rel=1e-12)
+
+
+def test_the_cascade_drops_the_memory_bound_after_the_ep_bound():
+    """DeepSeek-V3 on up to 256 GB200 with the shipped residuals: the fastest plan is ZeRO 3
+    at ep 64 (within the memory); no ZeRO 1 plan within Blackwell's fullest run lies within
+    the band, at ep 32 or at ep 64, so the pick is the fastest ZeRO 1 plan at any ep and
+    fullness (the cascade's last step), whose own band still says its ep is not covered."""
+    deepseek = with_seq_len(load_model("deepseek-v3"), 4096)
+    system = load_system("gb200-nvl72")
+    q = Search(global_batch=1024, devices_max=256)
+    reach = bands.covered("gb200", "full")
+    fastest, pick = supported_solve(deepseek, system, Precision.bf16, q)
+    assert fastest.plan.zero == 3 and fastest.plan.ep == 64
+    assert fullness(fastest, system) <= reach
+    sup = pick.support
+    assert sup["taken"] and sup["covered_by"] == "ZeRO 1" and sup["memory_headroom"] is None
+    assert pick.plan.zero == 1 and fullness(pick, system) > reach
+    for bound in ({"ep_max": 32}, {}):  # each bounded step's plan: outside the band
+        kept = HybridSolver(deepseek, system, Precision.bf16, dataclasses.replace(
+            q, zero=1, memory_headroom=1 - reach, **bound)).solve()
+        assert kept.objective.value > (1 + sup["tolerance"]) * fastest.objective.value
+    assert pick.prediction.time_band["note"].startswith(
+        "not covered: no calibration run of expert parallelism beyond ep 32")

@@ -134,13 +134,18 @@ def time_band(m: Transformer, cluster: Cluster, precision: Precision, plan: Mixe
     names = [p.name for p in cluster.pools]
     used = sorted({s.pool for g in plan.groups for s in g.stages})
     devices = sum(plan.devices_on(k) for k in used)
+    priced = cost.price(m, cluster, precision, plan)
+    # each pool's fullest stage, as a share of its device's usable memory (`bands.REACH`)
+    full = {k: max(priced.memory_bytes[gi][j] for gi, g in enumerate(plan.groups)
+                   for j, s in enumerate(g.stages) if s.pool == k)
+            / cluster.pools[k].system.device.usable_memory_bytes for k in used}
     per = {k: bands.band(bands.features(m, cluster.pools[k].system.device.name, precision,
-                                        plan.shape.zero, devices, cp=plan.shape.cp))
+                                        plan.shape.zero, devices, cp=plan.shape.cp,
+                                        full=full[k]))
            for k in used}
     missing = next((k for k, b in per.items() if b.low is None), None)
     if missing is not None:  # the band's note says "not covered: ..."
         return {"runs": 0, "group": None, "note": f"{per[missing].note} (pool {names[missing]})"}
-    priced = cost.price(m, cluster, precision, plan)
     slots = stage_slots(m, cluster, precision, plan)
 
     def timed(ratio: dict[int, float]) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from planner.cli.options import (
@@ -297,6 +299,7 @@ def _support_line(sol) -> str:
     # a LoRA pipeline one without; for context parallelism beyond the data one within it)
     zero1 = sup["covered_by"] == ZERO1
     no_pipe, cp_max, ep_max, full_max = covered_parts(sup["covered_by"])
+    room = sup["memory_headroom"]  # the headroom the covered plan's search kept, if any
     # (beside a sharded plan the covered one also holds its gradients whole: said where the
     # label is the memory's, which does not imply it as "ZeRO 1" does)
     whole = full_max is not None and sup["fastest_zero"] >= 2
@@ -336,15 +339,21 @@ def _support_line(sol) -> str:
         pin = " ".join(x for x, on in ((f"--cp {c['cp']}", cp_max is not None),
                                         (f"--ep {c.get('ep', 1)}", ep_max is not None),
                                         ("--pp 1", no_pipe), (f"--zero {c['zero']}", True),
-                                        (f"--memory-headroom {1 - (full_max or 0):.3f}",
-                                         full_max is not None)) if on)
+                                        (f"--memory-headroom {_headroom_up(room or 0)}",
+                                         room is not None)) if on)
         # (ep folds over tp x cp x dp: not a factor of the devices)
         experts = f", ep {c.get('ep', 1)}" if ep_max is not None else ""
-        line += (f"; {holding} the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x "
+        line += (f"; {holding}, the {best} plan is tp {c['tp']} x cp {c['cp']} x pp {c['pp']} x "
                  f"dp {c['dp']}{experts}, ZeRO {c['zero']}: {span(t)}{likely}, "
                  f"{change:+.1%} {what} ({pin} "
                  f"pins it; --prefer-supported F takes it when within F of the {best})")
     return line
+
+
+def _headroom_up(room: float) -> str:
+    """A headroom written for the command line, rounded up (never a looser bound than the
+    one searched)."""
+    return f"{math.ceil(room * 1000 - 1e-9) / 1000:.3f}"
 
 
 LOW_EFFICIENCY = 0.5  # below this scaling efficiency `solve` warns on stderr

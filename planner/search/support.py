@@ -38,12 +38,13 @@ from planner.search.solution import Alternative, Solution
 ZERO1, NO_PIPELINE = "ZeRO 1", "pp 1"
 CP_AT_MOST = "cp at most "  # the covered cp bound's label, "cp at most N" (`covered_by`)
 EP_AT_MOST = "ep at most "  # and the covered ep bound's, "ep at most N"
-FULL_AT_MOST = "memory at most "  # and the memory's, "memory at most 94.2 %" (of the usable)
+FULL_AT_MOST = "memory at most "  # and the memory's, "memory at most 94.2%" (of the usable)
 
 
 def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
                  prefer: float | None = None, covered_by: str = ZERO1,
-                 spread: float | None = None, note: str | None = None) -> Solution:
+                 spread: float | None = None, note: str | None = None,
+                 headroom: float | None = None) -> Solution:
     """`sol` with its `support` record where its band is not covered: the note, the covered
     plan `solve_covered` gives (the fastest ZeRO 1 plan for a ZeRO-2 or ZeRO-3 pick, the
     fastest without a pipeline for a pipelined LoRA one; None where none fits or none is
@@ -52,7 +53,8 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
     being `prefer` F or, with None, the covered plan's band spread (high / low - 1; 0 where it
     has no band; `spread` where given: a plan covered but for one feature takes the spread of
     the band it would have without it). `note`: why `sol` is not covered, where not its
-    band's own."""
+    band's own; `headroom`: the memory headroom the covered plan's search kept (the family's
+    fullest run: `covered_pins`), recorded so that a user can search it again."""
     band = sol.prediction.time_band
     if not band or "low_s" in band:
         return sol
@@ -71,7 +73,7 @@ def with_support(sol: Solution, solve_covered: Callable[[], Solution] | None,
     record = {"note": note or band["note"], "taken": taken, "covered_by": covered_by,
               "rule": "band" if prefer is None else "fraction", "tolerance": tolerance,
               "fastest_iteration_time_s": sol.prediction.iteration_time_s,
-              "fastest_zero": sol.plan.zero,
+              "fastest_zero": sol.plan.zero, "memory_headroom": headroom,
               "objective": sol.objective.name, "fastest_objective": sol.objective.value,
               "alternative": None if alt is None else {
                   "config": alt.plan.to_json(),
@@ -168,36 +170,45 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         pick, spread = None, bands.band(bands.plan_features(
             m, device, precision, plan, zero=pins["zero"], ep=ep_most)).spread
     else:
-        pick = with_support(fastest, covered(pins), prefer, label)
+        pick = with_support(fastest, covered(pins), prefer, label,
+                            headroom=pins.get("memory_headroom"))
         if pick.support["taken"]:
             return fastest, pick
         alt = pick.support["alternative"]
         spread = band_tolerance_of(alt and alt["time_band"])
-        if spread is None:  # no covered plan to read it from: the fastest's shape's, covered
+        if spread is None:  # no covered plan fits: the spread the fastest's shape would have
+            # at ZeRO 1 and the covered ep (else the next plans would be taken only as fast)
             spread = bands.band(bands.plan_features(m, device, precision, plan, zero=1,
                                                     **as_covered_ep)).spread
     # no covered plan lies within the band (or the user pinned the ep): the next best
-    # supported, the bounds the fastest goes beyond dropped one by one (its ep, then its
-    # memory) while what is left still fixes something it lacks (ZeRO 1, the covered cp, for
-    # LoRA no pipeline, the memory bound while kept), weighed with the covered plan's spread
-    note = bands.band(bands.plan_features(m, device, precision, plan, **as_covered_ep)).note
+    # supported, the bounds the search kept dropped one by one (the ep the fastest goes
+    # beyond, then the memory bound) while what is left still fixes something the fastest
+    # lacks (ZeRO 1, the covered cp, for LoRA no pipeline, the memory bound while kept),
+    # weighed with the covered plan's spread
     dropped: list[str] = []
     second = None
-    for key, is_beyond in (("ep_max", beyond_ep), ("memory_headroom", beyond_full)):
-        if not is_beyond:
+    for key, on in (("ep_max", beyond_ep), ("memory_headroom", "memory_headroom" in pins)):
+        if not on:
             continue
         dropped.append(key)
         kept_full = beyond_full and "memory_headroom" not in dropped
         if not (beyond or pipeline or plan.zero >= 2 or kept_full):
             break
         relaxed = {k: v for k, v in pins.items() if k not in dropped}
+        # why the fastest is not covered, less what this step no longer fixes (its own
+        # band's note where the rest would be covered)
+        why = bands.band(bands.plan_features(
+            m, device, precision, plan, **as_covered_ep,
+            **({"full": fullness(fastest, system)} if kept_full else {})))
         second = with_support(fastest, covered(relaxed), prefer,
                               covered_by(pipeline, most if beyond else None, None,
                                          full_most if kept_full else None), spread=spread,
-                              note=note)
+                              note=None if why.low is not None else why.note,
+                              headroom=relaxed.get("memory_headroom"))
         if second.support["taken"]:
             return fastest, second
-    return fastest, pick if pick is not None or second is None else second
+    # (with the ep pinned `covered_pins` gave pins only where the ep step runs: `second` set)
+    return fastest, pick if pick is not None else second
 
 
 def covered_pins(q, plan, most: int | None, ep_most: int | None = None,
@@ -254,13 +265,13 @@ def covered_by(pipeline: bool, cp_max: int | None, ep_max: int | None = None,
     """What the covered plan holds that the fastest lacks (the support record's
     `covered_by`): no pipeline ("pp 1", a LoRA plan), the covered cp degrees ("cp at most N"),
     the covered ep degrees ("ep at most N"), the memory of the fullest run ("memory at most
-    94.2 %" of the usable), several of them, or else its gradients and weights whole
-    ("ZeRO 1")."""
+    94.2%" of the usable; the bound searched exactly is the record's `memory_headroom`),
+    several of them, or else its gradients and weights whole ("ZeRO 1")."""
     parts = [NO_PIPELINE] if pipeline else []
     parts += [f"{label}{n}" for label, n in ((CP_AT_MOST, cp_max), (EP_AT_MOST, ep_max))
               if n is not None]
     if full_max is not None:
-        parts.append(f"{FULL_AT_MOST}{full_max:.1%}".replace("%", " %"))
+        parts.append(f"{FULL_AT_MOST}{full_max:.1%}")
     return ", ".join(parts) or ZERO1
 
 
@@ -274,5 +285,5 @@ def covered_parts(label: str) -> tuple[bool, int | None, int | None, float | Non
         return next((read(x.removeprefix(prefix)) for x in parts if x.startswith(prefix)),
                     None)
 
-    full = bound(FULL_AT_MOST, lambda x: round(float(x.removesuffix(" %")) / 100, 4))
+    full = bound(FULL_AT_MOST, lambda x: round(float(x.removesuffix("%")) / 100, 4))
     return NO_PIPELINE in parts, bound(CP_AT_MOST), bound(EP_AT_MOST), full
