@@ -185,3 +185,17 @@ def test_the_cascade_drops_the_memory_bound_after_the_ep_bound():
         assert kept.objective.value > (1 + sup["tolerance"]) * fastest.objective.value
     assert pick.prediction.time_band["note"].startswith(
         "not covered: no calibration run of expert parallelism beyond ep 32")
+
+
+def test_the_recorded_headroom_passed_back_searches_the_covered_plan():
+    """Through the Python API: the `support` record's `memory_headroom` given back as
+    `memory_headroom=` is the covered plan's own search (the same plan, covered: no record)."""
+    import planner
+
+    kw = dict(devices=8, global_batch=8, precision="fp8", seq_len=8192, lora_rank=16, zero=1,
+              pp=1)
+    sol = planner.solve("llama2-70b", "mi300x-8", **kw)
+    room = sol.support["memory_headroom"]
+    assert sol.support["taken"] and room == pytest.approx(1 - bands.covered("mi300x", "full"))
+    again = planner.solve("llama2-70b", "mi300x-8", memory_headroom=room, **kw)
+    assert again.plan == sol.plan and again.support is None
