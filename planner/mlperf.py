@@ -25,6 +25,7 @@ from planner.catalog import load_model, load_system
 from planner.errors import SpecError
 from planner.plan import Plan
 from planner.search.hybrid import predict
+from planner.search.memory_fit import filled
 from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
 
@@ -326,7 +327,7 @@ def rows(path: Path | None = None) -> list[dict]:
                     "error": None if t is None else t / run.measured_s - 1,
                     # the share of a device's usable memory the plan fills by the model
                     "full": None if pred is None else
-                    pred.memory_bytes_per_device / pred.memory_capacity_bytes,
+                    filled(pred.memory_bytes_per_device, load_system(run.system).device),
                     "forward_error": None if forward is None else forward / run.forward_s - 1,
                     # the rest of a step: backward, gradient sync and optimizer
                     "rest_error": None if forward is None else

@@ -34,6 +34,7 @@ import math
 
 from planner.cost import pools as cost
 from planner.cost.pools import MixedPlan
+from planner.search.memory_fit import filled
 from planner.spec.cluster import Cluster
 from planner.spec.hardware import Precision
 from planner.spec.transformer import Transformer
@@ -136,9 +137,9 @@ def time_band(m: Transformer, cluster: Cluster, precision: Precision, plan: Mixe
     devices = sum(plan.devices_on(k) for k in used)
     priced = cost.price(m, cluster, precision, plan)
     # each pool's fullest stage, as a share of its device's usable memory (`bands.REACH`)
-    full = {k: max(priced.memory_bytes[gi][j] for gi, g in enumerate(plan.groups)
-                   for j, s in enumerate(g.stages) if s.pool == k)
-            / cluster.pools[k].system.device.usable_memory_bytes for k in used}
+    full = {k: filled(max(priced.memory_bytes[gi][j] for gi, g in enumerate(plan.groups)
+                          for j, s in enumerate(g.stages) if s.pool == k),
+                      cluster.pools[k].system.device) for k in used}
     per = {k: bands.band(bands.features(m, cluster.pools[k].system.device.name, precision,
                                         plan.shape.zero, devices, cp=plan.shape.cp,
                                         full=full[k]))

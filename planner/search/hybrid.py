@@ -64,7 +64,7 @@ from planner.search.hybrid_space import (
     choices,
     structures,
 )
-from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, usable_bytes
+from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, filled, usable_bytes
 from planner.search.objective import Objective, objective_for
 from planner.search.solution import Solution
 from planner.search.training import Training, check_training
@@ -175,7 +175,7 @@ def predict(m: Transformer, system: System, precision: Precision, plan: Plan,
         # (judged on the device's usable memory, whatever headroom the request keeps)
         time_band=bands.band(bands.plan_features(
             m, system.device.name, precision, plan,
-            full=r["memory"] / system.device.usable_memory_bytes)).to_json(t_iter),
+            full=filled(r["memory"], system.device))).to_json(t_iter),
     )
 
 

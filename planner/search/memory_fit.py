@@ -28,6 +28,12 @@ def usable_bytes(device_bytes: float, headroom: float) -> float:
     return device_bytes * (1 - check_headroom(headroom))
 
 
+def filled(memory_bytes: float, device) -> float:
+    """The share of `device`'s usable memory (no headroom) `memory_bytes` fill: what
+    `planner.bands` judges against the fullest calibration run of the device's family."""
+    return memory_bytes / device.usable_memory_bytes
+
+
 def within(prediction, device_bytes: float, headroom: float):
     """`prediction` (a `planner.prediction.Prediction`) with its capacity the usable bytes and
     `fits_memory` checked against them."""

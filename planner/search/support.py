@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from planner import bands
 from planner.errors import InfeasibleError, SpecError
-from planner.search.memory_fit import usable_bytes
+from planner.search.memory_fit import filled, within
 from planner.search.solution import Alternative, Solution
 
 # what a covered alternative holds that the fastest plan does not (the support record's
@@ -143,8 +143,7 @@ def supported_solve(m, system, precision, q, prefer: float | None = None
         reported against the request's own capacity, the bound being the search's only)."""
         return lambda: as_requested(HybridSolver(m, system, precision,
                                                  dataclasses.replace(q, **pins)).solve(),
-                                    usable_bytes(system.device.usable_memory_bytes,
-                                                 q.memory_headroom))
+                                    system.device.usable_memory_bytes, q.memory_headroom)
 
     def covered(pins: dict) -> Callable[[], Solution]:
         if "pp" not in pins and pins["zero"] == 1 and q.zero is None:
@@ -243,21 +242,19 @@ def covered_pins(q, plan, most: int | None, ep_most: int | None = None,
     return pins
 
 
-def as_requested(sol: Solution, capacity: float) -> Solution:
-    """`sol` with its plans' memory set against `capacity` bytes (the request's usable memory)
-    where a covered search bounded it lower (`covered_pins`' headroom)."""
-    def fixed(pred):
-        return dataclasses.replace(pred, memory_capacity_bytes=capacity,
-                                   fits_memory=pred.memory_bytes_per_device <= capacity)
-
-    return dataclasses.replace(sol, prediction=fixed(sol.prediction), alternatives=[
-        Alternative(a.plan, fixed(a.prediction)) for a in sol.alternatives])
+def as_requested(sol: Solution, device_bytes: float, headroom: float) -> Solution:
+    """`sol` with its plans' memory set against the request's usable memory (`device_bytes`
+    less `headroom`) where a covered search bounded it lower (`covered_pins`' headroom)."""
+    return dataclasses.replace(
+        sol, prediction=within(sol.prediction, device_bytes, headroom),
+        alternatives=[Alternative(a.plan, within(a.prediction, device_bytes, headroom))
+                      for a in sol.alternatives])
 
 
 def fullness(sol: Solution, system) -> float:
     """The share of a device's usable memory `sol`'s plan fills by the model (whatever
     headroom its request kept: what `planner.bands` judges)."""
-    return sol.prediction.memory_bytes_per_device / system.device.usable_memory_bytes
+    return filled(sol.prediction.memory_bytes_per_device, system.device)
 
 
 def covered_by(pipeline: bool, cp_max: int | None, ep_max: int | None = None,
