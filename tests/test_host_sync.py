@@ -84,3 +84,20 @@ def test_a_plan_without_a_host_sync_pays_none_on_one_pool_or_across_pools():
         assert ref.time_breakdown["host_sync"] == pytest.approx(us * 1e-6 if sync else 0)
         times[sync] = ref.iteration_time_s
     assert times[True] - times[False] == pytest.approx(us * 1e-6, rel=1e-9)
+
+
+def test_the_v6_lora_rows_read_back_what_their_training_scripts_read_back():
+    """v6.0's Llama 2 70B LoRA recipe has no ON_DEVICE_CLIP_GRAD knob: NVIDIA's train.py turns
+    every per-step read-back off (the optimizer-step check, the norm's sync across model
+    parallel ranks, the training log) on a Megatron-LM that keeps the clipped norm on the
+    device, so its rows pay no host time; Quanta's copy keeps the default checks, and pays it.
+    The v5.1 rows follow their knob."""
+    from planner import mlperf
+
+    runs = [r for r in mlperf.read() if r.row["benchmark"] == "llama2_70b_lora"]
+    v6 = {r.row["system"]: mlperf.plan_of(r).host_sync for r in runs if r.row["round"] == "v6.0"}
+    assert v6 == {"theia_ngpu8_ngc26.04_nemo": False, "theia_ngpu72_ngc26.04_nemo": False,
+                  "theia_ngpu512_ngc26.04_nemo": False, "D75U-1U_ngpu64": True}
+    for run in runs:
+        if run.row["round"] == "v5.1":
+            assert mlperf.plan_of(run).host_sync == (run.row["on_device_clip_grad"] != "1")
