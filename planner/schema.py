@@ -226,15 +226,25 @@ def _cluster_parts() -> tuple[dict, dict, dict]:
                 "devices": per_pool, "nodes": per_pool,
                 "groups": {"type": "array", "items": group}},
                ["kind", "pools", "tp", "pp", "micro_batch", "global_batch", "devices"])
+    band = obj({"runs": INT, "group": {"type": ["string", "null"]}, "note": STR, "low_s": NUM,
+                "high_s": NUM, "low_ratio": NUM, "high_ratio": NUM}, ["runs", "group", "note"])
     entry = obj({"pools": {"type": "array", "items": STR},
                  "uses": {"type": "array", "items": STR}, "kind": STR,
                  "status": {"enum": ["optimal", "feasible"]}, "iteration_time_s": NUM,
                  "global_batch": INT, "tokens_per_s": NUM, "devices": per_pool,
                  "memory_bytes_per_device": {"type": "object", "additionalProperties": NUM},
                  "cost_per_million_tokens_usd": {"type": ["number", "null"]},
-                 "time_band": obj({"runs": INT, "group": {"type": ["string", "null"]},
-                                   "note": STR, "low_s": NUM, "high_s": NUM, "low_ratio": NUM,
-                                   "high_ratio": NUM}, ["runs", "group", "note"])},
+                 "time_band": band,
+                 # a mix beyond a pool's memory reach and the covered mix weighed beside it
+                 "support": obj({"note": STR, "taken": BOOL,
+                                 "covered_by": {"type": "string",
+                                                "pattern": "^memory at most [0-9.]+%$"},
+                                 "tolerance": {"type": ["number", "null"]},
+                                 "fastest_iteration_time_s": NUM,
+                                 "fastest_seconds_per_sample": NUM,
+                                 "alternative": {"oneOf": [{"type": "null"}, obj({
+                                     "iteration_time_s": NUM, "seconds_per_sample": NUM,
+                                     "time_band": band})]}})},
                 ["pools", "uses", "kind", "status", "iteration_time_s", "global_batch",
                  "tokens_per_s", "devices", "memory_bytes_per_device",
                  "cost_per_million_tokens_usd"])

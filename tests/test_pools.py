@@ -497,3 +497,62 @@ def test_a_capped_search_says_feasible_not_optimal(monkeypatch):
     assert capped.status == "feasible"
     assert capped.of(("dgx-a100-80gb", "dgx-h100")).status == "feasible"
     assert capped.best.seconds_per_sample >= full.best.seconds_per_sample * (1 - 1e-9)
+
+
+def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
+    """At global batch 1,536 the fastest mix fills the H100s to 98.4 % of their usable memory,
+    beyond the fullest H100 calibration run (94.2 %): its band is "not covered", so the
+    search weighs the fastest mix within that filling, as one pool's search weighs its covered
+    plan, and takes it where it lies within its own band's spread of the fastest. The single
+    pools beside it are covered picks too, so the gain compares like with like."""
+    import jsonschema
+
+    from planner import bands
+    from planner.catalog import load_system
+    from planner.schema import schemas
+    from planner.search.memory_fit import filled
+
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
+    jsonschema.validate(doc, schemas()["solve"])
+    best = doc["prediction"]
+    sup = best["support"]
+    reach = bands.covered("h100-sxm5-80gb", "full")
+    assert sup["taken"] and sup["covered_by"] == f"memory at most {reach:.1%}"
+    assert "beyond 94.2%" in sup["note"] and "(pool dgx-h100)" in sup["note"]
+    # the taken mix is covered, within reach, and no faster than the fastest it replaced
+    assert "low_s" in best["time_band"]
+    h100 = load_system("dgx-h100").device
+    assert filled(best["memory_bytes_per_device"]["dgx-h100"], h100) <= reach
+    per_sample = best["iteration_time_s"] / best["global_batch"]
+    assert sup["alternative"]["seconds_per_sample"] == pytest.approx(per_sample, rel=1e-12)
+    assert sup["fastest_seconds_per_sample"] < per_sample
+    assert per_sample <= (1 + sup["tolerance"]) * sup["fastest_seconds_per_sample"]
+    # the subset's entry says the same, and the gain is over a covered single pool
+    mixed = next(s for s in doc["subsets"] if len(s["pools"]) == 2)
+    assert mixed["support"] == sup
+    single = next(s for s in doc["subsets"] if s["pools"] == ["dgx-h100"])
+    assert "low_s" in single["time_band"] and "gain_band" in doc
+
+
+def test_a_covered_mix_outside_the_band_leaves_the_fastest(monkeypatch):
+    """With a reach that only a slow mix keeps to (the H100s filled to 5 % at most), the
+    fastest mix stays and its record names the covered mix it passed over; the text says so."""
+    from planner import bands
+    from planner.report.cluster import _support
+
+    real = bands.covered
+    monkeypatch.setattr(bands, "covered", lambda device, degree, rows=None: 0.05 if (
+        degree == "full" and device.startswith("h100")) else real(device, degree, rows))
+    m = with_seq_len(load_model("gpt3-175b"), 2048)
+    solver = ClusterSolver(m, load_target("lab-a100-h100"), BF16,
+                           Search(global_batch=1536))
+    found, _ = solver._mixed((0, 1), None)
+    sup, alt = found.support, found.support["alternative"]
+    assert not sup["taken"] and sup["covered_by"] == "memory at most 5.0%"
+    assert found.iteration_time_s == pytest.approx(sup["fastest_iteration_time_s"], rel=1e-12)
+    assert alt["seconds_per_sample"] > (1 + sup["tolerance"]) * sup["fastest_seconds_per_sample"]
+    assert "low_s" in alt["time_band"] and "low_s" not in found.time_band
+    assert _support(sup).startswith(
+        f"the fastest mix filling 5.0% of the usable memory or less takes "
+        f"{alt['iteration_time_s']:.4g} s (+") and _support(sup).endswith(
+        "time): outside its error band, so the fastest is kept")

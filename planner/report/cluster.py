@@ -46,7 +46,8 @@ def _entry(found, sol) -> dict:
             "tokens_per_s": tokens, "devices": found.devices,
             "memory_bytes_per_device": found.memory_bytes,
             "cost_per_million_tokens_usd": _cost_per_million_tokens(found, sol),
-            **({"time_band": found.time_band} if found.time_band else {})}
+            **({"time_band": found.time_band} if found.time_band else {}),
+            **({"support": found.support} if found.support else {})}
 
 
 def worth(sol) -> list[dict]:
@@ -139,6 +140,8 @@ def cluster_text(doc: dict) -> str:
                  + ", ".join(f"{n} devices of {p}" for p, n in pred["devices"].items()))
     if pred.get("time_band"):
         lines.append(f"  likely {_likely(pred['time_band'])}")
+    if pred.get("support"):
+        lines.append(f"  {_support(pred['support'])}")
     if "gain_over_best_single_pool" in doc:
         lines.append(f"  {doc['gain_over_best_single_pool']:+.1%} throughput over the best "
                      f"single pool ({doc['best_single_pool']})" + (
@@ -166,6 +169,24 @@ def cluster_text(doc: dict) -> str:
     lines.append(f"  search: {s['cp_sat_models']} CP-SAT models over {s['shapes_priced']:,} "
                  f"priced shapes, {s['solve_time_s']:.2f} s")
     return "\n".join(lines)
+
+
+def _support(sup: dict) -> str:
+    """The mix taken within its pools' memory reach, or the covered mix beside the fastest
+    (`planner.search.pools.ClusterSolver._within_reach`)."""
+    filling = f"filling {sup['covered_by'].removeprefix('memory at most ')} of the usable memory"
+    why = sup["note"].removeprefix("not covered: ")
+    alt = sup["alternative"]
+    if sup["taken"]:
+        change = alt["seconds_per_sample"] / sup["fastest_seconds_per_sample"] - 1
+        return (f"took the fastest mix {filling} or less ({change:+.1%} time, within its "
+                f"error band) over the fastest ({sup['fastest_iteration_time_s']:.4g} s), "
+                f"which has {why}")
+    if alt is None:
+        return f"no mix {filling} or less beats the smaller subsets' best"
+    return (f"the fastest mix {filling} or less takes {alt['iteration_time_s']:.4g} s "
+            f"({alt['seconds_per_sample'] / sup['fastest_seconds_per_sample'] - 1:+.1%} "
+            f"time): outside its error band, so the fastest is kept")
 
 
 def _likely(band: dict) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner import rules, switches
+from planner import bands, rules, switches
 from planner.cost import pools as cost
 from planner.cost.pools import Group, MixedPlan, Shape, Stage
 from planner.cost.transformer import RECOMPUTE, Hardware, iteration
@@ -43,7 +43,7 @@ from planner.plan import stage_layers
 from planner.search.hybrid_space import Search, candidate_batches
 from planner.search.memory_fit import usable_bytes
 from planner.search.objective import Objective
-from planner.search.support import supported_solve
+from planner.search.support import FULL_AT_MOST, band_tolerance_of, supported_solve
 from planner.spec.cluster import Cluster
 from planner.spec.hardware import Precision
 from planner.spec.transformer import Transformer
@@ -71,6 +71,8 @@ class Found:
     status: str = "optimal"
     subset: tuple[str, ...] = ()  # the pools it was searched over (default: `pools`)
     time_band: dict | None = None  # where the measured time likely lies (`planner.bands`)
+    # a mix beyond its pools' memory reach: the covered mix weighed beside it (`_within_reach`)
+    support: dict | None = None
 
     def __post_init__(self):
         self.subset = self.subset or self.pools
@@ -157,6 +159,8 @@ class ClusterSolver:
         self.priced = 0
         self.hws = [Hardware.of(p.system, precision) for p in cluster.pools]
         self.caps = [usable_bytes(hw.memory_bytes, q.memory_headroom) for hw in self.hws]
+        # each pool's fullest calibration run, a share of its usable memory (None: unbounded)
+        self.reach = [bands.covered(p.system.device.name, "full") for p in cluster.pools]
 
     # --- every subset ----------------------------------------------------------------------
 
@@ -263,6 +267,20 @@ class ClusterSolver:
 
     def _mixed(self, subset, incumbent: Found | None) -> tuple[Found | None, str]:
         bound = incumbent.seconds_per_sample if incumbent else math.inf
+        best, capped = self._fastest_mix(subset, bound)
+        names = [p.name for p in self.cluster.pools]
+        if best is None:  # no mix beats the best of the smaller subsets: that is this one's
+            if incumbent is None:
+                return None, (f"no mixed plan found within {MAX_MODELS} CP-SAT models" if capped
+                              else "no mixed plan fits")
+            return replace(incumbent, subset=tuple(names[k] for k in subset),
+                           status="feasible" if capped else incumbent.status), ""
+        return self._within_reach(subset, bound, self._found(subset, *best, capped)), ""
+
+    def _fastest_mix(self, subset, bound: float) -> tuple[tuple | None, bool]:
+        """((plan, its prices, its kind) of the fastest mix over `subset` within the pools'
+        capacities `self.caps` and faster a sample than `bound`, or None; whether the model
+        budget stopped the search before its proof)."""
         best, capped = None, False
         # both kinds' rows in one best-first order of their lower bounds: a cheap replica
         # plan found early rules out pipelines whose models would take long to refute
@@ -290,24 +308,52 @@ class ClusterSolver:
             value = priced.iteration_time_s / plan.global_batch
             if priced.fits and value < bound:
                 bound, best = value, (plan, priced, rows["kind"])
+        return best, capped
+
+    def _found(self, subset, plan, priced, kind, capped: bool) -> Found:
+        from planner.analysis.pools import time_band
+
         names = [p.name for p in self.cluster.pools]
-        if best is None:  # no mix beats the best of the smaller subsets: that is this one's
-            if incumbent is None:
-                return None, (f"no mixed plan found within {MAX_MODELS} CP-SAT models" if capped
-                              else "no mixed plan fits")
-            return replace(incumbent, subset=tuple(names[k] for k in subset),
-                           status="feasible" if capped else incumbent.status), ""
-        plan, priced, kind = best
         memory = {}
         for g, mem in zip(plan.groups, priced.memory_bytes, strict=True):
             for s, x in zip(g.stages, mem, strict=True):
                 memory[names[s.pool]] = max(memory.get(names[s.pool], 0.0), x)
-        from planner.analysis.pools import time_band
-
         return Found(tuple(names[k] for k in subset), kind, plan, priced.iteration_time_s,
                      plan.global_batch, {names[k]: plan.devices_on(k) for k in subset},
                      memory, status="feasible" if capped else "optimal",
-                     time_band=time_band(self.m, self.cluster, self.precision, plan)), ""
+                     time_band=time_band(self.m, self.cluster, self.precision, plan))
+
+    def _within_reach(self, subset, bound: float, fastest: Found) -> Found:
+        """`fastest`, or where it fills a pool's devices beyond the fullest calibration run of
+        their family (its band "not covered") the fastest mix within those fillings, taken
+        as `supported_solve` takes a covered plan on one pool: where it lies within its own
+        band's spread of the fastest. The choice is recorded in `support`."""
+        caps = [min(cap, most * pool.system.device.usable_memory_bytes)
+                if k in subset and most is not None else cap
+                for k, (pool, cap, most) in enumerate(zip(self.cluster.pools, self.caps,
+                                                          self.reach, strict=True))]
+        if "low_s" in (fastest.time_band or {}) or caps == self.caps:
+            return fastest  # covered, or not covered for another reason than its memory
+        # (every method the mix's search runs reads the capacities from `self.caps`)
+        kept, self.caps = self.caps, caps
+        try:
+            best, capped = self._fastest_mix(subset, bound)
+        finally:
+            self.caps = kept
+        alt = None if best is None else self._found(subset, *best, capped)
+        tolerance = None if alt is None else band_tolerance_of(alt.time_band)
+        taken = (tolerance is not None
+                 and alt.seconds_per_sample <= (1 + tolerance) * fastest.seconds_per_sample)
+        most = min(m for k, m in enumerate(self.reach) if k in subset and m is not None)
+        record = {"note": fastest.time_band["note"], "taken": taken,
+                  "covered_by": f"{FULL_AT_MOST}{most:.1%}", "tolerance": tolerance,
+                  "fastest_iteration_time_s": fastest.iteration_time_s,
+                  "fastest_seconds_per_sample": fastest.seconds_per_sample,
+                  "alternative": None if alt is None else {
+                      "iteration_time_s": alt.iteration_time_s,
+                      "seconds_per_sample": alt.seconds_per_sample,
+                      "time_band": alt.time_band}}
+        return replace(alt if taken else fastest, support=record)
 
     # --- the shapes, priced in numpy with their lower bounds ---------------------------------
 
