@@ -237,8 +237,10 @@ def _cluster_parts() -> tuple[dict, dict, dict]:
                  "time_band": band,
                  # a mix beyond a pool's memory reach and the covered mix weighed beside it
                  "support": obj({"note": STR, "taken": BOOL,
-                                 "covered_by": {"type": "string",
-                                                "pattern": "^memory at most [0-9.]+%$"},
+                                 "covered_by": {"type": "string", "pattern":
+                                                "^memory (at most [0-9.]+%|within each "
+                                                "pool's reach)$"},
+                                 "reach": {"type": "object", "additionalProperties": NUM},
                                  "tolerance": {"type": ["number", "null"]},
                                  "fastest_iteration_time_s": NUM,
                                  "fastest_seconds_per_sample": NUM,

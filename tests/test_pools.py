@@ -518,6 +518,7 @@ def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
     sup = best["support"]
     reach = bands.covered("h100-sxm5-80gb", "full")
     assert sup["taken"] and sup["covered_by"] == f"memory at most {reach:.1%}"
+    assert sup["reach"] == {"dgx-h100": reach}  # the A100's runs bound no filling
     assert "beyond 94.2%" in sup["note"] and "(pool dgx-h100)" in sup["note"]
     # the taken mix is covered, within reach, and no faster than the fastest it replaced
     assert "low_s" in best["time_band"]
@@ -556,3 +557,18 @@ def test_a_covered_mix_outside_the_band_leaves_the_fastest(monkeypatch):
         f"the fastest mix filling 5.0% of the usable memory or less takes "
         f"{alt['iteration_time_s']:.4g} s (+") and _support(sup).endswith(
         "time): outside its error band, so the fastest is kept")
+
+
+def test_a_mix_over_families_of_different_reach_names_each_pools():
+    """Pools whose families' fullest runs differ are each kept to their own: the record says
+    "memory within each pool's reach" and the text names each pool's share."""
+    from planner.report.cluster import _support
+    from planner.search.pools import EACH_POOLS_REACH
+
+    sup = {"note": "not covered: a plan beyond the data (pool dgx-h100)", "taken": False,
+           "covered_by": EACH_POOLS_REACH, "reach": {"dgx-h100": 0.9415, "dgx-b200": 0.9779},
+           "tolerance": None, "fastest_iteration_time_s": 10.0,
+           "fastest_seconds_per_sample": 0.01, "alternative": None}
+    assert _support(sup) == ("no mix filling each pool's usable memory no more than its "
+                             "family's fullest run (dgx-h100 94.2%, dgx-b200 97.8%) beats the "
+                             "smaller subsets' best")

@@ -174,17 +174,21 @@ def cluster_text(doc: dict) -> str:
 def _support(sup: dict) -> str:
     """The mix taken within its pools' memory reach, or the covered mix beside the fastest
     (`planner.search.pools.ClusterSolver._within_reach`)."""
-    filling = f"filling {sup['covered_by'].removeprefix('memory at most ')} of the usable memory"
+    reach = sup["reach"]
+    filling = (f"filling {next(iter(reach.values())):.1%} of the usable memory or less"
+               if sup["covered_by"].startswith("memory at most ") else
+               "filling each pool's usable memory no more than its family's fullest run ("
+               + ", ".join(f"{p} {x:.1%}" for p, x in reach.items()) + ")")
     why = sup["note"].removeprefix("not covered: ")
     alt = sup["alternative"]
     if sup["taken"]:
         change = alt["seconds_per_sample"] / sup["fastest_seconds_per_sample"] - 1
-        return (f"took the fastest mix {filling} or less ({change:+.1%} time, within its "
+        return (f"took the fastest mix {filling} ({change:+.1%} time, within its "
                 f"error band) over the fastest ({sup['fastest_iteration_time_s']:.4g} s), "
                 f"which has {why}")
     if alt is None:
-        return f"no mix {filling} or less beats the smaller subsets' best"
-    return (f"the fastest mix {filling} or less takes {alt['iteration_time_s']:.4g} s "
+        return f"no mix {filling} beats the smaller subsets' best"
+    return (f"the fastest mix {filling} takes {alt['iteration_time_s']:.4g} s "
             f"({alt['seconds_per_sample'] / sup['fastest_seconds_per_sample'] - 1:+.1%} "
             f"time): outside its error band, so the fastest is kept")
 

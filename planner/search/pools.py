@@ -54,6 +54,8 @@ MAX_MODELS = 4000  # CP-SAT models one subset may solve before it reports `feasi
 # switches a mixed plan prices (at the values given); the others must keep their defaults
 MIXED_SWITCHES = {s.name for s in switches.SWITCHES if s.mixed}
 PIPELINE, REPLICAS = rules.MIXED_FORMS  # the two kinds of mix (its keys, in that order)
+# a covered mix's label where its pools' families reach different fillings (`_within_reach`)
+EACH_POOLS_REACH = "memory within each pool's reach"
 
 
 @dataclass
@@ -344,9 +346,14 @@ class ClusterSolver:
         tolerance = None if alt is None else band_tolerance_of(alt.time_band)
         taken = (tolerance is not None
                  and alt.seconds_per_sample <= (1 + tolerance) * fastest.seconds_per_sample)
-        most = min(m for k, m in enumerate(self.reach) if k in subset and m is not None)
+        # each bounded pool's reach; one share says it for all of them, else "each pool's"
+        reach = {pool.name: most for k, (pool, most) in enumerate(zip(
+            self.cluster.pools, self.reach, strict=True)) if k in subset and most is not None}
+        shares = {f"{most:.1%}" for most in reach.values()}
         record = {"note": fastest.time_band["note"], "taken": taken,
-                  "covered_by": f"{FULL_AT_MOST}{most:.1%}", "tolerance": tolerance,
+                  "covered_by": (f"{FULL_AT_MOST}{shares.pop()}" if len(shares) == 1
+                                 else EACH_POOLS_REACH),
+                  "reach": reach, "tolerance": tolerance,
                   "fastest_iteration_time_s": fastest.iteration_time_s,
                   "fastest_seconds_per_sample": fastest.seconds_per_sample,
                   "alternative": None if alt is None else {
