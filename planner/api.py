@@ -342,7 +342,7 @@ def solve(specs: Specs, *, objective: str | None = None, critical_batch: float |
         problem["nodes_max"] = min(problem.get("nodes_max") or nodes, nodes)
     elif specs.is_cluster:
         return _solve_cluster(specs, objective=objective, optimizer=optimizer,
-                              framework=framework, **problem)
+                              framework=framework, prefer_supported=prefer_supported, **problem)
     train = dict(critical_batch=critical_batch, target_steps=target_steps,
                  price_per_device_hour=price_per_device_hour, deadline_s=deadline_s,
                  budget_usd=budget_usd)
@@ -484,7 +484,8 @@ def solve_cluster(model: str, hardware: str, *, precision: str | None = None,
 
 
 def _solve_cluster(specs: Specs, *, objective: str = "throughput",
-                   optimizer: str | None = None, framework: str | None = None, **problem):
+                   optimizer: str | None = None, framework: str | None = None,
+                   prefer_supported: float | None = None, **problem):
     from planner.search.hybrid import Search
     from planner.search.pools import ClusterSolver
 
@@ -498,7 +499,7 @@ def _solve_cluster(specs: Specs, *, objective: str = "throughput",
     q = request(Search, {**problem, "optimizer": optimizer or "adam"},
                 objective=objective_for(objective, "transformer"),
                 searched=switches.left_to_search(problem, framework), framework=framework)
-    return ClusterSolver(m, cluster, prec, q).solve()
+    return ClusterSolver(m, cluster, prec, q, prefer_supported).solve()
 
 
 def solve_transformer(model: str, hardware: str, **kwargs) -> Solution:

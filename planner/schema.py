@@ -241,10 +241,13 @@ def _cluster_parts() -> tuple[dict, dict, dict]:
                                                 "^memory (at most [0-9.]+%|within each "
                                                 "pool's reach)$"},
                                  "reach": {"type": "object", "additionalProperties": NUM},
+                                 "rule": {"enum": ["band", "fraction"]},
                                  "tolerance": {"type": ["number", "null"]},
+                                 "cut_off": BOOL,
                                  "fastest_iteration_time_s": NUM,
                                  "fastest_seconds_per_sample": NUM,
                                  "alternative": {"oneOf": [{"type": "null"}, obj({
+                                     "kind": STR, "pools": {"type": "array", "items": STR},
                                      "iteration_time_s": NUM, "seconds_per_sample": NUM,
                                      "time_band": band})]}})},
                 ["pools", "uses", "kind", "status", "iteration_time_s", "global_batch",

@@ -519,6 +519,7 @@ def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
     reach = bands.covered("h100-sxm5-80gb", "full")
     assert sup["taken"] and sup["covered_by"] == f"memory at most {reach:.1%}"
     assert sup["reach"] == {"dgx-h100": reach}  # the A100's runs bound no filling
+    assert sup["rule"] == "band" and not sup["cut_off"]
     assert "beyond 94.2%" in sup["note"] and "(pool dgx-h100)" in sup["note"]
     # the taken mix is covered, within reach, and no faster than the fastest it replaced
     assert "low_s" in best["time_band"]
@@ -526,6 +527,7 @@ def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
     assert filled(best["memory_bytes_per_device"]["dgx-h100"], h100) <= reach
     per_sample = best["iteration_time_s"] / best["global_batch"]
     assert sup["alternative"]["seconds_per_sample"] == pytest.approx(per_sample, rel=1e-12)
+    assert sup["alternative"]["kind"] == best["kind"] == "replicas across pools"
     assert sup["fastest_seconds_per_sample"] < per_sample
     assert per_sample <= (1 + sup["tolerance"]) * sup["fastest_seconds_per_sample"]
     # the subset's entry says the same, and the gain is over a covered single pool
@@ -533,30 +535,83 @@ def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
     assert mixed["support"] == sup
     single = next(s for s in doc["subsets"] if s["pools"] == ["dgx-h100"])
     assert "low_s" in single["time_band"] and "gain_band" in doc
+    # --prefer-supported 0 takes a covered plan only as fast: the fastest mix stays
+    doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536",
+                   "--prefer-supported", "0")
+    jsonschema.validate(doc, schemas()["solve"])
+    sup = doc["prediction"]["support"]
+    assert not sup["taken"] and sup["rule"] == "fraction" and sup["tolerance"] == 0
+    assert doc["prediction"]["iteration_time_s"] == pytest.approx(
+        sup["fastest_iteration_time_s"], rel=1e-12)
 
 
-def test_a_covered_mix_outside_the_band_leaves_the_fastest(monkeypatch):
+def _lab_1536():
+    m = with_seq_len(load_model("gpt3-175b"), 2048)
+    return ClusterSolver(m, load_target("lab-a100-h100"), BF16, Search(global_batch=1536))
+
+
+def _fastest_mix(solver):
+    best, cut = solver._fastest_mix((0, 1), math.inf)
+    return solver._found((0, 1), *best, cut)
+
+
+def test_a_covered_mix_outside_the_band_leaves_the_fastest():
     """With a reach that only a slow mix keeps to (the H100s filled to 5 % at most), the
     fastest mix stays and its record names the covered mix it passed over; the text says so."""
-    from planner import bands
     from planner.report.cluster import _support
 
-    real = bands.covered
-    monkeypatch.setattr(bands, "covered", lambda device, degree, rows=None: 0.05 if (
-        degree == "full" and device.startswith("h100")) else real(device, degree, rows))
-    m = with_seq_len(load_model("gpt3-175b"), 2048)
-    solver = ClusterSolver(m, load_target("lab-a100-h100"), BF16,
-                           Search(global_batch=1536))
+    solver = _lab_1536()
+    solver.reach = [None, 0.05]
     found, _ = solver._mixed((0, 1), None)
     sup, alt = found.support, found.support["alternative"]
     assert not sup["taken"] and sup["covered_by"] == "memory at most 5.0%"
     assert found.iteration_time_s == pytest.approx(sup["fastest_iteration_time_s"], rel=1e-12)
     assert alt["seconds_per_sample"] > (1 + sup["tolerance"]) * sup["fastest_seconds_per_sample"]
     assert "low_s" in alt["time_band"] and "low_s" not in found.time_band
-    assert _support(sup).startswith(
-        f"the fastest mix filling 5.0% of the usable memory or less takes "
-        f"{alt['iteration_time_s']:.4g} s (+") and _support(sup).endswith(
-        "time): outside its error band, so the fastest is kept")
+    assert _support(sup) == (
+        f"the fastest plan filling 5.0% of the usable memory or less ({alt['kind']} on "
+        f"dgx-a100-80gb + dgx-h100) takes {alt['iteration_time_s']:.4g} s "
+        f"({alt['seconds_per_sample'] / sup['fastest_seconds_per_sample'] - 1:+.1%} time): "
+        "outside its error band; the fastest mix is kept")
+
+
+def test_where_no_mix_within_the_reach_beats_the_smaller_subsets_their_covered_plan_is_weighed():
+    """The second search is bounded by the smaller subsets' best: where no mix within the
+    reach beats it, that plan is the covered one weighed (and here, within the band, taken)."""
+    solver = _lab_1536()
+    covered, _ = solver._mixed((0, 1), None)  # the covered mix of the test above
+    fastest = _fastest_mix(solver)
+    solver.reach = [None, 0.05]  # no mix keeps to it faster than `covered`
+    got = solver._within_reach((0, 1), covered, fastest)
+    assert got.support["taken"] and got.status == "optimal"
+    assert got.iteration_time_s == covered.iteration_time_s and got.plan == covered.plan
+    assert got.support["alternative"]["kind"] == covered.kind
+
+
+def test_a_second_search_cut_off_by_the_model_budget_proves_nothing(monkeypatch):
+    """Where the model budget runs out before the second search ends, the fastest mix is kept
+    as `feasible` and the record says the search was cut off, not that no plan fits."""
+    from planner.report.cluster import _support
+    from planner.search import pools
+
+    solver = _lab_1536()
+    fastest = _fastest_mix(solver)
+    monkeypatch.setattr(pools, "MAX_MODELS", solver.models)
+    got = solver._within_reach((0, 1), None, fastest)
+    assert not got.support["taken"] and got.support["cut_off"] and got.status == "feasible"
+    assert got.support["alternative"] is None
+    assert _support(got.support) == ("the search for a plan filling 94.2% of the usable memory "
+                                     "or less stopped at its model budget; the fastest mix is "
+                                     "kept")
+
+
+def test_a_mix_not_covered_for_another_reason_than_its_memory_carries_no_record(run_json):
+    """A pinned ZeRO-2 mix within the memory reach is not covered for its sharded gradients:
+    no second search, no record (that is the pin's to lift)."""
+    doc = run_json("solve", "-m", "llama2-7b", "-H", "lab-a100-h100", "--global-batch", "256",
+                   "--zero", "2")
+    best = doc["prediction"]
+    assert "support" not in best and "ZeRO-2" in best["time_band"]["note"]
 
 
 def test_a_mix_over_families_of_different_reach_names_each_pools():
@@ -565,10 +620,16 @@ def test_a_mix_over_families_of_different_reach_names_each_pools():
     from planner.report.cluster import _support
     from planner.search.pools import EACH_POOLS_REACH
 
-    sup = {"note": "not covered: a plan beyond the data (pool dgx-h100)", "taken": False,
-           "covered_by": EACH_POOLS_REACH, "reach": {"dgx-h100": 0.9415, "dgx-b200": 0.9779},
-           "tolerance": None, "fastest_iteration_time_s": 10.0,
-           "fastest_seconds_per_sample": 0.01, "alternative": None}
-    assert _support(sup) == ("no mix filling each pool's usable memory no more than its "
-                             "family's fullest run (dgx-h100 94.2%, dgx-b200 97.8%) beats the "
-                             "smaller subsets' best")
+    solver = _lab_1536()
+    solver.reach = [0.99, solver.reach[1]]  # as if the A100's runs bounded a filling too
+    found, _ = solver._mixed((0, 1), None)
+    sup = found.support
+    assert sup["covered_by"] == EACH_POOLS_REACH
+    assert sup["reach"] == {"dgx-a100-80gb": 0.99, "dgx-h100": solver.reach[1]}
+    assert _support(sup).startswith(
+        "took the fastest plan filling each pool's usable memory no more than its family's "
+        f"fullest run (dgx-a100-80gb 99.0%, dgx-h100 {solver.reach[1]:.1%}) (")
+    empty = {**sup, "alternative": None, "cut_off": False, "taken": False}
+    assert _support(empty) == ("no plan filling each pool's usable memory no more than its "
+                               f"family's fullest run (dgx-a100-80gb 99.0%, dgx-h100 "
+                               f"{solver.reach[1]:.1%}) fits; the fastest mix is kept")

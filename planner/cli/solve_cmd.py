@@ -164,7 +164,7 @@ def solve(specs, model, hardware, precision, optimizer, servers, overlap, fmt, c
         return
     if specs.is_cluster:
         _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
-                       token_budget, pareto, plot_path, framework)
+                       token_budget, pareto, plot_path, framework, prefer_supported)
         return
     transformer = specs.family == "transformer"
     if transformer:
@@ -248,7 +248,7 @@ def _solve_recommendation(specs, fmt, problem) -> None:
 
 
 def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, training,
-                   token_budget, pareto, plot_path, framework) -> None:
+                   token_budget, pareto, plot_path, framework, prefer_supported) -> None:
     """`solve` over a cluster of several pools: the best plan of every subset of pools."""
     from planner import api
     from planner.report.cluster import cluster_doc, cluster_text
@@ -263,6 +263,7 @@ def _solve_cluster(specs, fmt, objective, rng, hybrid, problem, optimizer, train
     hybrid.pop("seq_len", None)  # in the specs
     sol = api._solve_cluster(specs, objective=objective, optimizer=optimizer,
                              global_batch_range=rng, framework=framework,
+                             prefer_supported=prefer_supported,
                              **problem, **hybrid)
     cluster, used = specs.target, specs.precision.value
     body = {"model": specs.model_ref, "hardware": specs.hardware_ref,

@@ -172,8 +172,8 @@ def cluster_text(doc: dict) -> str:
 
 
 def _support(sup: dict) -> str:
-    """The mix taken within its pools' memory reach, or the covered mix beside the fastest
-    (`planner.search.pools.ClusterSolver._within_reach`)."""
+    """The plan taken within its pools' memory reach, or the one weighed beside the fastest
+    mix (`planner.search.pools.ClusterSolver._within_reach`)."""
     reach = sup["reach"]
     filling = (f"filling {next(iter(reach.values())):.1%} of the usable memory or less"
                if sup["covered_by"].startswith("memory at most ") else
@@ -181,16 +181,25 @@ def _support(sup: dict) -> str:
                + ", ".join(f"{p} {x:.1%}" for p, x in reach.items()) + ")")
     why = sup["note"].removeprefix("not covered: ")
     alt = sup["alternative"]
-    if sup["taken"]:
-        change = alt["seconds_per_sample"] / sup["fastest_seconds_per_sample"] - 1
-        return (f"took the fastest mix {filling} ({change:+.1%} time, within its "
-                f"error band) over the fastest ({sup['fastest_iteration_time_s']:.4g} s), "
-                f"which has {why}")
     if alt is None:
-        return f"no mix {filling} beats the smaller subsets' best"
-    return (f"the fastest mix {filling} takes {alt['iteration_time_s']:.4g} s "
-            f"({alt['seconds_per_sample'] / sup['fastest_seconds_per_sample'] - 1:+.1%} "
-            f"time): outside its error band, so the fastest is kept")
+        return (f"the search for a plan {filling} stopped at its model budget; the fastest "
+                f"mix is kept" if sup["cut_off"] else
+                f"no plan {filling} fits; the fastest mix is kept")
+    what = f"{alt['kind']} on {' + '.join(alt['pools'])}"
+    change = alt["seconds_per_sample"] / sup["fastest_seconds_per_sample"] - 1
+    if sup["taken"]:
+        within = ("within its error band" if sup["rule"] == "band"
+                  else f"within --prefer-supported {sup['tolerance']:g}")
+        return (f"took the fastest plan {filling} ({what}, {change:+.1%} time, {within}) "
+                f"over the fastest mix ({sup['fastest_iteration_time_s']:.4g} s), which has "
+                f"{why}")
+    beside = (f"the fastest plan {filling} ({what}) takes {alt['iteration_time_s']:.4g} s "
+              f"({change:+.1%} time)")
+    if sup["rule"] == "fraction":
+        return f"{beside}: beyond --prefer-supported {sup['tolerance']:g}; the fastest mix is kept"
+    if "low_s" not in (alt["time_band"] or {}):
+        return f"{beside} and is not covered either; the fastest mix is kept"
+    return f"{beside}: outside its error band; the fastest mix is kept"
 
 
 def _likely(band: dict) -> str:
@@ -242,6 +251,8 @@ def limits_text(doc: dict) -> str:
              f"{' + '.join(plan['pools'])}, {pred['tokens_per_s']:,.0f} tokens/s"]
     if "groups" in plan:
         lines.append(f"  {_describe(pred, plan)}")
+    if pred.get("support"):
+        lines.append(f"  {_support(pred['support'])}")
     for e in doc["single_pools"]:
         lines.append(f"  {e['pools'][0]} alone: {e['tokens_per_s']:,.0f} tokens/s")
     if "gain_over_best_single_pool" in doc:

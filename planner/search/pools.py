@@ -41,7 +41,7 @@ from planner.cost.transformer import RECOMPUTE, Hardware, iteration
 from planner.errors import InfeasibleError, SpecError
 from planner.plan import stage_layers
 from planner.search.hybrid_space import Search, candidate_batches
-from planner.search.memory_fit import usable_bytes
+from planner.search.memory_fit import filled, usable_bytes
 from planner.search.objective import Objective
 from planner.search.support import FULL_AT_MOST, band_tolerance_of, supported_solve
 from planner.spec.cluster import Cluster
@@ -136,7 +136,8 @@ def _priced_switches(q: Search) -> tuple[tuple[str, object], ...]:
 
 
 class ClusterSolver:
-    def __init__(self, m: Transformer, cluster: Cluster, precision: Precision, q: Search):
+    def __init__(self, m: Transformer, cluster: Cluster, precision: Precision, q: Search,
+                 prefer: float | None = None):
         objective = q.objective if isinstance(q.objective, Objective) else Objective(q.objective)
         if objective is not Objective.throughput:
             raise SpecError(f"objective: over several pools solve ranks plans by throughput "
@@ -150,7 +151,11 @@ class ClusterSolver:
                             "time to train are not searched across pools yet")
         for pool in cluster.pools:
             pool.system.device.peak_flops(precision)
+        if prefer is not None and not 0 <= prefer <= 1:
+            raise SpecError(f"prefer_supported: must be a fraction in [0, 1], got {prefer!r}")
         self.m, self.cluster, self.precision, self.q = m, cluster, precision, q
+        # how much slower a covered plan may be and be taken (None: its band's spread)
+        self.prefer = prefer
         lo, hi = q.global_batch_range or (q.global_batch, q.global_batch)
         if lo is None:
             raise SpecError("global_batch: give --global-batch or --global-batch-range")
@@ -218,7 +223,8 @@ class ClusterSolver:
         if best.kind == "one pool":
             if single is None or self.note is not None or not self._slow_between():
                 return {}
-            fast = ClusterSolver(m, cluster.at_between(math.inf), prec, self.q).solve()
+            fast = ClusterSolver(m, cluster.at_between(math.inf), prec, self.q,
+                                 self.prefer).solve()
             mixed = [f for f in fast.subsets if f.kind != "one pool" and f.pools == f.subset]
             if not mixed:
                 return {}
@@ -259,7 +265,7 @@ class ClusterSolver:
         pool = self.cluster.pools[k]
         q = replace(self.q, nodes_max=min(self.q.nodes_max or pool.nodes, pool.nodes))
         try:
-            sol = supported_solve(self.m, pool.system, self.precision, q)[1]
+            sol = supported_solve(self.m, pool.system, self.precision, q, self.prefer)[1]
         except InfeasibleError as exc:
             return None, str(exc)
         plan, pred = sol.plan, sol.prediction
@@ -277,7 +283,7 @@ class ClusterSolver:
                               else "no mixed plan fits")
             return replace(incumbent, subset=tuple(names[k] for k in subset),
                            status="feasible" if capped else incumbent.status), ""
-        return self._within_reach(subset, bound, self._found(subset, *best, capped)), ""
+        return self._within_reach(subset, incumbent, self._found(subset, *best, capped)), ""
 
     def _fastest_mix(self, subset, bound: float) -> tuple[tuple | None, bool]:
         """((plan, its prices, its kind) of the fastest mix over `subset` within the pools'
@@ -325,42 +331,60 @@ class ClusterSolver:
                      memory, status="feasible" if capped else "optimal",
                      time_band=time_band(self.m, self.cluster, self.precision, plan))
 
-    def _within_reach(self, subset, bound: float, fastest: Found) -> Found:
+    def _within_reach(self, subset, incumbent: Found | None, fastest: Found) -> Found:
         """`fastest`, or where it fills a pool's devices beyond the fullest calibration run of
-        their family (its band "not covered") the fastest mix within those fillings, taken
-        as `supported_solve` takes a covered plan on one pool: where it lies within its own
-        band's spread of the fastest. The choice is recorded in `support`."""
+        their family (its band "not covered") the fastest plan within those fillings: a mix
+        searched again with each pool kept to its family's reach, or where none beats the
+        smaller subsets' best, that plan (`incumbent`). It is taken as `supported_solve` takes
+        a covered plan on one pool: where it lies within its own band's spread of the fastest
+        (as fast, without a band; within `prefer` where given). The choice is recorded in
+        `support`."""
+        pools, names = self.cluster.pools, [p.name for p in self.cluster.pools]
+        beyond = [k for k in subset if self.reach[k] is not None and filled(
+            fastest.memory_bytes.get(names[k], 0.0), pools[k].system.device) > self.reach[k]]
+        if "low_s" in (fastest.time_band or {}) or not beyond:
+            return fastest  # covered, or not covered for another reason than its memory
         caps = [min(cap, most * pool.system.device.usable_memory_bytes)
                 if k in subset and most is not None else cap
-                for k, (pool, cap, most) in enumerate(zip(self.cluster.pools, self.caps,
-                                                          self.reach, strict=True))]
-        if "low_s" in (fastest.time_band or {}) or caps == self.caps:
-            return fastest  # covered, or not covered for another reason than its memory
+                for k, (pool, cap, most) in enumerate(zip(pools, self.caps, self.reach,
+                                                          strict=True))]
+        bound = incumbent.seconds_per_sample if incumbent else math.inf
         # (every method the mix's search runs reads the capacities from `self.caps`)
         kept, self.caps = self.caps, caps
         try:
-            best, capped = self._fastest_mix(subset, bound)
+            best, cut = self._fastest_mix(subset, bound)
         finally:
             self.caps = kept
-        alt = None if best is None else self._found(subset, *best, capped)
-        tolerance = None if alt is None else band_tolerance_of(alt.time_band)
-        taken = (tolerance is not None
+        if best is not None:
+            alt = self._found(subset, *best, cut)
+        elif incumbent is not None and not cut:  # no mix within the reach beats it
+            alt = replace(incumbent, subset=fastest.subset)
+        else:  # none fits, or the model budget ran out first
+            alt = None
+        tolerance = self.prefer if self.prefer is not None else (
+            None if alt is None else band_tolerance_of(alt.time_band) or 0.0)
+        taken = (alt is not None
                  and alt.seconds_per_sample <= (1 + tolerance) * fastest.seconds_per_sample)
         # each bounded pool's reach; one share says it for all of them, else "each pool's"
-        reach = {pool.name: most for k, (pool, most) in enumerate(zip(
-            self.cluster.pools, self.reach, strict=True)) if k in subset and most is not None}
+        reach = {names[k]: most for k, most in enumerate(self.reach)
+                 if k in subset and most is not None}
         shares = {f"{most:.1%}" for most in reach.values()}
         record = {"note": fastest.time_band["note"], "taken": taken,
                   "covered_by": (f"{FULL_AT_MOST}{shares.pop()}" if len(shares) == 1
                                  else EACH_POOLS_REACH),
-                  "reach": reach, "tolerance": tolerance,
+                  "reach": reach, "rule": "band" if self.prefer is None else "fraction",
+                  "tolerance": tolerance, "cut_off": cut,
                   "fastest_iteration_time_s": fastest.iteration_time_s,
                   "fastest_seconds_per_sample": fastest.seconds_per_sample,
                   "alternative": None if alt is None else {
+                      "kind": alt.kind, "pools": list(alt.pools),
                       "iteration_time_s": alt.iteration_time_s,
                       "seconds_per_sample": alt.seconds_per_sample,
                       "time_band": alt.time_band}}
-        return replace(alt if taken else fastest, support=record)
+        chosen = alt if taken else fastest
+        # (a search cut off by the model budget proves no choice)
+        return replace(chosen, support=record,
+                       status="feasible" if cut else chosen.status)
 
     # --- the shapes, priced in numpy with their lower bounds ---------------------------------
 
