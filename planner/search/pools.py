@@ -344,10 +344,12 @@ class ClusterSolver:
             fastest.memory_bytes.get(names[k], 0.0), pools[k].system.device) > self.reach[k]]
         if "low_s" in (fastest.time_band or {}) or not beyond:
             return fastest  # covered, or not covered for another reason than its memory
-        caps = [min(cap, most * pool.system.device.usable_memory_bytes)
+        # each bounded pool's memory as one pool's covered search keeps it: a headroom of
+        # 1 - its reach where that keeps more free than the request's (`covered_pins`)
+        caps = [usable_bytes(hw.memory_bytes, max(self.q.memory_headroom, 1 - most))
                 if k in subset and most is not None else cap
-                for k, (pool, cap, most) in enumerate(zip(pools, self.caps, self.reach,
-                                                          strict=True))]
+                for k, (hw, cap, most) in enumerate(zip(self.hws, self.caps, self.reach,
+                                                        strict=True))]
         bound = incumbent.seconds_per_sample if incumbent else math.inf
         # (every method the mix's search runs reads the capacities from `self.caps`)
         kept, self.caps = self.caps, caps
