@@ -26,12 +26,18 @@ def _fold(op: Op) -> Op:
 
 
 def _piecewise(*xs):
-    """(cond, value) pairs in order: the first true condition's value (NaN where none is)."""
+    """(cond, value) pairs in order: the first true condition's value (NaN where none is).
+    Folded from the last pair (`np.where` per pair: a SymPy Piecewise has two or three,
+    the last one's condition most often True, where `np.select` builds every branch's
+    broadcast copy)."""
     conds, values = xs[0::2], xs[1::2]
     shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
-    return np.select([np.broadcast_to(c, shape) for c in conds],
-                     [np.broadcast_to(np.asarray(x, dtype=float), shape) for x in values],
-                     default=np.nan)
+    last = conds[-1]
+    out = (np.asarray(values[-1], dtype=float) if np.ndim(last) == 0 and bool(last)
+           else np.where(last, np.asarray(values[-1], dtype=float), np.nan))
+    for cond, value in zip(conds[-2::-1], values[-2::-1], strict=True):
+        out = np.where(cond, np.asarray(value, dtype=float), out)
+    return out if out.shape == shape else np.array(np.broadcast_to(out, shape), dtype=float)
 
 
 # every operation a program may hold, by code

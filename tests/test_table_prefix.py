@@ -52,17 +52,45 @@ def test_prefix_order_is_the_full_orders_prefix():
     assert np.array_equal(part, full[:len(part)])
 
 
-def test_stacked_rows_are_numpys_join_of_the_structured_rows():
-    """`stack_rows` joins the search's `ROW` arrays as int64 words: the same rows, fields and
-    order as numpy's (field by field) concatenation, an empty part included."""
-    from planner.search.hybrid import COLUMNS, ROW, stack_rows
+def test_priced_rows_read_as_the_rows_gathered_whole():
+    """`PricedRows` keeps each pricing call's cells as indexes and gathers a column when read:
+    every column, every single row and the structured array it gives are those of the rows
+    gathered whole from the same cells (an empty block, HSDP's per-structure replicas and a
+    pinned dp_shard included)."""
+    from planner.search.priced_rows import CHOICE, COLUMNS, ROW, STRUCTURE, Block, PricedRows
 
     rng = np.random.default_rng(3)
-    parts = [rng.integers(-5, 1 << 40, (n, len(COLUMNS))).view(ROW).reshape(-1)
-             for n in (7, 0, 13, 1)]
-    joined = stack_rows(parts)
-    assert joined.dtype == ROW and np.array_equal(joined, np.concatenate(parts))
-    assert joined["cover"].tolist() == np.concatenate([p["cover"] for p in parts]).tolist()
+    blocks, whole = [], []
+    for n_st, n_ch, kept, per_structure in ((5, 4, 7, 0), (3, 2, 0, 0), (6, 3, 13, 1),
+                                            (2, 5, 1, 1)):
+        st = rng.integers(1, 1 << 20, (n_st, len(STRUCTURE)))
+        chosen = rng.integers(0, 4, (n_ch, len(CHOICE)))
+        si, ci = rng.integers(0, n_st, kept), rng.integers(0, n_ch, kept)
+        rl = rng.integers(1, 9, n_st) if per_structure else None
+        ds = rng.integers(2, 9, n_st) if per_structure else None
+        cover = rng.integers(0, 2, kept).astype(bool)
+        B = int(rng.integers(1, 1 << 30))
+        blocks.append(Block(st, B, chosen, si, ci, rl, ds, 4, cover))
+        rows = np.empty(kept, dtype=ROW)
+        for j, k in enumerate(STRUCTURE):
+            rows[k] = st[si, j]
+        for j, k in enumerate(CHOICE):
+            rows[k] = chosen[ci, j]
+        rows["B"], rows["cover"] = B, cover
+        rows["rl"] = 0 if rl is None else rl[si]
+        rows["ds"] = 4 if ds is None else ds[si]
+        whole.append(rows)
+    table, expected = PricedRows(blocks), np.concatenate(whole)
+    assert len(table) == len(expected) == 21
+    assert np.array_equal(table.array(), expected)
+    for k in COLUMNS:
+        assert table[k].tolist() == expected[k].tolist()
+    for i in range(len(expected)):
+        assert table.row(i) == {k: int(expected[i][k]) for k in COLUMNS}
+    mask = expected["cover"] == 1
+    assert np.array_equal(table[mask], expected[mask])
+    with pytest.raises(IndexError):
+        table.row(len(expected))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

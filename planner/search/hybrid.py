@@ -66,31 +66,15 @@ from planner.search.hybrid_space import (
 )
 from planner.search.memory_fit import DEFAULT_MEMORY_HEADROOM, filled, usable_bytes
 from planner.search.objective import Objective, objective_for
+from planner.search.priced_rows import CHOICE, COLUMNS, STRUCTURE, Block, PricedRows
 from planner.search.solution import Solution
 from planner.search.training import Training, check_training
 from planner.spec.hardware import Precision, System
 from planner.spec.transformer import Transformer
 
 MAX_ROWS = 20_000_000
-# a priced row of the search: the structure (`hybrid_space.structures`), the global batch, the
-# per-row choices of `hybrid_space.choices` (recompute as RECOMPUTE's index or PARTIAL,
-# sequence parallelism, ZeRO, GPipe, the searched switches) and, for PARTIAL rows, the layers
-# of each chunk recomputed (0 otherwise); `ds`: the replicas of a ZeRO shard group with hybrid
-# sharding (HSDP; 0: all of them); `cover`: a ZeRO 2 row without HSDP whose memory at ZeRO 1
-# fits (its ZeRO 1 twin is a covered plan at the same time: `HybridSolver.covered`)
-STRUCTURE = ("t", "p", "v", "d", "mb", "cp", "ep", "etp")
-CHOICE = ("rec", "sp", "zero", "gpipe", *switches.PER_ROW)
 assert all(switches.BY_NAME[n].applies for n in switches.SEARCHED), \
     "a searched switch needs its `applies` rule"
-COLUMNS = (*STRUCTURE, "B", *CHOICE, "rl", "ds", "cover")
-ROW = np.dtype([(k, np.int64) for k in COLUMNS])
-
-
-def stack_rows(parts: list[np.ndarray]) -> np.ndarray:
-    """`ROW` arrays end to end. Concatenated as their int64 words: numpy joins a structured
-    dtype field by field, five times slower over the search's 10^5-10^6 rows."""
-    words = [np.ascontiguousarray(r).view(np.int64).reshape(-1, len(COLUMNS)) for r in parts]
-    return np.concatenate(words).view(ROW).reshape(-1)
 
 
 # what the search prices per row: the memory with the gradients whole tells which ZeRO 2 rows
@@ -266,7 +250,7 @@ class HybridSolver:
         self.batches = candidate_batches(lo, hi)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """The plans that fit in memory: (rows, a structured array of the fields of `ROW`;
+        """The plans that fit in memory: (rows, a `PricedRows` table of the fields of `ROW`;
         iteration time per row; plans priced). Priced one global batch at a time, with the
         structural terms computed once per structure and broadcast over the choices; memory
         is the one constraint every plan must meet, so rows over it are dropped here."""
@@ -325,7 +309,7 @@ class HybridSolver:
                 f"infeasible: memory: the smallest plan within the devices and pins needs "
                 f"{smallest / 2**30:.3g} GiB per device; '{self.system.device.name}' has "
                 f"{cap / 2**30:.3g} GiB{self._modules_hint()}", ("memory",))
-        return stack_rows(rows), np.concatenate(times), priced
+        return PricedRows(rows), np.concatenate(times), priced
 
     def _modules_hint(self) -> str:
         """The recompute modules the model has that the request leaves off, where it pins no
@@ -340,8 +324,8 @@ class HybridSolver:
                 "free more)") if off else ""
 
     def _kept(self, st, B, chosen, fits, time_s, rl=None, mem1=None, *, cap, ds=None) -> tuple:
-        """(the rows of structures `st` x choices `chosen` that `fits` keeps, as `ROW`s; their
-        times). A searched switch on where it does nothing prices as off: kept off there;
+        """(the rows of structures `st` x choices `chosen` that `fits` keeps, as a `Block`;
+        their times). A searched switch on where it does nothing prices as off: kept off there;
         and on only where its rules hold (`planner.rules`, as a pinned one is refused). A ZeRO
         2 row without HSDP whose memory with the gradients whole (`mem1`) fits covers its ZeRO
         1 twin. `ds`: each structure's replicas per shard group (HSDP), else as pinned."""
@@ -360,18 +344,11 @@ class HybridSolver:
                 on_ok = on_ok & rules.hold(name, row, self.q, self.m)
             fits = fits & ((col(name) == 0) | on_ok)
         si, ci = np.nonzero(fits)
-        # filled as int64 columns in `COLUMNS`' order and viewed as `ROW`s: a gather of whole
-        # rows, not one strided copy per field
-        flat = np.empty((len(si), len(COLUMNS)), dtype=np.int64)
-        s, c = len(STRUCTURE), len(CHOICE)
-        flat[:, :s] = st[si]
-        flat[:, s] = B
-        flat[:, s + 1:s + 1 + c] = chosen[ci]
-        flat[:, -3] = 0 if rl is None else rl[si]
-        flat[:, -2] = (self.q.dp_shard or 0) if ds is None else ds[si]
-        flat[:, -1] = 0 if mem1 is None else (
-            (chosen[ci, CHOICE.index("zero")] == 2) & (mem1[si, ci] <= cap) & (flat[:, -2] == 0))
-        return flat.view(ROW).reshape(-1), time_s[si, ci]
+        ds_all = self.q.dp_shard or 0
+        hsdp = (ds_all if ds is None else ds[si]) != 0
+        cover = (np.zeros(len(si), dtype=bool) if mem1 is None else
+                 (chosen[ci, CHOICE.index("zero")] == 2) & (mem1[si, ci] <= cap) & ~hsdp)
+        return Block(st, B, chosen, si, ci, rl, ds, ds_all, cover), time_s[si, ci]
 
     def _hsdp_rows(self, st) -> tuple | None:
         """(structures, each one's replicas per shard group) of the hybrid-sharded rows the
@@ -404,7 +381,7 @@ class HybridSolver:
         if self._zero1_rows is not None:
             return self._zero1_rows
         cap = usable_bytes(self.hw.memory_bytes, self.q.memory_headroom)
-        rows, times = [np.empty(0, dtype=ROW)], [np.empty(0)]
+        rows, times = [], [np.empty(0)]
         for st, B, one, whole, mem1, sel, n in self._pending:
             sel1, n1 = self._fewest_recomputed(st, B, one, whole, mem1, cap, 1)
             at2 = np.full(len(st), -1)
@@ -415,7 +392,7 @@ class HybridSolver:
             out, t = self._kept(st[sel1], B, one, pmem1 <= cap, time_s, n1, pmem1, cap=cap)
             rows.append(out)
             times.append(t)
-        self._zero1_rows = stack_rows(rows), np.concatenate(times)
+        self._zero1_rows = PricedRows(rows), np.concatenate(times)
         return self._zero1_rows
 
     def _price(self, st, B, chosen, rl=None, outputs=("time", "memory"), ds=None) -> tuple:
@@ -538,7 +515,7 @@ class HybridSolver:
                            col("B"), group=group, points=priced)
 
     def plan(self, row: int) -> Plan:
-        return self._plan(self.plans[row])
+        return self._plan(self.plans.row(row))
 
     def covered(self) -> Solution:
         """The best plan with its gradients and weights whole (ZeRO 1) over the table this
@@ -571,7 +548,7 @@ class HybridSolver:
         return {**out, "tokens": out["samples"] * self.m.seq_len}
 
     def _plan(self, row) -> Plan:
-        r = {k: int(row[k]) for k in COLUMNS}
+        r = {k: int(row[k]) for k in COLUMNS}  # a `PricedRows.row` or a `ROW` record
         rec, t = r["rec"], r["t"]
         # with one replica ZeRO shards nothing: stages 2 and 3 price as stage 1 (the
         # distributed optimizer, which the calibration runs hold), so a free stage says 1
@@ -607,7 +584,7 @@ class _Covered:
 
     def plan(self, row: int) -> Plan:
         s, n = self.solver, len(self.index)
-        plan = s.plan(int(self.index[row])) if row < n else s._plan(self.extra[row - n])
+        plan = s.plan(int(self.index[row])) if row < n else s._plan(self.extra.row(row - n))
         return dataclasses.replace(plan, zero=1)
 
     def predict(self, plan: Plan) -> Prediction:

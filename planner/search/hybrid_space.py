@@ -4,6 +4,7 @@ row and the categorical choices priced on each (`planner.search.hybrid` prices a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -164,10 +165,14 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     if not tpv or not pairs:
         return np.empty((0, 8), dtype=np.int64)
     tpv_a, pairs_a = np.array(tpv, dtype=np.int64), np.array(pairs, dtype=np.int64)
-    i, j, cp, ep, mode = (a.ravel() for a in np.meshgrid(
-        np.arange(len(tpv_a)), np.arange(len(pairs_a)), np.array(cps(m, q), dtype=np.int64),
+    # the (t, p, v) x (d, mb) pairs within the budget at cp 1 first (most of the grid is not),
+    # then each crossed with the cp, ep and etp degrees, in the grid's own order
+    ij = np.nonzero(tpv_a[:, 0, None] * tpv_a[:, 1, None] * pairs_a[None, :, 0] <= cap)
+    k, cp, ep, mode = (a.ravel() for a in np.meshgrid(
+        np.arange(len(ij[0])), np.array(cps(m, q), dtype=np.int64),
         np.array(eps(m, q), dtype=np.int64), np.array(etp_modes(m, q), dtype=np.int64),
         indexing="ij"))
+    i, j = ij[0][k], ij[1][k]
     (t, p, v), (d, mb) = tpv_a[i].T, pairs_a[j].T
     etp = np.where(mode == 0, t, np.where(mode == 1, 1, -mode))
     n = t * p * d * cp
@@ -184,11 +189,28 @@ def structures(m: Transformer, g: int, q: Search, B: int) -> np.ndarray:
     row = SimpleNamespace(t=t, p=p, v=v, d=d, mb=mb, acc=B // (d * mb), cp=cp, ep=ep, etp=etp,
                           sp=sp)
     ok &= rules.mask(m, q, row, rules.SPLIT | {"sp"})
-    rows = np.column_stack([t, p, v, d, mb, cp, ep, etp])[ok]
-    return rows[np.lexsort(rows[:, [2, 7, 6, 4, 5, 3, 1, 0]].T)]
+    cols = [x[ok] for x in (t, p, v, d, mb, cp, ep, etp)]
+    return np.column_stack(cols)[_order([cols[k] for k in (0, 1, 3, 5, 4, 6, 7, 2)])]
 
 
-def choices(q: Search) -> list[tuple[int, ...]]:
+def _order(keys: list[np.ndarray]) -> np.ndarray:
+    """`np.lexsort`'s order of integer keys, most significant first: one sort of the keys
+    packed into one int64 where their ranges fit in 63 bits (they do for any search the
+    budget allows: 2^7 tp, layers and chunks, 2^20 replicas), the lexsort otherwise."""
+    if not len(keys[0]):
+        return np.empty(0, dtype=np.int64)
+    lows = [int(k.min()) for k in keys]
+    bits = [(int(k.max()) - lo).bit_length() for k, lo in zip(keys, lows, strict=True)]
+    if sum(bits) > 63:
+        return np.lexsort(keys[::-1])
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    for k, lo, b in zip(keys, lows, bits, strict=True):
+        packed = (packed << b) | (k - lo)
+    return np.argsort(packed, kind="stable")
+
+
+@functools.lru_cache(maxsize=64)
+def choices(q: Search) -> tuple[tuple[int, ...], ...]:
     """(recompute, sp, zero, gpipe, then each switch of `planner.switches.PER_ROW`)
     combinations the search prices (see the module docstring), those the rules of
     `planner.rules` reading only them allow; a one-line error where the pins leave none. A
@@ -209,4 +231,4 @@ def choices(q: Search) -> list[tuple[int, ...]]:
     if not ok:
         rules.refuse(q, SimpleNamespace(rec=every[0][0], sp=every[0][1], zero=every[0][2]),
                      rules.CHOICE)
-    return ok
+    return tuple(ok)
