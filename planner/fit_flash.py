@@ -37,7 +37,11 @@ from planner.spec.hardware import FlashCurve
 
 # (device spec, kernel in the CSV): the kernel the device's usual training stack runs
 SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"), ("b200", "cudnn"),
-           ("gb200", "cudnn"), ("gb300", "cudnn"))
+           ("gb200", "cudnn"), ("gb300", "cudnn"), ("mi300x", "aiter"), ("mi355x", "aiter"))
+# devices with no benchmark of their own that take another's block (AMD: the same die on a
+# board of another power and clock), every rate scaled by the ratio of their 16-bit GEMM rates
+# (peak x matmul efficiency): the kernel is compute-bound at training's sequence lengths
+SCALED = (("mi325x", "mi300x"), ("mi350x", "mi355x"))
 # the one cuDNN fit across head dims (64, 128, 256), whose ratios the head-dim-128-only devices
 # carry (`carried`)
 REFERENCE = ("h100-sxm5-80gb", "cudnn")
@@ -142,6 +146,23 @@ def device_block(device: str, kernel: str) -> dict:
     return block(kernel, fitted, fit_fp8(data8, fitted) if data8 else None)
 
 
+def scaled_block(device: str, source: str) -> dict:
+    """`device`'s block: `source`'s shipped one with every rate times the ratio of the two
+    devices' 16-bit GEMM rates (`SCALED`)."""
+    from planner.catalog import load_device
+
+    own, src = load_device(device), load_device(source)
+    ratio = ((own.peak_tflops["bf16"] * own.efficiency.matmul)
+             / (src.peak_tflops["bf16"] * src.efficiency.matmul))
+    out = src.flash_attention.model_dump(exclude_none=True)
+    for key, value in out.items():
+        if key.endswith("_tflops"):
+            out[key] = {d: round(r * ratio) for d, r in value.items()}
+        elif isinstance(value, float):
+            out[key] = round(value)
+    return out
+
+
 def block(kernel: str, fitted: dict, fp8: dict | None = None) -> dict:
     """The device spec's `flash_attention:` block from a fit (and its quantized directions',
     `fit_fp8`)."""
@@ -181,6 +202,8 @@ def main() -> None:
                 err = np.abs(errors(shipped, rows_))
                 print(f"  shipped spec, {what}: MAPE {100 * err.mean():.1f} %, worst "
                       f"{100 * err.max():.1f} %")
+    for device, source in SCALED:
+        print(f"{device} ({source}'s, scaled by their GEMM rates): {scaled_block(device, source)}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 was fitted to, the shipped specs against the fit, and the layer's attention time against the
 benchmarks' own FLOP count."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,13 +11,24 @@ from planner.catalog import load_device, load_model, load_system
 from planner.cost.transformer import Hardware
 from planner.expr.layer import Choices, LayerCosts
 from planner.expr.vocab import b, c_p, e_p, e_t, t
-from planner.fit_flash import REFERENCE, SOURCES, device_block, errors, fit, rows
+from planner.fit_flash import (
+    REFERENCE,
+    SCALED,
+    SOURCES,
+    device_block,
+    errors,
+    fit,
+    rows,
+    scaled_block,
+)
 from planner.spec.hardware import Precision
 from planner.spec.transformer import build_transformer
 
 # the published 16-bit rows of each source: FA2 / FA3 figures 48 each, FA4's cuDNN 9.13 bars
-# 24, cudnn-frontend's csv 20
-ROWS = {"a100-sxm4-80gb": 48, "h100-sxm5-80gb": 48, "b200": 24, "gb200": 20, "gb300": 20}
+# 24, cudnn-frontend's csv 20, aiter's table 94 forward and 47 backward (its causal backward
+# rows, whose FLOPs its benchmark counts unhalved, left out)
+ROWS = {"a100-sxm4-80gb": 48, "h100-sxm5-80gb": 48, "b200": 24, "gb200": 20, "gb300": 20,
+        "mi300x": 141, "mi355x": 141}
 
 
 @pytest.mark.parametrize("device,kernel", SOURCES)
@@ -25,8 +38,15 @@ def test_shipped_blocks_are_the_fit_and_close_to_every_benchmark(device, kernel)
     shipped = load_device(device).flash_attention
     assert shipped.model_dump(exclude_none=True) == device_block(device, kernel)
     err = np.abs(errors(shipped, data))
-    # within 4 % on the mean, 11 % at worst (cudnn-frontend's 32k rows dip below the 16k ones)
-    assert err.mean() < 0.04 and err.max() < 0.11, (err.mean(), err.max())
+    if kernel == "aiter":
+        # aiter's table runs batch 1 with 32 heads too: at 1,024-2,048 keys the kernel's waves
+        # underfill the 256-304 compute units (a causal forward at half the curve), which the
+        # curve does not model; within 9 % on the mean, 5 % (median) at 8,192 keys and more
+        long = np.array([float(r["seq_len"]) >= 8192 for r in data])
+        assert err.mean() < 0.09 and np.median(err[long]) < 0.05, (err.mean(), err.max())
+    else:
+        # within 4 % on the mean, 11 % at worst (cudnn-frontend's 32k rows dip below the 16k)
+        assert err.mean() < 0.04 and err.max() < 0.11, (err.mean(), err.max())
     if data8:  # cuDNN's fp8 rows: within 13 % on the mean, 10 % at 4k keys and more
         err8 = errors(shipped, data8)
         long = np.array([float(r["seq_len"]) >= 4096 for r in data8])
@@ -104,8 +124,6 @@ def test_an_mxfp8_recipe_runs_fp8_attention_on_mxfp8_operands():
 def test_an_mxfp8_recipe_without_mxfp8_rates_takes_the_per_tensor_fp8_curve():
     """A kernel benchmarked in per-tensor fp8 only: an MXFP8 recipe's fp8 attention runs at
     those curves (the nearest measured), not at the 16-bit ones."""
-    import dataclasses
-
     fa = load_device("gb300").flash_attention
     per_tensor = fa.model_copy(update={k: None for k in (
         "mxfp8_fwd_tflops", "mxfp8_fwd_half_keys", "mxfp8_bwd_tflops", "mxfp8_bwd_half_keys")})
@@ -120,16 +138,16 @@ def test_an_mxfp8_recipe_without_mxfp8_rates_takes_the_per_tensor_fp8_curve():
 
 
 def test_unfused_attention_keeps_16_bits_under_an_fp8_or_fp4_recipe():
-    """Without a fused kernel curve (MI355X) attention's two products are GEMMs at the device's
-    16-bit rate in an fp8 or fp4 recipe, at the fp8 rate with fp8 attention: the same time
-    as the bf16 recipe's, never the fp4 GEMMs' rate."""
+    """Without a fused kernel curve (MI355X's taken away) attention's two products are GEMMs
+    at the device's 16-bit rate in an fp8 or fp4 recipe, at the fp8 rate with fp8 attention:
+    the same time as the bf16 recipe's, never the fp4 GEMMs' rate."""
     m = _bench_model(True)
     at = {t: 1, b: 4, c_p: 1, e_p: 1, e_t: 1}
     system = load_system("mi355x-8")
     core = {}
     for precision in (Precision.bf16, Precision.fp8, Precision.fp4):
         for fp8_attention in ((False, True) if precision.gemm_only else (False,)):
-            hw = Hardware.of(system, precision)
+            hw = dataclasses.replace(Hardware.of(system, precision), flash=None)
             parts = LayerCosts(m, hw, Choices(fp8_attention=fp8_attention)).parts()
             core[precision.value, fp8_attention] = float(parts[1].subs(at))
     assert core["fp8", False] == pytest.approx(core["bf16", False], rel=1e-12)
@@ -186,10 +204,40 @@ def test_context_parallel_calls_see_fewer_keys_and_run_slower_per_flop():
     assert four == pytest.approx(one / 4 * slower, rel=1e-12) and slower > 1.02
 
 
+@pytest.mark.parametrize("device,source", SCALED)
+def test_amd_boards_without_a_benchmark_carry_their_dies_block_at_their_gemm_rate(device,
+                                                                                  source):
+    """MI325X and MI350X publish no attention benchmark: each takes the block of its die's
+    benchmarked board (MI300X, MI355X), every rate times the ratio of the two boards' 16-bit
+    GEMM rates (MI325X's 1000 W above MI300X's 750 W, MI350X's 2.2 GHz below MI355X's 2.4);
+    the half-rate keys are the die's."""
+    own, src = load_device(device), load_device(source)
+    assert own.flash_attention.model_dump(exclude_none=True) == scaled_block(device, source)
+    ratio = ((own.peak_tflops[Precision.bf16] * own.efficiency.matmul)
+             / (src.peak_tflops[Precision.bf16] * src.efficiency.matmul))
+    assert (own.flash_attention.fwd_tflops[128]
+            == round(src.flash_attention.fwd_tflops[128] * ratio))
+    assert own.flash_attention.bwd_half_keys == src.flash_attention.bwd_half_keys
+    assert (ratio > 1.1) if device == "mi325x" else (0.85 < ratio < 1)
+
+
+def test_amd_fp8_attention_runs_at_the_16_bit_kernel_rate():
+    """No fp8 benchmark of aiter's attention kernel is published: with fp8 attention on, an
+    MI300X layer's attention takes the same time as without (as the MLPerf MI325X runs with
+    and without FP8_DPA do, 2.93 s against 2.78 s)."""
+    system, m = load_system("mi300x-8"), load_model("llama3-8b")
+    hw = Hardware.of(system, Precision.fp8)
+    assert hw.flash is not None and not hw.flash.has("fp8_fwd")
+    at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
+    cores = [float(LayerCosts(m, hw, Choices(fp8_attention=on)).parts()[1].subs(at))
+             for on in (False, True)]
+    assert cores[0] == pytest.approx(cores[1], rel=1e-12)
+
+
 def test_devices_without_benchmarks_price_attention_as_thin_gemms():
-    """No published kernel rate for the MI355X: two GEMMs of thinnest dimension the head dim,
-    backward twice the forward, as before."""
-    hw = Hardware.of(load_system("mi355x-8"), Precision.bf16)
+    """No published fused-attention rate for the V100 (FlashAttention-2 does not run on it):
+    two GEMMs of thinnest dimension the head dim, backward twice the forward."""
+    hw = Hardware.of(load_system("dgx1-v100"), Precision.fp16)
     assert hw.flash is None
     parts = LayerCosts(load_model("llama3-8b"), hw, Choices(flash_attention=True)).parts()
     at = {t: 1, b: 1, c_p: 1, e_p: 1, e_t: 1}
