@@ -111,3 +111,17 @@ def test_the_knee_reads_each_device_counts_best_time_as_a_loop_does(seed):
     d_best = min(d for d, t in best.items() if t == t_best)
     assert knee["best_time_s"] == t_best and knee["best_devices"] == d_best
     assert knee["devices"] == min(d for d, t in best.items() if t <= t_best * 1.10)
+
+
+@pytest.mark.parametrize("high", [1 << 6, 1 << 20])
+def test_structures_order_is_lexsorts_packed_or_not(high):
+    """`hybrid_space._order` sorts the structures by one packed key where the eight columns'
+    ranges fit 63 bits and by `np.lexsort` where they do not (2^20 a column does not): either
+    way `np.lexsort`'s order, ties kept in place."""
+    from planner.search.hybrid_space import _order
+
+    rng = np.random.default_rng(7)
+    keys = [rng.integers(1, high, 5000) for _ in range(8)]
+    keys[3][::7] = keys[3][0]  # ties in a middle key
+    assert np.array_equal(_order(keys), np.lexsort(keys[::-1]))
+    assert len(_order([np.empty(0, dtype=np.int64)] * 8)) == 0
