@@ -16,6 +16,7 @@ from planner.errors import SpecError
 from planner.plan import Plan, stage_layers
 from planner.search.hybrid import predict
 from planner.search.hybrid_space import Search
+from planner.search.memory_fit import filled
 from planner.search.pools import ClusterSolver, _slot_bound
 from planner.spec.hardware import Precision
 from planner.spec.transformer import with_seq_len
@@ -510,7 +511,6 @@ def test_a_mix_beyond_a_pools_memory_reach_weighs_the_covered_mix(run_json):
     from planner import bands
     from planner.catalog import load_system
     from planner.schema import schemas
-    from planner.search.memory_fit import filled
 
     doc = run_json("solve", "-m", "gpt3-175b", "-H", "lab-a100-h100", "--global-batch", "1536")
     jsonschema.validate(doc, schemas()["solve"])
@@ -579,7 +579,12 @@ def test_where_no_mix_within_the_reach_beats_the_smaller_subsets_their_covered_p
     """The second search is bounded by the smaller subsets' best: where no mix within the
     reach beats it, that plan is the covered one weighed (and here, within the band, taken)."""
     solver = _lab_1536()
+    requested = list(solver.caps)
     covered, _ = solver._mixed((0, 1), None)  # the covered mix of the test above
+    # the bounded search took its capacities as an argument: the request's are as they were
+    assert solver.caps == requested
+    hws = {p.name: p.system.device for p in solver.cluster.pools}
+    assert filled(covered.memory_bytes["dgx-h100"], hws["dgx-h100"]) <= solver.reach[1]
     fastest = _fastest_mix(solver)
     solver.reach = [None, 0.05]  # no mix keeps to it faster than `covered`
     got = solver._within_reach((0, 1), covered, fastest)

@@ -285,14 +285,17 @@ class ClusterSolver:
                            status="feasible" if capped else incumbent.status), ""
         return self._within_reach(subset, incumbent, self._found(subset, *best, capped)), ""
 
-    def _fastest_mix(self, subset, bound: float) -> tuple[tuple | None, bool]:
+    def _fastest_mix(self, subset, bound: float, usable: list | None = None
+                     ) -> tuple[tuple | None, bool]:
         """((plan, its prices, its kind) of the fastest mix over `subset` within the pools'
-        capacities `self.caps` and faster a sample than `bound`, or None; whether the model
-        budget stopped the search before its proof)."""
+        usable bytes per device `usable` (the request's, `self.caps`, where None) and faster a
+        sample than `bound`, or None; whether the model budget stopped the search before its
+        proof). Every method the mix's search runs takes `usable` the same way."""
+        usable = self.caps if usable is None else usable
         best, capped = None, False
         # both kinds' rows in one best-first order of their lower bounds: a cheap replica
         # plan found early rules out pipelines whose models would take long to refute
-        forms = [form(subset, bound) for kind, form in ((PIPELINE, self._pipeline_rows),
+        forms = [form(subset, bound, usable) for kind, form in ((PIPELINE, self._pipeline_rows),
                                                         (REPLICAS, self._replica_rows))
                  if not self.q.framework or self.q.framework in rules.MIXED_FORMS[kind]]
         self.priced += sum(len(rows["lb"]) for rows in forms)
@@ -312,7 +315,7 @@ class ClusterSolver:
             plan = rows["solve"](index[o], bound)
             if plan is None:
                 continue
-            priced = cost.price(self.m, self.cluster, self.precision, plan, self.caps)
+            priced = cost.price(self.m, self.cluster, self.precision, plan, usable)
             value = priced.iteration_time_s / plan.global_batch
             if priced.fits and value < bound:
                 bound, best = value, (plan, priced, rows["kind"])
@@ -346,17 +349,12 @@ class ClusterSolver:
             return fastest  # covered, or not covered for another reason than its memory
         # each bounded pool's memory as one pool's covered search keeps it: a headroom of
         # 1 - its reach where that keeps more free than the request's (`covered_pins`)
-        caps = [usable_bytes(hw.memory_bytes, max(self.q.memory_headroom, 1 - most))
-                if k in subset and most is not None else cap
-                for k, (hw, cap, most) in enumerate(zip(self.hws, self.caps, self.reach,
-                                                        strict=True))]
+        usable = [usable_bytes(hw.memory_bytes, max(self.q.memory_headroom, 1 - most))
+                  if k in subset and most is not None else cap
+                  for k, (hw, cap, most) in enumerate(zip(self.hws, self.caps, self.reach,
+                                                          strict=True))]
         bound = incumbent.seconds_per_sample if incumbent else math.inf
-        # (every method the mix's search runs reads the capacities from `self.caps`)
-        kept, self.caps = self.caps, caps
-        try:
-            best, cut = self._fastest_mix(subset, bound)
-        finally:
-            self.caps = kept
+        best, cut = self._fastest_mix(subset, bound, usable)
         if best is not None:
             alt = self._found(subset, *best, cut)
         elif incumbent is not None and not cut:  # no mix within the reach beats it
@@ -426,7 +424,8 @@ class ClusterSolver:
     def _capacity(self, k: int) -> int:
         return self.cluster.pools[k].devices
 
-    def _pipeline_rows(self, subset, incumbent: float = math.inf) -> dict:
+    def _pipeline_rows(self, subset, incumbent: float = math.inf, usable: list | None = None
+                       ) -> dict:
         """Pipelines across the pools of `subset`, each pool holding at least one stage. The
         bound: the slowest stage at least the least slot that holds the integer layers
         (`_slot_bound`; computed for the rows whose continuous bound, the layers spread at
@@ -468,7 +467,7 @@ class ClusterSolver:
         n0 = -(-L // p)
         for k in subset:
             tail = np.minimum(tail, self._tail_bound(shapes, si, at[k], k, d, p, n0, mcount))
-        room = self._room(shapes, si, at, subset, d, p, mcount)
+        room = self._room(shapes, si, at, subset, d, p, mcount, usable)
         logit = np.stack([at[k]["logit_time"] for k in subset])
         lb = ((mcount + p - 1) * (L / speed + hop) + tail) / B
         lb[room["total"] < L] = np.inf  # cannot fit
@@ -495,8 +494,7 @@ class ClusterSolver:
                                     least[:, sharp], caps[:, sharp])
             lb[sharp] = np.maximum(lb[sharp], ((mcount + p - 1)[sharp] * slot + sync)
                                    / B[sharp])
-        return self._rows(rows, lb, shapes, subset, PIPELINE,
-                          self._solve_pipeline)
+        return self._rows(rows, lb, shapes, subset, PIPELINE, self._solve_pipeline, usable)
 
     def _sync_bound(self, shape, at, subset, tp, d, p, mcount, hold, least, caps):
         """The least sync and step of the busiest stage, per row: the least tau at which the
@@ -530,7 +528,7 @@ class ClusterSolver:
             hi, lo = np.where(yes, mid, hi), np.where(yes, lo, mid)
         return np.where(holds(hi), np.maximum(lo, 0), np.inf)
 
-    def _room(self, shapes, si, at, subset, d, p, mcount) -> dict:
+    def _room(self, shapes, si, at, subset, d, p, mcount, usable: list | None = None) -> dict:
         """Upper bounds of the layers in memory: `total`, of p stages (stage j holds the
         activations of min(p - j, m) micro-batches; each position on the pool that fits the
         most there), and `per_stage`, of one stage on each pool (one micro-batch in flight),
@@ -547,9 +545,11 @@ class ClusterSolver:
             one, two = memory(1.0), memory(2.0)
             per[k] = (two - one, 2 * one - two, at[k]["layer_activations"])
 
+        usable = self.caps if usable is None else usable
+
         def fits(k, flight):
             slope, base, act = per[k]
-            return np.maximum(np.floor((self.caps[k] - base) / (slope + act * flight)), 0)
+            return np.maximum(np.floor((usable[k] - base) / (slope + act * flight)), 0)
 
         total = np.zeros(len(si))
         for i in range(1, int(p.max()) + 1):
@@ -580,7 +580,8 @@ class ClusterSolver:
         beyond = np.minimum(sync0 - h0 + step0, syncL - hL + stepL)
         return np.maximum(sigma * sync0 + step0, beyond)
 
-    def _replica_rows(self, subset, _incumbent: float = math.inf) -> dict:
+    def _replica_rows(self, subset, _incumbent: float = math.inf, usable: list | None = None
+                      ) -> dict:
         """The same pipeline on every pool of `subset`, replicas and micro-batches per pool.
         The bound: each pool's slot s_k exact (its even split, output layer and sends); with
         T the pipeline's time, a pool's replicas run m_k <= T / s_k - p + 1 micro-batches, at
@@ -611,7 +612,7 @@ class ClusterSolver:
                                            p > 1, 2 * (hop + at["regather"]), 0.0))
             dmax, slot = np.array(dmax), np.array(slot)
             ok = (dmax >= 1).all(axis=0)
-            ok &= self._replica_memory(shape, si, values, subset, p, dmax.sum(axis=0))
+            ok &= self._replica_memory(shape, si, values, subset, p, dmax.sum(axis=0), usable)
             for B in self.batches:
                 if B % shape.micro_batch:
                     continue
@@ -621,10 +622,10 @@ class ClusterSolver:
                 bounds.append(np.where(ok, T / B, np.inf))
         rows = np.array(rows, dtype=np.int64).reshape(-1, 4)
         lb = np.concatenate(bounds) if bounds else np.zeros(0)
-        return self._rows(rows, lb, shapes, subset, REPLICAS,
-                          self._solve_replicas)
+        return self._rows(rows, lb, shapes, subset, REPLICAS, self._solve_replicas, usable)
 
-    def _replica_memory(self, shape, si, values, subset, p, ranks) -> np.ndarray:
+    def _replica_memory(self, shape, si, values, subset, p, ranks, usable: list | None = None
+                        ) -> np.ndarray:
         """Per pipeline depth: whether every pool's smallest stage (floor(L / p) layers, no
         embedding or output layer, one micro-batch in flight) fits, sharded over `ranks`."""
         ok = np.ones(len(p), dtype=bool)
@@ -635,13 +636,13 @@ class ClusterSolver:
                 part, n, n * part.layer_activations + part.transient_activations)
             _, mem = cost.sync_and_memory(shape, agg, part, cost.pool_links(part),
                                           np.maximum(ranks, 1), 1, 1, p)
-            ok &= np.asarray(mem) <= self.caps[k]
+            ok &= np.asarray(mem) <= (self.caps if usable is None else usable)[k]
         return ok
 
-    def _rows(self, rows, lb, shapes, subset, kind, solver) -> dict:
+    def _rows(self, rows, lb, shapes, subset, kind, solver, usable: list | None = None) -> dict:
         def solve(i, bound):
             si, B, d, p = (int(x) for x in rows[i])
-            return solver(shapes[si], subset, B, d, p, bound)
+            return solver(shapes[si], subset, B, d, p, bound, usable)
 
         return {"lb": lb, "solve": solve, "kind": kind, "rows": rows}
 
@@ -658,10 +659,13 @@ class ClusterSolver:
         s.parameters.max_time_in_seconds = self.q.time_limit_s
         return s if s.Solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
 
-    def _solve_pipeline(self, shape: Shape, subset, B: int, d: int, p: int, bound: float):
+    def _solve_pipeline(self, shape: Shape, subset, B: int, d: int, p: int, bound: float,
+                        usable: list | None = None):
         """The best pipeline of p stages over the pools of `subset` (each holding one at
-        least) for d replicas of B / d samples: layers and pool per stage."""
+        least) for d replicas of B / d samples: layers and pool per stage, within the pools'
+        usable bytes `usable` (the request's where None)."""
         m, L, pools = self.m, self.m.layers, self.cluster.pools
+        usable = self.caps if usable is None else usable
         mcount = B // (shape.micro_batch * d)
         part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
         # per pool and stage class (first, middle, last): the sync + optimizer step as a
@@ -735,7 +739,7 @@ class ClusterSolver:
                 slope, base = static[k, c]
                 slope += pk.layer_activations * min(p - j, mcount)
                 model.Add(math.ceil(slope) * n[j] + math.ceil(base)
-                          <= int(self.caps[k])).OnlyEnforceIf(x[j, k])
+                          <= int(usable[k])).OnlyEnforceIf(x[j, k])
             model.Add(slot >= tau + sends)
             table = [v for k in subset for v in tables[k, c]]
             index = model.NewIntVar(0, len(table) - 1, f"i{j}")
@@ -755,10 +759,13 @@ class ClusterSolver:
             stages.append(Stage(k, int(s.Value(n[j]))))
         return MixedPlan(shape, (Group(tuple(stages), d, mcount),))
 
-    def _solve_replicas(self, shape: Shape, subset, B: int, _d: int, p: int, bound: float):
+    def _solve_replicas(self, shape: Shape, subset, B: int, _d: int, p: int, bound: float,
+                        usable: list | None = None):
         """The best split of B samples over replicas of one p-stage pipeline on every pool of
-        `subset`: replicas and micro-batches per replica on each pool."""
+        `subset`: replicas and micro-batches per replica on each pool, within the pools'
+        usable bytes `usable` (the request's where None)."""
         m, pools = self.m, self.cluster.pools
+        usable = self.caps if usable is None else usable
         per = B // shape.micro_batch
         split = stage_layers(m.layers, p)
         part = {k: cost.parts(m, pools[k], self.precision, shape) for k in subset}
@@ -808,7 +815,7 @@ class ClusterSolver:
                 flight = model.NewIntVar(1, p - j, f"f{k}_{j}")
                 model.AddMinEquality(flight, [mc[k], model.NewConstant(p - j)])
                 act = int(math.ceil(split[j] * pk.layer_activations))
-                model.Add(static_var + act * flight <= int(self.caps[k]))
+                model.Add(static_var + act * flight <= int(usable[k]))
         sync = model.NewIntVar(0, 1 << 50, "sync")
         model.AddElement(D - len(subset), [_int(v) for v in tail], sync)
         objective = pipe + sync
