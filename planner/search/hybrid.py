@@ -249,7 +249,7 @@ class HybridSolver:
         self._hsdp_form = bool(q.dp_shard) or "dp_shard" in q.searched
         self.batches = candidate_batches(lo, hi)
 
-    def _rows(self) -> tuple[np.ndarray, np.ndarray, int]:
+    def _rows(self) -> tuple[PricedRows, np.ndarray, int]:
         """The plans that fit in memory: (rows, a `PricedRows` table of the fields of `ROW`;
         iteration time per row; plans priced). Priced one global batch at a time, with the
         structural terms computed once per structure and broadcast over the choices; memory
