@@ -397,8 +397,9 @@ SWITCHES: tuple[Switch, ...] = (
                                  "without Transformer Engine's separate amax and scale "
                                  "kernels; use --format megatron for --fp8-current-scaling"},
            megatron_flags=("--fp8-recipe", "tensorwise")),
-    Switch("fp8_attention", False, "with fp8 / fp4 training: attention's products in fp8 "
-           "(else 16-bit, as the recipes keep them)", "Transformer Engine fp8 dot-product "
+    Switch("fp8_attention", False, "with fp8 / fp4 training: attention's products in fp8, "
+           "Q, K, V and dO cast to it around the kernel (else 16-bit, as the recipes keep "
+           "them)", "Transformer Engine fp8 dot-product "
            "attention (TransformerConfig.fp8_dot_product_attention, NeMo FP8_DPA)",
            label=_on("fp8 attention"), precisions=("fp8", "mxfp8", "nvfp4", "fp4"),
            mixed=True, needs="fp8 attention needs fp8 or fp4 training (--precision fp8, "

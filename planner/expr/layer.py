@@ -427,7 +427,8 @@ class LayerCosts:
             elem, elem_bwd = elem + merge_fwd, elem_bwd + merge_bwd
         if kind.mixer in ("attention", "sliding"):  # all-to-all context parallelism's copies
             copies = self._cp_a2a_copies()
-            elem, elem_bwd = elem + copies, elem_bwd + copies
+            casts_fwd, casts_bwd = self._attention_casts()
+            elem, elem_bwd = elem + copies + casts_fwd, elem_bwd + copies + casts_bwd
         if kind.ffn == "moe" and self.choices.paged_stash:  # beside the layer's GEMMs
             stash, slowdown = self._stash_copies(kind), hw.overlap_slowdown
             elem += overlapped(stash, proj, slowdown)
@@ -560,6 +561,36 @@ class LayerCosts:
         total = sum(self._kernel(hop(hw, inside, DEVICE, x * vb * (cp - 1) / cp,
                                      x * vb * leaves), False) for x in tensors)
         return _if(cp > 1, total, 0)
+
+    def _attention_casts(self):
+        """Forward and backward time of the casts around fp8 dot-product attention
+        (`fp8_attention`), which Megatron's fused QKV projection does not write in fp8 (no
+        --fp8-multi-head-attention): Transformer Engine's FusedAttnFunc (pytorch/attention/
+        dot_product_attention/backends.py at d0067d0) quantizes Q, K and V before the kernel
+        and dO before its backward (`combine_and_quantize`, utils.py):
+        - per-tensor fp8: Q, K and V concatenated (read and write 16 bits) and cast (read 16
+          bits, write 1 byte); under current scaling an amax read and a scale kernel first
+          (Float8CurrentScalingQuantizer), and the kernel writes O and dQ, dK, dV in 16 bits
+          (NVTE_DPA_FP8CS_O_in_F16=1, the default); under delayed scaling it writes them in
+          fp8 and each is dequantized (read 1 byte, write 16 bits);
+        - MXFP8: each of Q, K, V and dO quantized where it lies, rowwise and columnwise with
+          its block scales (`Precision.quantize_bytes`), the outputs in 16 bits.
+        Memory-bound kernels, each paying its issue (`_kernels`). 0 without fp8 attention."""
+        md, hw = self.model, self.hw
+        if not (self.choices.fp8_attention and hw.gemm_only):
+            return G.Integer(0), G.Integer(0)
+        vb = hw.value_bytes
+        qkv = self.tokens * G.Integer(md.q_dim + md.kv_dim + md.kv_heads * md.v_head_dim) / t
+        out = self.tokens * G.Integer(md.heads * md.v_head_dim) / t
+        if hw.attention_format == "mxfp8":
+            cast = hw.quantize_bytes
+            return self._kernels(3, qkv * cast), self._kernels(1, out * cast)
+        if self._current_scaling():
+            return (self._kernels(4, qkv * (4 * vb + 1)),  # cat, amax, scale, cast
+                    self._kernels(3, out * (2 * vb + 1)))  # amax, scale, cast of dO
+        dequantize = 1 + vb
+        return (self._kernels(2, qkv * (3 * vb + 1)) + self._kernels(1, out * dequantize),
+                self._kernels(1, out * (vb + 1)) + self._kernels(1, qkv * dequantize))
 
     def _cp_a2a_copies(self) -> G.Expr:
         """One pass's layout copies around all-to-all context parallelism's exchanges (TE's

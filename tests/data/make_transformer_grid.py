@@ -13,7 +13,8 @@ the untied output layer both, and an fp8 recipe's unfused attention kept its 16-
 and the LM head its 16-bit rate in an fp8 / fp4 recipe, and each GEMM input's cast its
 transposed copy and scales (`Precision.quantize_bytes`), and a group straddling two scale-up
 domains (pp 3 on 8-GPU nodes) its links across them (`planner.expr.domain`), and each
-step the host's time after its sync (`KernelCosts.step_sync_us`);
+step the host's time after its sync (`KernelCosts.step_sync_us`), and fp8 attention the casts
+of its Q, K, V and dO (`LayerCosts._attention_casts`);
 `test_transformer_grid` holds the engine to them at 1e-9 relative.
 Regenerate only when the physics changes on purpose:
 
