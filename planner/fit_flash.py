@@ -38,10 +38,12 @@ from planner.spec.hardware import FlashCurve
 # (device spec, kernel in the CSV): the kernel the device's usual training stack runs
 SOURCES = (("a100-sxm4-80gb", "flash-attention-2"), ("h100-sxm5-80gb", "cudnn"), ("b200", "cudnn"),
            ("gb200", "cudnn"), ("gb300", "cudnn"), ("mi300x", "aiter"), ("mi355x", "aiter"))
-# devices with no benchmark of their own that take another's block (AMD: the same die on a
-# board of another power and clock), every rate scaled by the ratio of their 16-bit GEMM rates
-# (peak x matmul efficiency): the kernel is compute-bound at training's sequence lengths
-SCALED = (("mi325x", "mi300x"), ("mi350x", "mi355x"))
+# devices with no benchmark of their own that take another's block (the same die on a board
+# of another power and clock: MI325X's 1000 W and MI350X's 2.2 GHz against MI300X and MI355X,
+# HGX B300's air-cooled 1,100 W Blackwell Ultra against GB300's 1,400 W), every rate scaled by
+# the ratio of their 16-bit GEMM rates (peak x matmul efficiency): the kernel is compute-bound
+# at training's sequence lengths
+SCALED = (("mi325x", "mi300x"), ("mi350x", "mi355x"), ("b300", "gb300"))
 # the one cuDNN fit across head dims (64, 128, 256), whose ratios the head-dim-128-only devices
 # carry (`carried`)
 REFERENCE = ("h100-sxm5-80gb", "cudnn")
