@@ -540,10 +540,17 @@ class LayerCosts:
         and dQ, dK, dV after it in the backward, the same widths. With a per-tensor fp8
         attention recipe they travel as fp8 (1 byte: TE quantizes Q, K, V before the
         exchange and the kernel's output and gradients are fp8); MXFP8 quantizes after it."""
-        md, hw = self.model, self.hw
+        hw = self.hw
         fp8 = self.choices.fp8_attention and hw.gemm_only and hw.attention_format == "fp8"
+        return (1 if fp8 else hw.value_bytes), self._attention_tensors()
+
+    def _attention_tensors(self) -> list:
+        """The values of Q, K, V and O (the attention's output, before the projection) on
+        this rank's tokens: each head's query-key width for Q and K, its value width for V
+        and O, K and V over the key-value heads, all split over the t ranks."""
+        md = self.model
         widths = (md.q_dim, md.kv_dim, md.kv_heads * md.v_head_dim, md.heads * md.v_head_dim)
-        return (1 if fp8 else hw.value_bytes), [self.tokens * G.Integer(w) / t for w in widths]
+        return [self.tokens * G.Integer(w) / t for w in widths]
 
     def cp_a2a_pass(self) -> G.Expr:
         """One pass's all-to-alls of all-to-all context parallelism (`_cp_a2a_widths`): four
@@ -576,12 +583,12 @@ class LayerCosts:
         - MXFP8: each of Q, K, V and dO quantized where it lies, rowwise and columnwise with
           its block scales (`Precision.quantize_bytes`), the outputs in 16 bits.
         Memory-bound kernels, each paying its issue (`_kernels`). 0 without fp8 attention."""
-        md, hw = self.model, self.hw
+        hw = self.hw
         if not (self.choices.fp8_attention and hw.gemm_only):
             return G.Integer(0), G.Integer(0)
         vb = hw.value_bytes
-        qkv = self.tokens * G.Integer(md.q_dim + md.kv_dim + md.kv_heads * md.v_head_dim) / t
-        out = self.tokens * G.Integer(md.heads * md.v_head_dim) / t
+        q, k, v, out = self._attention_tensors()
+        qkv = q + k + v
         if hw.attention_format == "mxfp8":
             cast = hw.quantize_bytes
             return self._kernels(3, qkv * cast), self._kernels(1, out * cast)
