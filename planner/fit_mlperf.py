@@ -47,7 +47,7 @@ A100_SHARE = 0.807  # planner.fit_transformer: 0.701 / 0.869, what every device 
 MICROBENCHMARK = {
     "h100-sxm5-80gb": (0.803, 0.709), "h200-sxm-141gb": (0.803, 0.734),
     "b200": (0.776, 0.763), "gb200": (0.729, 0.723), "b300": (0.786, 0.745),
-    "gb300": (0.729, 0.723),
+    "gb300": (0.786, 0.745),  # B300's: the same Blackwell Ultra die, no row of its own
     "mi300x": (0.511, None), "mi325x": (0.6, None), "mi355x": (0.622, None),
     "mi350x": (0.622, None),  # MI355X's: the same die at a lower clock, no row of its own
 }
@@ -61,10 +61,13 @@ MICROBENCHMARK = {
 # at 8f2e635), B300, a 5B config's per-layer GEMMs pre-quantized (M 15,872; K, N 4,096-16,384):
 # NVFP4 3.764 ms, BF16 13.102 ms at 13,500 and 2,250 TFLOP/s peaks. Its fp4 peak is 1.5x
 # B200's; its NVFP4 GEMMs reach about the TFLOP/s B200's do, not 1.5x. GB300, unmeasured, keeps
-# B200's: the same chip as B300 at 1.4 kW against the air-cooled B300's 1.1 kW, and its MLPerf
-# NVFP4 rows, 6-11 % fast with B200's ratio, are 8-19 % slow with B300's
+# the fp4 fraction of peak it carried from GB200 (0.729 x B200's ratio), written over its
+# die's bf16 fraction: B300's ratio, from a 1.1 kW board, would put the 1.4 kW GB300's NVFP4
+# GEMMs at B300's TFLOP/s, and its MLPerf NVFP4 rows, 0-11 % fast with the carried fraction,
+# are 8-19 % slow with that ratio
 _B200_FP4 = round((0.611 / 0.646 + 0.597 / 0.631) / 2, 3)
-FP4_OVER_BF16 = {"b200": _B200_FP4, "gb200": _B200_FP4, "gb300": _B200_FP4,
+FP4_OVER_BF16 = {"b200": _B200_FP4, "gb200": _B200_FP4,
+                 "gb300": round(0.729 * _B200_FP4 / 0.786, 3),
                  "b300": round(13.102 / 3.764 * 2250 / 13500, 3)}
 # an MXFP8 GEMM's rate over a per-tensor fp8 one's, the same guide's B300 pre-quantized
 # per-layer totals (FP8 current scaling 6.812 ms, MXFP8 7.161 ms: the 1 x 32 E8M0 block

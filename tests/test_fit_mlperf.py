@@ -108,3 +108,21 @@ def test_4_bit_gemms_run_at_their_own_fraction_and_other_formats_do_not(device):
                            (Precision.bf16, dev.efficiency.matmul)):
         assert Hardware.of(system, precision).matmul_flops == pytest.approx(
             dev.peak_flops(precision) * eff, rel=1e-12)
+
+
+def test_a_device_without_its_own_gemm_benchmark_carries_its_die_s():
+    """GB300 publishes no GEMM microbenchmark: it takes the fractions B300 measures (the same
+    Blackwell Ultra die), as MI350X takes MI355X's, at its own peaks, so its 16-bit and fp8
+    GEMMs run at B300's rates times the boards' peak ratio (2,500 / 2,250: 1.4 kW against
+    1.1 kW), and ahead of GB200's (another die's fraction, 0.729)."""
+    from planner.catalog import load_system
+    from planner.cost.transformer import Hardware
+    from planner.spec.hardware import Precision
+
+    assert fm.MICROBENCHMARK["gb300"] == fm.MICROBENCHMARK["b300"]
+    assert fm.MICROBENCHMARK["mi350x"] == fm.MICROBENCHMARK["mi355x"]
+    gb300, b300, gb200 = (load_system(s) for s in ("gb300-nvl72", "dgx-b300", "gb200-nvl72"))
+    for precision in (Precision.bf16, Precision.fp8, Precision.mxfp8):
+        rate = {s.device.name: Hardware.of(s, precision).matmul_flops for s in (gb300, b300, gb200)}
+        assert rate["gb300"] == pytest.approx(rate["b300"] * 2500 / 2250, rel=3e-3), precision
+        assert rate["gb300"] > 1.02 * rate["gb200"], precision
