@@ -148,6 +148,33 @@ def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precisi
     assert got == pytest.approx(per_value * inputs - in_norm * 2 * m.hidden, rel=1e-12)
 
 
+@pytest.mark.parametrize("shared", [0, 1])
+@pytest.mark.parametrize("system, precision", [("dgx-h100", Precision.fp8),
+                                               ("dgx-b200", Precision.mxfp8)])
+def test_a_moe_layers_routed_fc1_input_is_cast_at_top_k_rows_a_token(system, precision, shared):
+    """The routed experts' FC1 quantizes the permuted tokens (Transformer Engine's
+    GroupedLinear quantizes its whole input): top_k rows of the expert width a token, on this
+    rank's 1 / t of the tokens; the layer's input h is cast for the QKV projection (its norm
+    quantizing it itself) and, with shared experts, for theirs; the output projection's and
+    FC2's inputs (q_dim and the routed and shared experts' widths) split over tp as ever."""
+    from planner.catalog import load_model
+    from planner.expr.layer import LayerCosts
+    from planner.spec.transformer import LayerKind
+
+    m = dataclasses.replace(load_model("mixtral-8x7b"), shared_experts=shared)
+    kind, sysm = LayerKind("attention", "moe"), load_system(system)
+    traffic = {p: LayerCosts(m, Hardware.of(sysm, p), Choices(flash_attention=True), cp=1,
+                             ep=2, etp=1).elementwise_bytes_per_token(kind)
+               for p in (Precision.bf16, precision)}
+    hw, tp = Hardware.of(sysm, precision), 4
+    q, norm = hw.quantize_bytes, hw.norm_fused[0][0] * m.hidden
+    f = m.ffn_hidden * (m.top_k + shared)
+    want = (q * m.hidden * (1 + shared) - norm + q * (m.q_dim + f) / tp
+            + q * m.top_k * m.hidden / tp)
+    got = float((traffic[precision] - traffic[Precision.bf16]).subs(t, tp))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
 @pytest.mark.parametrize("model, layer, norms", [
     ("llama3-8b", 0, 2),  # QKV and FC1: both norms inside TELayerNormColumnParallelLinear
     ("mixtral-8x7b", 0, 1),  # the MoE layer's pre-FFN norm is its own module

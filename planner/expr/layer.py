@@ -788,7 +788,16 @@ class LayerCosts:
         # layouts, with its scales (`Precision.quantize_bytes`); under current scaling the
         # output projection's read once more first for its amax
         casts = self.hw.quantize_bytes
-        cast_outside = casts * 2 * h - self._norm_fused(kind)[0]  # the norms quantize some
+        fc1_input, routed = h, G.Integer(0)
+        if kind.ffn == "moe":
+            # the routed experts' FC1 reads the permuted tokens, top_k rows of each (times
+            # the capacity factor) at the expert width, this rank's sequence-parallel share:
+            # Transformer Engine's GroupedLinear quantizes its whole input (split_quantize
+            # over the experts' m_splits, module/grouped_linear.py at d0067d0); h is cast
+            # for the shared experts' FC1 only (LatentMoE's projection: `_moe_ops`)
+            fc1_input = h if md.shared_experts else 0
+            routed = casts * md.top_k * self.capacity * md.expert_width / t
+        cast_outside = casts * (h + fc1_input) - self._norm_fused(kind)[0]  # norms quantize some
         cast_inside = casts * (md.q_dim + f)
         if self._current_scaling():  # the attention output read once more for its amax
             cast_inside += vb * md.q_dim
@@ -798,7 +807,7 @@ class LayerCosts:
                   G.Integer(0))
         return (outside + G.Rational(cast_outside)
                 + G.Rational(ffn + scores + rope + cast_inside) / t
-                + eager + moe)
+                + routed + eager + moe)
 
     def _rotary_width(self) -> int:
         """Values per token the rotary embedding turns: all of q and k, or with multi-head
