@@ -67,7 +67,8 @@ MICROBENCHMARK = {
 # are 8-19 % slow with that ratio
 _B200_FP4 = round((0.611 / 0.646 + 0.597 / 0.631) / 2, 3)
 FP4_OVER_BF16 = {"b200": _B200_FP4, "gb200": _B200_FP4,
-                 "gb300": round(0.729 * _B200_FP4 / 0.786, 3),
+                 "gb300": round(MICROBENCHMARK["gb200"][0] * _B200_FP4
+                                / MICROBENCHMARK["gb300"][0], 3),
                  "b300": round(13.102 / 3.764 * 2250 / 13500, 3)}
 # an MXFP8 GEMM's rate over a per-tensor fp8 one's, the same guide's B300 pre-quantized
 # per-layer totals (FP8 current scaling 6.812 ms, MXFP8 7.161 ms: the 1 x 32 E8M0 block

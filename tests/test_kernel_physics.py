@@ -154,7 +154,7 @@ def test_each_gemm_input_is_cast_in_both_layouts_with_its_scales(system, precisi
 def test_a_moe_layers_routed_fc1_input_is_cast_at_top_k_rows_a_token(system, precision, shared):
     """The routed experts' FC1 quantizes the permuted tokens (Transformer Engine's
     GroupedLinear quantizes its whole input): top_k rows of the expert width a token, on this
-    rank's 1 / t of the tokens; the layer's input h is cast for the QKV projection (its norm
+    rank's 1 / t of the tokens gathered over e_t; the layer's input h is cast for the QKV projection (its norm
     quantizing it itself) and, with shared experts, for theirs; the output projection's and
     FC2's inputs (q_dim and the routed and shared experts' widths) split over tp as ever."""
     from planner.catalog import load_model
@@ -163,14 +163,14 @@ def test_a_moe_layers_routed_fc1_input_is_cast_at_top_k_rows_a_token(system, pre
 
     m = dataclasses.replace(load_model("mixtral-8x7b"), shared_experts=shared)
     kind, sysm = LayerKind("attention", "moe"), load_system(system)
+    hw, tp, etp = Hardware.of(sysm, precision), 4, 2
     traffic = {p: LayerCosts(m, Hardware.of(sysm, p), Choices(flash_attention=True), cp=1,
-                             ep=2, etp=1).elementwise_bytes_per_token(kind)
+                             ep=2, etp=etp).elementwise_bytes_per_token(kind)
                for p in (Precision.bf16, precision)}
-    hw, tp = Hardware.of(sysm, precision), 4
     q, norm = hw.quantize_bytes, hw.norm_fused[0][0] * m.hidden
     f = m.ffn_hidden * (m.top_k + shared)
     want = (q * m.hidden * (1 + shared) - norm + q * (m.q_dim + f) / tp
-            + q * m.top_k * m.hidden / tp)
+            + q * m.top_k * etp * m.hidden / tp)  # gathered over the e_t ranks of an expert
     got = float((traffic[precision] - traffic[Precision.bf16]).subs(t, tp))
     assert got == pytest.approx(want, rel=1e-12)
 

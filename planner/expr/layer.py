@@ -791,12 +791,14 @@ class LayerCosts:
         fc1_input, routed = h, G.Integer(0)
         if kind.ffn == "moe":
             # the routed experts' FC1 reads the permuted tokens, top_k rows of each (times
-            # the capacity factor) at the expert width, this rank's sequence-parallel share:
-            # Transformer Engine's GroupedLinear quantizes its whole input (split_quantize
-            # over the experts' m_splits, module/grouped_linear.py at d0067d0); h is cast
-            # for the shared experts' FC1 only (LatentMoE's projection: `_moe_ops`)
+            # the capacity factor) at the expert width, this rank's sequence-parallel share
+            # gathered over the e_t ranks sharing each expert (the rows `_kind_parts` gives
+            # its grouped GEMMs): Transformer Engine's GroupedLinear quantizes its whole input
+            # (split_quantize over the experts' m_splits, module/grouped_linear.py at
+            # d0067d0); h is cast for the shared experts' FC1 only (LatentMoE's projection:
+            # `_moe_ops`)
             fc1_input = h if md.shared_experts else 0
-            routed = casts * md.top_k * self.capacity * md.expert_width / t
+            routed = casts * md.top_k * self.capacity * self.etp * md.expert_width / t
         cast_outside = casts * (h + fc1_input) - self._norm_fused(kind)[0]  # norms quantize some
         cast_inside = casts * (md.q_dim + f)
         if self._current_scaling():  # the attention output read once more for its amax
